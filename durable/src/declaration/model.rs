@@ -1,0 +1,181 @@
+//! The validated, typed declaration.
+//!
+//! Every value here has already passed validation and carries its defaults filled in, so
+//! consumers never re-apply defaults. The model is stored as JSON and read back, so every type
+//! derives serde and must round-trip through `serde_json` unchanged.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A namespace's whole declaration: settings, commands and quota pools. The default is what a
+/// namespace that has applied nothing yet has: no commands, no pools, default settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Declaration {
+    /// Namespace-wide settings (`[namespace]`).
+    pub namespace: NamespaceSettings,
+    /// Declared commands (`[[command]]`), in document order.
+    pub commands: Vec<CommandDecl>,
+    /// Declared quota pools (`[[quota_pool]]`), in document order.
+    pub quota_pools: Vec<QuotaPoolDecl>,
+}
+
+/// Namespace-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceSettings {
+    /// Most waiting (accepted, not started) commands the namespace may hold.
+    pub max_waiting: u64,
+    /// Browser origins allowed to call the namespace, e.g. `https://shop.example`.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for NamespaceSettings {
+    fn default() -> Self {
+        Self {
+            max_waiting: super::namespace::DEFAULT_MAX_WAITING,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// One declared command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandDecl {
+    /// Command code, unique in the namespace.
+    pub code: String,
+    /// Input parameters by name; every one is required in a caller's input.
+    pub parameters: BTreeMap<String, ParamDecl>,
+    /// What the command contends on.
+    pub resource_key: ResourceKeyDecl,
+    /// Time from acceptance after which the command is abandoned.
+    pub deadline_seconds: u32,
+    /// Budget for accepting commands.
+    pub intake: IntakeBudget,
+    /// Budget for starting accepted commands.
+    pub admission: AdmissionBudget,
+    /// What runs the command.
+    pub handler: HandlerDecl,
+    /// Extra keyed limits, rendered from the input.
+    pub limits: Vec<LimitDecl>,
+}
+
+/// The type of one input parameter, with its constraints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ParamDecl {
+    /// A canonical hyphenated UUID string.
+    Uuid,
+    /// A string of at most `max_length` characters, one of `allowed` when set.
+    String {
+        /// Most characters (not bytes) allowed.
+        max_length: u32,
+        /// The only values allowed, when set (TOML key `enum`).
+        allowed: Option<Vec<String>>,
+    },
+    /// A JSON integer within `min..=max`.
+    Integer {
+        /// Smallest value allowed.
+        min: i64,
+        /// Largest value allowed.
+        max: i64,
+    },
+    /// A JSON boolean.
+    Boolean,
+}
+
+/// Where a command's resource key comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum ResourceKeyDecl {
+    /// The value of one declared input parameter.
+    Input {
+        /// Name of the parameter.
+        field: String,
+    },
+    /// The same key for every command.
+    Constant {
+        /// The key.
+        value: String,
+    },
+}
+
+/// Rate and concurrency budget for accepting commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntakeBudget {
+    /// Sustained accepts per second.
+    pub per_second: u32,
+    /// Accepts allowed in a burst.
+    pub burst: u32,
+    /// Accept calls in progress at once.
+    pub max_in_flight: u32,
+}
+
+/// Rate, concurrency and queue budget for starting accepted commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionBudget {
+    /// Sustained starts per second.
+    pub per_second: u32,
+    /// Starts allowed in a burst.
+    pub burst: u32,
+    /// Commands running at once.
+    pub max_in_flight: u32,
+    /// Commands waiting to start.
+    pub max_queue: u64,
+    /// Longest a command may wait to start; never more than the deadline.
+    pub max_wait_seconds: u32,
+}
+
+/// What runs a command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HandlerDecl {
+    /// Takes one unit from a declared quota pool.
+    Quota {
+        /// Code of the quota pool.
+        pool: String,
+        /// Whether the unit is taken for good or held for a while.
+        mode: QuotaMode,
+    },
+    /// Calls an HTTP endpoint.
+    Webhook {
+        /// Endpoint URL (`http://` or `https://`).
+        url: String,
+        /// Time allowed for one call.
+        timeout_ms: u32,
+    },
+}
+
+/// How a quota handler takes its unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaMode {
+    /// The unit is taken for good.
+    Committed,
+    /// The unit is held and returned unless confirmed within `reservation_seconds`.
+    Reserved {
+        /// How long the reservation is held.
+        reservation_seconds: u32,
+    },
+}
+
+/// An extra limit keyed by a template rendered from the input, e.g. `provider:{provider}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitDecl {
+    /// Key template; every `{name}` is a declared parameter.
+    pub key: String,
+    /// Sustained rate per key, if limited.
+    pub per_second: Option<u32>,
+    /// Burst per key; set exactly when `per_second` is.
+    pub burst: Option<u32>,
+    /// Concurrency per key, if limited.
+    pub max_in_flight: Option<u32>,
+}
+
+/// A declared quota pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaPoolDecl {
+    /// Pool code, unique in the namespace.
+    pub code: String,
+    /// Units in the pool.
+    pub capacity: u64,
+}

@@ -1,0 +1,46 @@
+use crate::field_error::FieldError;
+
+/// Everything that can go wrong below the HTTP layer. The gateway maps each variant to exactly one
+/// API error code in one place (`gateway/src/error.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    /// PostgreSQL refused or could not be reached. Whether a write landed may be unknown.
+    #[error("PostgreSQL: {0}")]
+    Postgres(#[from] sqlx::Error),
+    /// Redis refused or could not be reached.
+    #[error("Redis: {0}")]
+    Redis(#[from] fred::error::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Caller input that does not fit the declaration or the schema.
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
+    #[error("{0}")]
+    NotFound(String),
+    /// A revision mismatch or a state that forbids the action.
+    #[error("{0}")]
+    StateConflict(String),
+    /// A script answered something this code does not understand: a deployment mismatch between
+    /// `lua/` and the binary, never a caller's fault.
+    #[error("unexpected answer from {script}: {detail}")]
+    Script {
+        script: &'static str,
+        detail: String,
+    },
+    /// The transaction of a group commit failed; its commands may or may not have landed
+    /// (a failed COMMIT is ambiguous), so callers answer "outcome unknown, retry the same key".
+    #[error("the batch commit failed: {0}")]
+    CommitFailed(String),
+    /// The group committer is gone (shutting down).
+    #[error("the group committer has stopped")]
+    CommitterStopped,
+}
+
+impl DurableError {
+    pub fn script(script: &'static str, detail: impl Into<String>) -> Self {
+        Self::Script {
+            script,
+            detail: detail.into(),
+        }
+    }
+}

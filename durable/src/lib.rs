@@ -1,0 +1,26 @@
+//! The stateful half of Sluice: PostgreSQL, which is the truth, and the Redis projection, which is
+//! the fast path and can always be rebuilt from PostgreSQL.
+//!
+//! # Layout
+//! - [`db`]: connection pool and embedded migrations.
+//! - [`error`]: the one error type of this crate.
+//! - [`field_error`]: a refusal of caller input naming the field.
+//! - [`declaration`]: TOML declarations of commands and quota pools, parsed and validated.
+//! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
+//! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
+//! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
+//! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
+//! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
+
+pub mod db;
+pub mod declaration;
+pub mod error;
+pub mod field_error;
+pub mod outbox;
+pub mod projection;
+pub mod secrets;
+pub mod tenancy;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use error::DurableError;

@@ -1,0 +1,217 @@
+//! One batch of acceptances as one statement: `INSERT … SELECT FROM unnest(…) ON CONFLICT DO
+//! NOTHING`, with the pause state re-checked in the same statement, so a pause recorded in
+//! PostgreSQL holds even if Redis lost its copy of the flag.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::DurableError;
+
+/// A command the gateway has reserved and wants committed.
+#[derive(Debug, Clone)]
+pub struct NewCommand {
+    pub id: Uuid,
+    pub application_id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: String,
+    pub subject: String,
+    pub request_key: String,
+    pub content_sha256: [u8; 32],
+    pub input: serde_json::Value,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub deadline_seconds: i32,
+    pub max_wait_seconds: i32,
+}
+
+/// The row PostgreSQL already holds for a request key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingCommand {
+    pub id: Uuid,
+    pub content_sha256: Vec<u8>,
+    pub status: String,
+    pub accepted_at: DateTime<Utc>,
+    pub deadline_at: DateTime<Utc>,
+    pub resource_key: String,
+}
+
+/// What happened to one command of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    Inserted {
+        accepted_at: DateTime<Utc>,
+        deadline_at: DateTime<Utc>,
+    },
+    /// The key already had a row (a replay, or a conflict if the content differs).
+    Existing(ExistingCommand),
+    /// PostgreSQL says the namespace or command is paused.
+    Paused,
+}
+
+type Key = (Uuid, String, String, String);
+
+fn key_of(c: &NewCommand) -> Key {
+    (
+        c.namespace_id,
+        c.command.clone(),
+        c.subject.clone(),
+        c.request_key.clone(),
+    )
+}
+
+/// Inserts a batch inside the caller's transaction; outcomes are in the batch's order.
+pub async fn insert_batch(
+    conn: &mut PgConnection,
+    batch: &[NewCommand],
+) -> Result<Vec<InsertOutcome>, DurableError> {
+    let columns = Columns::of(batch);
+    let inserted = sqlx::query(
+        "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
+                               content_sha256, input, resource_key, queue_seq, status,
+                               accepted_at, deadline_at, max_wait_at, updated_at)
+         SELECT i.id, i.application_id, i.namespace_id, i.command, i.subject, i.request_key,
+                i.content_sha256, i.input, i.resource_key, i.queue_seq, 'accepted',
+                now(), now() + make_interval(secs => i.deadline_seconds),
+                now() + make_interval(secs => i.max_wait_seconds), now()
+           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                       $7::bytea[], $8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::int[])
+                AS i(id, application_id, namespace_id, command, subject, request_key,
+                     content_sha256, input, resource_key, queue_seq, deadline_seconds,
+                     max_wait_seconds)
+          WHERE NOT EXISTS (
+                SELECT 1 FROM controls c
+                 WHERE c.namespace_id = i.namespace_id AND c.paused
+                   AND c.command IN ('', i.command))
+         ON CONFLICT (namespace_id, command, subject, request_key) DO NOTHING
+         RETURNING id, accepted_at, deadline_at",
+    )
+    .bind(&columns.id)
+    .bind(&columns.application_id)
+    .bind(&columns.namespace_id)
+    .bind(&columns.command)
+    .bind(&columns.subject)
+    .bind(&columns.request_key)
+    .bind(&columns.content_sha256)
+    .bind(&columns.input)
+    .bind(&columns.resource_key)
+    .bind(&columns.queue_seq)
+    .bind(&columns.deadline_seconds)
+    .bind(&columns.max_wait_seconds)
+    .fetch_all(&mut *conn)
+    .await?;
+
+    let mut by_id: HashMap<Uuid, InsertOutcome> = HashMap::with_capacity(inserted.len());
+    for row in inserted {
+        by_id.insert(
+            row.try_get("id")?,
+            InsertOutcome::Inserted {
+                accepted_at: row.try_get("accepted_at")?,
+                deadline_at: row.try_get("deadline_at")?,
+            },
+        );
+    }
+    let missing: Vec<&NewCommand> = batch
+        .iter()
+        .filter(|c| !by_id.contains_key(&c.id))
+        .collect();
+    let existing = if missing.is_empty() {
+        HashMap::new()
+    } else {
+        find_existing(conn, &missing).await?
+    };
+    Ok(batch
+        .iter()
+        .map(|c| match by_id.remove(&c.id) {
+            Some(outcome) => outcome,
+            None => existing
+                .get(&key_of(c))
+                .cloned()
+                .map(InsertOutcome::Existing)
+                .unwrap_or(InsertOutcome::Paused),
+        })
+        .collect())
+}
+
+/// The rows that already hold the keys of commands that were not inserted.
+async fn find_existing(
+    conn: &mut PgConnection,
+    missing: &[&NewCommand],
+) -> Result<HashMap<Key, ExistingCommand>, DurableError> {
+    let namespaces: Vec<Uuid> = missing.iter().map(|c| c.namespace_id).collect();
+    let commands: Vec<&str> = missing.iter().map(|c| c.command.as_str()).collect();
+    let subjects: Vec<&str> = missing.iter().map(|c| c.subject.as_str()).collect();
+    let keys: Vec<&str> = missing.iter().map(|c| c.request_key.as_str()).collect();
+    let rows = sqlx::query(
+        "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
+                c.status, c.accepted_at, c.deadline_at, c.resource_key
+           FROM commands c
+           JOIN unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
+             ON c.namespace_id = k.ns AND c.command = k.cmd AND c.subject = k.sub
+            AND c.request_key = k.rk",
+    )
+    .bind(&namespaces)
+    .bind(&commands)
+    .bind(&subjects)
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let key: Key = (
+            row.try_get("namespace_id")?,
+            row.try_get("command")?,
+            row.try_get("subject")?,
+            row.try_get("request_key")?,
+        );
+        found.insert(
+            key,
+            ExistingCommand {
+                id: row.try_get("id")?,
+                content_sha256: row.try_get("content_sha256")?,
+                status: row.try_get("status")?,
+                accepted_at: row.try_get("accepted_at")?,
+                deadline_at: row.try_get("deadline_at")?,
+                resource_key: row.try_get("resource_key")?,
+            },
+        );
+    }
+    Ok(found)
+}
+
+/// The batch as column arrays, the shape `unnest` takes.
+struct Columns {
+    id: Vec<Uuid>,
+    application_id: Vec<Uuid>,
+    namespace_id: Vec<Uuid>,
+    command: Vec<String>,
+    subject: Vec<String>,
+    request_key: Vec<String>,
+    content_sha256: Vec<Vec<u8>>,
+    input: Vec<serde_json::Value>,
+    resource_key: Vec<String>,
+    queue_seq: Vec<i64>,
+    deadline_seconds: Vec<i32>,
+    max_wait_seconds: Vec<i32>,
+}
+
+impl Columns {
+    fn of(batch: &[NewCommand]) -> Self {
+        Self {
+            id: batch.iter().map(|c| c.id).collect(),
+            application_id: batch.iter().map(|c| c.application_id).collect(),
+            namespace_id: batch.iter().map(|c| c.namespace_id).collect(),
+            command: batch.iter().map(|c| c.command.clone()).collect(),
+            subject: batch.iter().map(|c| c.subject.clone()).collect(),
+            request_key: batch.iter().map(|c| c.request_key.clone()).collect(),
+            content_sha256: batch.iter().map(|c| c.content_sha256.to_vec()).collect(),
+            input: batch.iter().map(|c| c.input.clone()).collect(),
+            resource_key: batch.iter().map(|c| c.resource_key.clone()).collect(),
+            queue_seq: batch.iter().map(|c| c.queue_seq).collect(),
+            deadline_seconds: batch.iter().map(|c| c.deadline_seconds).collect(),
+            max_wait_seconds: batch.iter().map(|c| c.max_wait_seconds).collect(),
+        }
+    }
+}

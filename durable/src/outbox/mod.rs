@@ -1,0 +1,20 @@
+//! The outbox: the `commands` table. A command exists once its row is committed here.
+//!
+//! - [`insert`]: the multi-row insert of one batch (idempotent by request key, pause re-checked).
+//! - [`group_commit`]: batches concurrent enqueues into one transaction each.
+//! - [`queries`]: the reads and the cancel the API needs.
+
+pub mod group_commit;
+pub mod insert;
+pub mod queries;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+pub use group_commit::{GroupCommitConfig, GroupCommitter};
+pub use insert::{ExistingCommand, InsertOutcome, NewCommand};
+pub use queries::CommandRecord;
+
+/// Times in the API are RFC 3339 UTC with milliseconds.
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}

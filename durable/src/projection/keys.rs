@@ -1,0 +1,92 @@
+//! Names of every Redis key of an application. All carry the hash tag `{a:<application_id>}`, so
+//! each script touches one cluster slot and one application's admission lives on one shard.
+
+use uuid::Uuid;
+
+/// The key names of one application.
+#[derive(Debug, Clone)]
+pub struct AppKeys {
+    prefix: String,
+}
+
+impl AppKeys {
+    pub fn new(application_id: Uuid) -> Self {
+        Self {
+            prefix: format!("{{a:{application_id}}}"),
+        }
+    }
+
+    /// The pattern that matches every key of the application (rebuild clears with it).
+    pub fn pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+
+    pub fn meta(&self) -> String {
+        format!("{}:meta", self.prefix)
+    }
+
+    pub fn count(&self) -> String {
+        format!("{}:count", self.prefix)
+    }
+
+    pub fn seq(&self) -> String {
+        format!("{}:seq", self.prefix)
+    }
+
+    pub fn intake_bucket(&self, namespace_id: Uuid, command: &str) -> String {
+        format!("{}:bucket:intake:{namespace_id}:{command}", self.prefix)
+    }
+
+    pub fn reservations(&self, namespace_id: Uuid, command: &str) -> String {
+        format!("{}:resv:{namespace_id}:{command}", self.prefix)
+    }
+
+    pub fn request_keys(&self, namespace_id: Uuid, command: &str) -> String {
+        format!("{}:rk:{namespace_id}:{command}", self.prefix)
+    }
+
+    pub fn queue(&self, namespace_id: Uuid, command: &str, resource_key: &str) -> String {
+        format!("{}:q:{namespace_id}:{command}:{resource_key}", self.prefix)
+    }
+
+    pub fn command(&self, command_id: Uuid) -> String {
+        format!("{}:cmd:{command_id}", self.prefix)
+    }
+}
+
+/// The field of the request-key map for one (subject, request key). The subject is
+/// length-prefixed because it may contain any character, so no two pairs share a field.
+pub fn request_key_field(subject: &str, request_key: &str) -> String {
+    format!("{}:{subject}{request_key}", subject.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_carries_the_application_hash_tag() {
+        let app = Uuid::now_v7();
+        let ns = Uuid::now_v7();
+        let keys = AppKeys::new(app);
+        let tag = format!("{{a:{app}}}");
+        for key in [
+            keys.meta(),
+            keys.count(),
+            keys.seq(),
+            keys.intake_bucket(ns, "claim"),
+            keys.reservations(ns, "claim"),
+            keys.request_keys(ns, "claim"),
+            keys.queue(ns, "claim", "r1"),
+            keys.command(Uuid::now_v7()),
+        ] {
+            assert!(key.starts_with(&tag), "{key}");
+        }
+    }
+
+    #[test]
+    fn request_key_fields_cannot_collide() {
+        assert_ne!(request_key_field("ab", "c"), request_key_field("a", "bc"));
+        assert_eq!(request_key_field("u1", "k"), "2:u1k");
+    }
+}

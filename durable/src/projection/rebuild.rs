@@ -1,0 +1,305 @@
+//! Rebuild of one application's Redis projection from PostgreSQL.
+//!
+//! Runs under a transaction-level advisory lock, so one rebuilder works at a time and the others
+//! wait, and inside one REPEATABLE READ snapshot, so queues and counters agree with each other.
+//! The projection is marked not ready first and ready last: scripts answer `NOT_READY` (and
+//! callers `503`) in between, never a decision from half a projection. Commands committed after
+//! the snapshot are projected by their own `accept.lua` call, whose exactly-once counting makes
+//! the two meet without double counts.
+
+use std::collections::HashMap;
+
+use fred::clients::Pipeline;
+use fred::prelude::*;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use super::{AppKeys, request_key_field};
+use crate::DurableError;
+
+/// Rows fetched and written per round trip.
+const CHUNK: i64 = 2_000;
+
+/// What a rebuild did, for logs and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildReport {
+    pub generation: i64,
+    pub waiting: usize,
+    pub unfinished: usize,
+}
+
+/// Rebuilds unconditionally (an operator asked, or the projection was found missing).
+pub async fn rebuild(
+    pg: &PgPool,
+    redis: &Pool,
+    application_id: Uuid,
+) -> Result<RebuildReport, DurableError> {
+    let keys = AppKeys::new(application_id);
+    let mut tx = pg.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:rebuild:' || $1::text, 0))")
+        .bind(application_id)
+        .execute(&mut *tx)
+        .await?;
+    let generation: i64 = sqlx::query_scalar(
+        "INSERT INTO projections (application_id, generation) VALUES ($1, 0)
+         ON CONFLICT (application_id) DO UPDATE SET generation = projections.generation
+         RETURNING generation",
+    )
+    .bind(application_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let next_generation = generation + 1;
+
+    let client = redis.next();
+    let _: () = client.hset(keys.meta(), ("ready", "0")).await?;
+    clear_application(client, &keys).await?;
+
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    let mut waiting = 0usize;
+    let mut unfinished = 0usize;
+    let mut after_seq = i64::MIN;
+    loop {
+        let rows = sqlx::query(
+            "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
+                    queue_seq, status, accepted_at, deadline_at, updated_at
+               FROM commands
+              WHERE application_id = $1
+                AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
+                AND queue_seq > $2
+              ORDER BY queue_seq
+              LIMIT $3",
+        )
+        .bind(application_id)
+        .bind(after_seq)
+        .bind(CHUNK)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            break;
+        }
+        let pipe = client.pipeline();
+        for row in &rows {
+            let projected = ProjectedRow::from_row(row)?;
+            after_seq = projected.queue_seq;
+            unfinished += 1;
+            *counts.entry("unfinished".into()).or_default() += 1;
+            if projected.is_waiting() {
+                waiting += 1;
+                *counts
+                    .entry(format!("waiting:{}", projected.namespace_id))
+                    .or_default() += 1;
+                *counts
+                    .entry(format!(
+                        "queued:{}:{}",
+                        projected.namespace_id, projected.command
+                    ))
+                    .or_default() += 1;
+                let _: () = pipe
+                    .zadd(
+                        projected.queue_key(&keys),
+                        None,
+                        None,
+                        false,
+                        false,
+                        (projected.queue_seq as f64, projected.id.to_string()),
+                    )
+                    .await?;
+            }
+            projected.write(&pipe, &keys).await?;
+        }
+        let _: Vec<Value> = pipe.all().await?;
+    }
+
+    write_controls(&mut tx, client, &keys, application_id).await?;
+    let max_seq: Option<i64> =
+        sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
+            .bind(application_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    let pipe = client.pipeline();
+    let _: () = pipe
+        .set(keys.seq(), max_seq.unwrap_or(0), None, None, false)
+        .await?;
+    if !counts.is_empty() {
+        let _: () = pipe.hset(keys.count(), counts).await?;
+    }
+    let _: Vec<Value> = pipe.all().await?;
+
+    sqlx::query(
+        "UPDATE projections SET generation = $2, rebuilt_at = now() WHERE application_id = $1",
+    )
+    .bind(application_id)
+    .bind(next_generation)
+    .execute(&mut *tx)
+    .await?;
+    // Ready last: from here on scripts trust the projection.
+    let _: () = client
+        .hset(
+            keys.meta(),
+            [
+                ("generation", next_generation.to_string()),
+                ("ready", "1".into()),
+            ],
+        )
+        .await?;
+    tx.commit().await?;
+    tracing::info!(%application_id, generation = next_generation, waiting, unfinished, "projection rebuilt");
+    Ok(RebuildReport {
+        generation: next_generation,
+        waiting,
+        unfinished,
+    })
+}
+
+/// Rebuilds only if the projection is missing, not ready or older than PostgreSQL's generation.
+/// Returns None when the projection was fine.
+pub async fn ensure_ready(
+    pg: &PgPool,
+    redis: &Pool,
+    application_id: Uuid,
+) -> Result<Option<RebuildReport>, DurableError> {
+    if is_ready(pg, redis, application_id).await? {
+        return Ok(None);
+    }
+    let report = rebuild(pg, redis, application_id).await?;
+    Ok(Some(report))
+}
+
+/// True when Redis holds a ready projection at least as new as PostgreSQL's generation.
+pub async fn is_ready(
+    pg: &PgPool,
+    redis: &Pool,
+    application_id: Uuid,
+) -> Result<bool, DurableError> {
+    let keys = AppKeys::new(application_id);
+    let (ready, generation): (Option<String>, Option<i64>) = redis
+        .next()
+        .hmget(keys.meta(), vec!["ready", "generation"])
+        .await?;
+    let stored: Option<i64> =
+        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+            .bind(application_id)
+            .fetch_optional(pg)
+            .await?;
+    Ok(ready.as_deref() == Some("1") && generation.unwrap_or(-1) >= stored.unwrap_or(0))
+}
+
+/// Deletes every key of the application except `meta` (which says "not ready" meanwhile).
+async fn clear_application(client: &Client, keys: &AppKeys) -> Result<(), DurableError> {
+    let meta = keys.meta();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, found): (String, Vec<String>) = client
+            .scan_page(cursor.as_str(), keys.pattern(), Some(1_000), None)
+            .await?;
+        let doomed: Vec<String> = found.into_iter().filter(|k| *k != meta).collect();
+        if !doomed.is_empty() {
+            let _: i64 = client.unlink(doomed).await?;
+        }
+        if next == "0" {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+async fn write_controls(
+    tx: &mut sqlx::PgConnection,
+    client: &Client,
+    keys: &AppKeys,
+    application_id: Uuid,
+) -> Result<(), DurableError> {
+    let paused: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT c.namespace_id, c.command FROM controls c
+           JOIN namespaces n ON n.id = c.namespace_id
+          WHERE n.application_id = $1 AND c.paused",
+    )
+    .bind(application_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut meta: Vec<(String, String)> = Vec::new();
+    for (namespace_id, command) in paused {
+        let field = if command.is_empty() {
+            format!("paused:{namespace_id}")
+        } else {
+            format!("paused:{namespace_id}:{command}")
+        };
+        meta.push((field, "1".to_string()));
+    }
+    if !meta.is_empty() {
+        let _: () = client.hset(keys.meta(), meta).await?;
+    }
+    Ok(())
+}
+
+/// One unfinished command as the rebuild reads it.
+struct ProjectedRow {
+    id: Uuid,
+    namespace_id: Uuid,
+    command: String,
+    subject: String,
+    request_key: String,
+    content_sha256: Vec<u8>,
+    resource_key: String,
+    queue_seq: i64,
+    status: String,
+    accepted_at: String,
+    deadline_at: String,
+    updated_at: String,
+}
+
+impl ProjectedRow {
+    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, DurableError> {
+        let time = |name: &str| -> Result<String, DurableError> {
+            let at: chrono::DateTime<chrono::Utc> = row.try_get(name)?;
+            Ok(crate::outbox::rfc3339(at))
+        };
+        Ok(Self {
+            id: row.try_get("id")?,
+            namespace_id: row.try_get("namespace_id")?,
+            command: row.try_get("command")?,
+            subject: row.try_get("subject")?,
+            request_key: row.try_get("request_key")?,
+            content_sha256: row.try_get("content_sha256")?,
+            resource_key: row.try_get("resource_key")?,
+            queue_seq: row.try_get("queue_seq")?,
+            status: row.try_get("status")?,
+            accepted_at: time("accepted_at")?,
+            deadline_at: time("deadline_at")?,
+            updated_at: time("updated_at")?,
+        })
+    }
+
+    fn is_waiting(&self) -> bool {
+        matches!(self.status.as_str(), "accepted" | "retry_wait")
+    }
+
+    fn queue_key(&self, keys: &AppKeys) -> String {
+        keys.queue(self.namespace_id, &self.command, &self.resource_key)
+    }
+
+    async fn write(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
+        let fields: Vec<(&str, String)> = vec![
+            ("status", self.status.clone()),
+            ("seq", self.queue_seq.to_string()),
+            ("q", self.queue_key(keys)),
+            ("ns", self.namespace_id.to_string()),
+            ("cmd", self.command.clone()),
+            ("accepted_at", self.accepted_at.clone()),
+            ("deadline_at", self.deadline_at.clone()),
+            ("updated_at", self.updated_at.clone()),
+        ];
+        let _: () = pipe.hset(keys.command(self.id), fields).await?;
+        let value = format!("{} {} c", self.id, hex::encode(&self.content_sha256));
+        let _: () = pipe
+            .hset(
+                keys.request_keys(self.namespace_id, &self.command),
+                (request_key_field(&self.subject, &self.request_key), value),
+            )
+            .await?;
+        Ok(())
+    }
+}

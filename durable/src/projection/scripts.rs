@@ -1,0 +1,66 @@
+//! The Lua scripts, compiled into the binary and called by `EVALSHA` with a `NOSCRIPT` reload.
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use crate::DurableError;
+
+/// Every script Sluice runs. Cheap to clone; hashes are computed once.
+#[derive(Clone)]
+pub struct Scripts {
+    pub intake: NamedScript,
+    pub accept: NamedScript,
+    pub release: NamedScript,
+    pub finish_waiting: NamedScript,
+    pub ticket: NamedScript,
+}
+
+#[derive(Clone)]
+pub struct NamedScript {
+    pub name: &'static str,
+    script: Script,
+}
+
+impl NamedScript {
+    fn new(name: &'static str, lua: &'static str) -> Self {
+        Self {
+            name,
+            script: Script::from_lua(lua),
+        }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (a restarted or failed-over Redis forgot its scripts)
+    /// `SCRIPT LOAD` and once more.
+    pub async fn call<R: FromValue>(
+        &self,
+        redis: &Pool,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R, DurableError> {
+        Ok(self
+            .script
+            .evalsha_with_reload(redis.next(), keys, args)
+            .await?)
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scripts {
+    pub fn new() -> Self {
+        Self {
+            intake: NamedScript::new("intake.lua", include_str!("../../../lua/intake.lua")),
+            accept: NamedScript::new("accept.lua", include_str!("../../../lua/accept.lua")),
+            release: NamedScript::new("release.lua", include_str!("../../../lua/release.lua")),
+            finish_waiting: NamedScript::new(
+                "finish_waiting.lua",
+                include_str!("../../../lua/finish_waiting.lua"),
+            ),
+            ticket: NamedScript::new("ticket.lua", include_str!("../../../lua/ticket.lua")),
+        }
+    }
+}

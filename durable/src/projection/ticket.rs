@@ -1,0 +1,58 @@
+//! What a ticket poll reads from Redis: one script call, no PostgreSQL.
+
+use fred::prelude::*;
+use uuid::Uuid;
+
+use super::{AppKeys, Scripts};
+use crate::DurableError;
+
+/// The projected state of one command, as `ticket.lua` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectedStatus {
+    pub ready: bool,
+    pub generation: Option<i64>,
+    /// None when the command is not (or no longer) projected.
+    pub status: Option<String>,
+    pub position: Option<u64>,
+    pub updated_at: Option<String>,
+    pub accepted_at: Option<String>,
+    pub deadline_at: Option<String>,
+    /// The result as stored JSON text.
+    pub result: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    /// Redis time of the observation, in Unix milliseconds.
+    pub observed_at_ms: i64,
+}
+
+pub async fn read_status(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    command_id: Uuid,
+) -> Result<ProjectedStatus, DurableError> {
+    let answer: Vec<Value> = scripts
+        .ticket
+        .call(redis, vec![keys.meta(), keys.command(command_id)], vec![])
+        .await?;
+    if answer.len() != 11 {
+        return Err(DurableError::script(
+            "ticket.lua",
+            format!("{} elements", answer.len()),
+        ));
+    }
+    let text = |i: usize| answer[i].as_string();
+    Ok(ProjectedStatus {
+        ready: text(0).as_deref() == Some("1"),
+        generation: answer[1].as_i64(),
+        status: text(2),
+        position: answer[3].as_u64(),
+        updated_at: text(4),
+        accepted_at: text(5),
+        deadline_at: text(6),
+        result: text(7),
+        error_code: text(8),
+        error_message: text(9),
+        observed_at_ms: answer[10].as_i64().unwrap_or_default(),
+    })
+}

@@ -1,0 +1,64 @@
+//! Secrets: random, shown once, stored as hashes.
+//!
+//! Credentials are 256-bit random values, so a plain SHA-256 is a sufficient one-way function;
+//! a slow password hash would only add latency to every request.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+/// Prefix that makes a leaked credential recognisable by secret scanners.
+pub const CREDENTIAL_PREFIX: &str = "slc_";
+
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes
+}
+
+pub fn new_credential_secret() -> String {
+    format!(
+        "{CREDENTIAL_PREFIX}{}",
+        URL_SAFE_NO_PAD.encode(random_bytes::<32>())
+    )
+}
+
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+pub fn credential_hash(secret: &str) -> [u8; 32] {
+    sha256(secret.as_bytes())
+}
+
+/// A key id for a subject key: globally unique, so a token's header alone names its namespace.
+pub fn new_key_id() -> String {
+    format!("sk{}", hex::encode(random_bytes::<8>()))
+}
+
+pub fn encode_secret(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_secrets_are_unique_and_prefixed() {
+        let a = new_credential_secret();
+        let b = new_credential_secret();
+        assert_ne!(a, b);
+        assert!(a.starts_with(CREDENTIAL_PREFIX));
+        assert_eq!(a.len(), CREDENTIAL_PREFIX.len() + 43);
+        assert_ne!(credential_hash(&a), credential_hash(&b));
+    }
+
+    #[test]
+    fn key_ids_are_short_and_distinct() {
+        let a = new_key_id();
+        assert_eq!(a.len(), 18);
+        assert_ne!(a, new_key_id());
+    }
+}

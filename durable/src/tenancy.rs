@@ -1,0 +1,405 @@
+//! Applications, namespaces and their identities: bootstrap, the lookups that authenticate a
+//! request, the namespace configuration a gateway caches, and applying declarations.
+
+use serde::Serialize;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::DurableError;
+use crate::declaration::{self, Declaration};
+use crate::field_error::FieldError;
+use crate::secrets;
+
+/// Scopes a namespace credential may hold.
+pub const NAMESPACE_SCOPES: [&str; 10] = [
+    "commands:enqueue",
+    "commands:read",
+    "commands:cancel",
+    "commands:complete",
+    "reads:read",
+    "reads:invalidate",
+    "quotas:manage",
+    "control:manage",
+    "status:read",
+    "declarations:manage",
+];
+
+/// Scopes over the whole application. Granted only explicitly: nothing implies them.
+pub const APPLICATION_SCOPES: [&str; 2] =
+    ["application:resources:read", "application:resources:manage"];
+
+#[derive(Debug, Clone)]
+pub struct BootstrapRequest {
+    pub application: String,
+    pub namespace: String,
+    /// Join this existing application instead of creating one.
+    pub application_id: Option<Uuid>,
+    /// Empty means every namespace scope.
+    pub scopes: Vec<String>,
+    pub resource_access: bool,
+}
+
+/// What `sluice bootstrap` writes to its output file: the only time secrets are shown.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct BootstrapOutput {
+    pub application_id: Uuid,
+    pub namespace_id: Uuid,
+    pub namespace: String,
+    pub credential: String,
+    pub scopes: Vec<String>,
+    pub subject_key: SubjectKeyOutput,
+    pub webhook_secret: String,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SubjectKeyOutput {
+    pub id: String,
+    pub secret: String,
+}
+
+fn validate_bootstrap(req: &BootstrapRequest) -> Result<Vec<String>, FieldError> {
+    if req.application.is_empty() || req.application.chars().count() > 128 {
+        return Err(FieldError::new(
+            "application",
+            "must be 1 to 128 characters",
+        ));
+    }
+    let valid_namespace = req.namespace.len() <= 64
+        && req.namespace.starts_with(|c: char| c.is_ascii_lowercase())
+        && req
+            .namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !valid_namespace {
+        return Err(FieldError::new(
+            "namespace",
+            "must match ^[a-z][a-z0-9_-]{0,63}$",
+        ));
+    }
+    let mut scopes = if req.scopes.is_empty() {
+        NAMESPACE_SCOPES.iter().map(|s| s.to_string()).collect()
+    } else {
+        req.scopes.clone()
+    };
+    if req.resource_access {
+        scopes.extend(APPLICATION_SCOPES.iter().map(|s| s.to_string()));
+    }
+    for scope in &scopes {
+        if !NAMESPACE_SCOPES.contains(&scope.as_str())
+            && !APPLICATION_SCOPES.contains(&scope.as_str())
+        {
+            return Err(FieldError::new("scope", format!("unknown scope {scope:?}")));
+        }
+    }
+    scopes.sort();
+    scopes.dedup();
+    Ok(scopes)
+}
+
+/// Creates (or joins) an application, a namespace in it, a credential, a subject key and a
+/// webhook secret, all in one transaction.
+pub async fn bootstrap(
+    pg: &PgPool,
+    req: &BootstrapRequest,
+) -> Result<BootstrapOutput, DurableError> {
+    let scopes = validate_bootstrap(req)?;
+    let mut tx = pg.begin().await?;
+    let application_id = match req.application_id {
+        Some(id) => {
+            let found: Option<Uuid> =
+                sqlx::query_scalar("SELECT id FROM applications WHERE id = $1 FOR UPDATE")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            found.ok_or_else(|| DurableError::NotFound(format!("no application {id}")))?
+        }
+        None => {
+            let id = Uuid::now_v7();
+            sqlx::query("INSERT INTO applications (id, name) VALUES ($1, $2)")
+                .bind(id)
+                .bind(&req.application)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT INTO projections (application_id) VALUES ($1)")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            id
+        }
+    };
+    let namespace_id = Uuid::now_v7();
+    let webhook_secret = secrets::encode_secret(&secrets::random_bytes::<32>());
+    let inserted = sqlx::query(
+        "INSERT INTO namespaces (id, application_id, name, webhook_secret) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (application_id, name) DO NOTHING",
+    )
+    .bind(namespace_id)
+    .bind(application_id)
+    .bind(&req.namespace)
+    .bind(&webhook_secret)
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(DurableError::StateConflict(format!(
+            "namespace {:?} already exists in application {application_id}",
+            req.namespace
+        )));
+    }
+    let credential = secrets::new_credential_secret();
+    sqlx::query(
+        "INSERT INTO credentials (id, namespace_id, secret_sha256, scopes, label)
+         VALUES ($1, $2, $3, $4, 'bootstrap')",
+    )
+    .bind(Uuid::now_v7())
+    .bind(namespace_id)
+    .bind(secrets::credential_hash(&credential).to_vec())
+    .bind(&scopes)
+    .execute(&mut *tx)
+    .await?;
+    let kid = secrets::new_key_id();
+    let key = secrets::random_bytes::<32>();
+    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
+        .bind(&kid)
+        .bind(namespace_id)
+        .bind(key.to_vec())
+        .execute(&mut *tx)
+        .await?;
+    audit(
+        &mut tx,
+        application_id,
+        Some(namespace_id),
+        "cli",
+        "namespace.bootstrap",
+        serde_json::json!({ "namespace": req.namespace, "scopes": scopes }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(BootstrapOutput {
+        application_id,
+        namespace_id,
+        namespace: req.namespace.clone(),
+        credential,
+        scopes,
+        subject_key: SubjectKeyOutput {
+            id: kid,
+            secret: secrets::encode_secret(&key),
+        },
+        webhook_secret,
+    })
+}
+
+pub async fn audit(
+    conn: &mut sqlx::PgConnection,
+    application_id: Uuid,
+    namespace_id: Option<Uuid>,
+    actor: &str,
+    action: &str,
+    details: serde_json::Value,
+) -> Result<(), DurableError> {
+    sqlx::query(
+        "INSERT INTO audit (application_id, namespace_id, actor, action, details)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(application_id)
+    .bind(namespace_id)
+    .bind(actor)
+    .bind(action)
+    .bind(details)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A credential as authentication needs it.
+#[derive(Debug, Clone)]
+pub struct CredentialRecord {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub scopes: Vec<String>,
+}
+
+/// Looks a bearer secret up by its hash; revoked credentials are not found.
+pub async fn credential_by_secret(
+    pg: &PgPool,
+    secret: &str,
+) -> Result<Option<CredentialRecord>, DurableError> {
+    let row = sqlx::query(
+        "SELECT id, namespace_id, scopes FROM credentials
+          WHERE secret_sha256 = $1 AND revoked_at IS NULL",
+    )
+    .bind(secrets::credential_hash(secret).to_vec())
+    .fetch_optional(pg)
+    .await?;
+    row.map(|row| {
+        Ok(CredentialRecord {
+            id: row.try_get("id")?,
+            namespace_id: row.try_get("namespace_id")?,
+            scopes: row.try_get("scopes")?,
+        })
+    })
+    .transpose()
+}
+
+/// A live subject key: the namespace it belongs to and its HS256 secret.
+pub async fn subject_key(pg: &PgPool, kid: &str) -> Result<Option<(Uuid, Vec<u8>)>, DurableError> {
+    Ok(sqlx::query_as(
+        "SELECT namespace_id, secret FROM subject_keys WHERE kid = $1 AND revoked_at IS NULL",
+    )
+    .bind(kid)
+    .fetch_optional(pg)
+    .await?)
+}
+
+/// Everything a gateway needs to decide an enqueue of a namespace, cached for a short while.
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    pub application_id: Uuid,
+    pub namespace_id: Uuid,
+    pub namespace: String,
+    pub max_unfinished: i64,
+    /// PostgreSQL's projection generation: Redis must be at least this new.
+    pub generation: i64,
+    pub declaration_revision: i64,
+    pub declaration: Declaration,
+}
+
+pub async fn namespace_config(
+    pg: &PgPool,
+    namespace_id: Uuid,
+) -> Result<Option<NamespaceConfig>, DurableError> {
+    let row = sqlx::query(
+        "SELECT n.id, n.name, n.application_id, a.max_unfinished,
+                coalesce(p.generation, 0) AS generation,
+                coalesce(d.revision, 0) AS revision, d.document
+           FROM namespaces n
+           JOIN applications a ON a.id = n.application_id
+           LEFT JOIN projections p ON p.application_id = n.application_id
+           LEFT JOIN LATERAL (
+                SELECT revision, document FROM declarations
+                 WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true
+          WHERE n.id = $1",
+    )
+    .bind(namespace_id)
+    .fetch_optional(pg)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let document: Option<serde_json::Value> = row.try_get("document")?;
+    let declaration = match document {
+        Some(doc) => serde_json::from_value(doc).map_err(|e| {
+            DurableError::StateConflict(format!("stored declaration does not load: {e}"))
+        })?,
+        None => Declaration::default(),
+    };
+    Ok(Some(NamespaceConfig {
+        application_id: row.try_get("application_id")?,
+        namespace_id: row.try_get("id")?,
+        namespace: row.try_get("name")?,
+        max_unfinished: row.try_get("max_unfinished")?,
+        generation: row.try_get("generation")?,
+        declaration_revision: row.try_get("revision")?,
+        declaration,
+    }))
+}
+
+/// Applies a TOML declaration as a new revision: parse and validate everything first, then one
+/// transaction (revision, quota pools, audit), so nothing is ever half-applied.
+/// `expected_revision`, when given, must equal the revision in force (compare-and-set).
+pub async fn apply_declaration(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    source: &str,
+    actor: &str,
+    expected_revision: Option<i64>,
+) -> Result<i64, DurableError> {
+    let declaration = declaration::parse(source)?;
+    let mut tx = pg.begin().await?;
+    let application_id: Option<Uuid> =
+        sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1 FOR UPDATE")
+            .bind(namespace_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let application_id =
+        application_id.ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
+    let current: i64 = sqlx::query_scalar(
+        "SELECT coalesce(max(revision), 0) FROM declarations WHERE namespace_id = $1",
+    )
+    .bind(namespace_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(expected) = expected_revision.filter(|e| *e != current) {
+        return Err(DurableError::StateConflict(format!(
+            "expected revision {expected}, the namespace is at revision {current}"
+        )));
+    }
+    apply_quota_pools(&mut tx, namespace_id, &declaration).await?;
+    let revision = current + 1;
+    let document = serde_json::to_value(&declaration)
+        .map_err(|e| DurableError::StateConflict(format!("declaration does not serialise: {e}")))?;
+    sqlx::query(
+        "INSERT INTO declarations (namespace_id, revision, document, source, applied_by)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(namespace_id)
+    .bind(revision)
+    .bind(&document)
+    .bind(source)
+    .bind(actor)
+    .execute(&mut *tx)
+    .await?;
+    audit(
+        &mut tx,
+        application_id,
+        Some(namespace_id),
+        actor,
+        "declarations.apply",
+        serde_json::json!({
+            "revision": revision,
+            "commands": declaration.commands.iter().map(|c| &c.code).collect::<Vec<_>>(),
+            "quota_pools": declaration.quota_pools.iter().map(|p| &p.code).collect::<Vec<_>>(),
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(revision)
+}
+
+/// Creates declared pools and changes capacities; a capacity below what is already allocated
+/// or reserved is refused (the pool's counters are locked while checking).
+async fn apply_quota_pools(
+    tx: &mut sqlx::PgConnection,
+    namespace_id: Uuid,
+    declaration: &Declaration,
+) -> Result<(), DurableError> {
+    for (index, pool) in declaration.quota_pools.iter().enumerate() {
+        let capacity = i64::try_from(pool.capacity).map_err(|_| {
+            FieldError::new(format!("quota_pool[{index}].capacity"), "is too large")
+        })?;
+        let used: Option<i64> = sqlx::query_scalar(
+            "SELECT allocated + reserved FROM quota_pools
+              WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        )
+        .bind(namespace_id)
+        .bind(&pool.code)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(used) = used.filter(|used| *used > capacity) {
+            return Err(FieldError::new(
+                format!("quota_pool[{index}].capacity"),
+                format!("{capacity} is below the {used} units already allocated or reserved"),
+            )
+            .into());
+        }
+        sqlx::query(
+            "INSERT INTO quota_pools (namespace_id, code, capacity) VALUES ($1, $2, $3)
+             ON CONFLICT (namespace_id, code) DO UPDATE
+                SET capacity = EXCLUDED.capacity, revision = quota_pools.revision + 1
+              WHERE quota_pools.capacity <> EXCLUDED.capacity",
+        )
+        .bind(namespace_id)
+        .bind(&pool.code)
+        .bind(capacity)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}

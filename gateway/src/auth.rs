@@ -1,0 +1,130 @@
+//! Who is calling: a scoped namespace credential (backends, operators) or a browser's subject
+//! token. Both end as a [`Caller`] bound to exactly one namespace.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hyper::HeaderMap;
+use hyper::header::AUTHORIZATION;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::state::Gateway;
+use crate::subject_token;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Credential {
+        id: Uuid,
+        scopes: Arc<Vec<String>>,
+    },
+    /// A browser acting for one subject; it may touch only that subject's objects.
+    Subject {
+        subject: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub namespace_id: Uuid,
+    pub principal: Principal,
+}
+
+impl Caller {
+    fn has_scope(&self, scope: &str) -> bool {
+        matches!(&self.principal, Principal::Credential { scopes, .. } if scopes.iter().any(|s| s == scope))
+    }
+
+    /// Credential-only endpoints.
+    pub fn require_scope(&self, scope: &str) -> Result<(), ApiError> {
+        match &self.principal {
+            Principal::Credential { .. } if self.has_scope(scope) => Ok(()),
+            Principal::Credential { .. } => Err(ApiError::permission_denied(format!(
+                "the credential lacks the scope {scope}"
+            ))),
+            Principal::Subject { .. } => Err(ApiError::permission_denied(format!(
+                "a subject token cannot do this; it needs a credential with {scope}"
+            ))),
+        }
+    }
+
+    /// Endpoints open to the owning subject or to a credential with `scope`.
+    pub fn require_owner_or_scope(&self, owner: &str, scope: &str) -> Result<(), ApiError> {
+        match &self.principal {
+            Principal::Subject { subject } if subject == owner => Ok(()),
+            Principal::Subject { .. } => Err(ApiError::permission_denied(
+                "the command belongs to another subject",
+            )),
+            Principal::Credential { .. } => self.require_scope(scope),
+        }
+    }
+
+    pub fn subject(&self) -> Option<&str> {
+        match &self.principal {
+            Principal::Subject { subject } => Some(subject),
+            Principal::Credential { .. } => None,
+        }
+    }
+}
+
+pub fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// Authenticates the `Authorization: Bearer …` header.
+pub async fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let header = headers
+        .get(AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthenticated("missing Authorization header"))?;
+    let bearer = header
+        .to_str()
+        .ok()
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| {
+            ApiError::unauthenticated("Authorization must be \"Bearer <credential or token>\"")
+        })?;
+    if subject_token::looks_like_jwt(bearer) {
+        authenticate_subject(gateway, bearer).await
+    } else {
+        authenticate_credential(gateway, bearer).await
+    }
+}
+
+async fn authenticate_credential(gateway: &Gateway, secret: &str) -> Result<Caller, ApiError> {
+    if secret.len() > 256 {
+        return Err(ApiError::unauthenticated("the credential is not valid"));
+    }
+    let record = gateway
+        .credential(secret)
+        .await?
+        .ok_or_else(|| ApiError::unauthenticated("the credential is not valid"))?;
+    Ok(Caller {
+        namespace_id: record.namespace_id,
+        principal: Principal::Credential {
+            id: record.id,
+            scopes: Arc::new(record.scopes.clone()),
+        },
+    })
+}
+
+async fn authenticate_subject(gateway: &Gateway, token: &str) -> Result<Caller, ApiError> {
+    let invalid = |e: subject_token::SubjectTokenError| {
+        ApiError::unauthenticated(format!("the subject token is not valid: {e}"))
+    };
+    let kid = subject_token::peek_kid(token).map_err(invalid)?;
+    let (namespace_id, secret) = gateway.subject_key(&kid).await?.ok_or_else(|| {
+        ApiError::unauthenticated("the subject token is not valid: unknown key id")
+    })?;
+    let claims = subject_token::verify(token, &secret, now_unix()).map_err(invalid)?;
+    Ok(Caller {
+        namespace_id,
+        principal: Principal::Subject {
+            subject: claims.subject,
+        },
+    })
+}

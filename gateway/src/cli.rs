@@ -1,0 +1,280 @@
+//! The `sluice` command line: thin wrappers that parse, connect and call the libraries.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_durable::{db, projection};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::GatewayConfig;
+use crate::state::Gateway;
+use crate::ticket::TicketKeys;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: a Redis-first admission gateway"
+)]
+pub struct Cli {
+    /// Log format: `text` or `json`.
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the PostgreSQL migrations (idempotent).
+    Migrate(Database),
+    /// Create (or join) an application and a namespace with a credential; writes FILE (0600).
+    Bootstrap(BootstrapArgs),
+    /// Apply a TOML declaration to the credential's namespace as a new revision.
+    Apply(ApplyArgs),
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Rebuild an application's Redis projection from PostgreSQL.
+    Rebuild(RebuildArgs),
+    /// Print a fresh ticket signing key spec for SLUICE_TICKET_KEYS.
+    Keygen,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Database {
+    #[arg(
+        long,
+        env = "SLUICE_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/sluice"
+    )]
+    pub database_url: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Redis {
+    /// A `redis://` URL, or a comma-separated list of cluster nodes.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    #[command(flatten)]
+    pub database: Database,
+    #[arg(long)]
+    pub application: String,
+    #[arg(long)]
+    pub namespace: String,
+    /// Add the namespace to this existing application.
+    #[arg(long)]
+    pub application_id: Option<Uuid>,
+    /// A scope for the credential (repeatable); default: every namespace scope.
+    #[arg(long = "scope")]
+    pub scopes: Vec<String>,
+    /// Also grant the application scopes (`application:resources:read`/`manage`).
+    #[arg(long)]
+    pub resource_access: bool,
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub database: Database,
+    /// The credentials file written by `sluice bootstrap`.
+    #[arg(long)]
+    pub credentials: PathBuf,
+    /// The declaration (TOML).
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: Database,
+    #[command(flatten)]
+    pub redis: Redis,
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Ticket signing keys, `kid:secret,kid:secret` (the first signs; all verify).
+    #[arg(long, env = "SLUICE_TICKET_KEYS", hide_env_values = true)]
+    pub ticket_keys: Option<String>,
+    /// Commands per group-commit transaction at most (1 = one transaction per request).
+    #[arg(long, env = "SLUICE_GROUP_COMMIT_MAX_BATCH", default_value_t = 256)]
+    pub group_commit_max_batch: usize,
+    /// Concurrent group-commit transactions.
+    #[arg(long, env = "SLUICE_GROUP_COMMIT_COMMITTERS", default_value_t = 4)]
+    pub group_commit_committers: usize,
+    #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
+    pub pg_pool_size: u32,
+    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
+    pub redis_pool_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    #[command(flatten)]
+    pub database: Database,
+    #[command(flatten)]
+    pub redis: Redis,
+    #[arg(long)]
+    pub application_id: Uuid,
+}
+
+pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+pub async fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Migrate(database) => {
+            let pg = db::connect(&database.database_url, 2).await?;
+            db::run_migrations(&pg).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Bootstrap(args) => bootstrap(args).await,
+        Command::Apply(args) => apply(args).await,
+        Command::Serve(args) => serve(args).await,
+        Command::Rebuild(args) => {
+            let pg = db::connect(&args.database.database_url, 2).await?;
+            let redis = projection::connect_redis(&args.redis.redis_url, 1).await?;
+            let report = projection::rebuild::rebuild(&pg, &redis, args.application_id).await?;
+            println!(
+                "rebuilt application {} at generation {}: {} unfinished, {} waiting",
+                args.application_id, report.generation, report.unfinished, report.waiting
+            );
+            Ok(())
+        }
+        Command::Keygen => {
+            let (spec, _) = TicketKeys::generate();
+            println!("{spec}");
+            Ok(())
+        }
+    }
+}
+
+async fn bootstrap(args: BootstrapArgs) -> CliResult {
+    let pg = db::connect(&args.database.database_url, 2).await?;
+    let output = tenancy::bootstrap(
+        &pg,
+        &BootstrapRequest {
+            application: args.application,
+            namespace: args.namespace,
+            application_id: args.application_id,
+            scopes: args.scopes,
+            resource_access: args.resource_access,
+        },
+    )
+    .await?;
+    write_secret_file(&args.output, &serde_json::to_vec_pretty(&output)?)?;
+    println!(
+        "application {} namespace {} ({}): credentials written to {}",
+        output.application_id,
+        output.namespace,
+        output.namespace_id,
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// Writes a file only its owner can read: it holds secrets shown nowhere else.
+fn write_secret_file(path: &PathBuf, contents: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)?;
+    file.write_all(b"\n")
+}
+
+pub fn read_credentials(
+    path: &PathBuf,
+) -> Result<BootstrapOutput, Box<dyn std::error::Error + Send + Sync>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read credentials file {}: {e}", path.display()))?;
+    Ok(serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "credentials file {} is not bootstrap output: {e}",
+            path.display()
+        )
+    })?)
+}
+
+async fn apply(args: ApplyArgs) -> CliResult {
+    let credentials = read_credentials(&args.credentials)?;
+    let source = std::fs::read_to_string(&args.file)
+        .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    let pg = db::connect(&args.database.database_url, 2).await?;
+    let record = tenancy::credential_by_secret(&pg, &credentials.credential)
+        .await?
+        .ok_or("the credential in the credentials file is unknown or revoked")?;
+    if !record.scopes.iter().any(|s| s == "declarations:manage") {
+        return Err("the credential lacks the scope declarations:manage".into());
+    }
+    let revision = tenancy::apply_declaration(
+        &pg,
+        record.namespace_id,
+        &source,
+        &format!("credential:{}", record.id),
+        None,
+    )
+    .await?;
+    println!("applied {} as revision {revision}", args.file.display());
+    Ok(())
+}
+
+async fn serve(args: ServeArgs) -> CliResult {
+    let spec = args.ticket_keys.ok_or(
+        "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
+    )?;
+    let tickets = TicketKeys::parse(&spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
+    let mut config = GatewayConfig::default();
+    config.group_commit.max_batch = args.group_commit_max_batch;
+    config.group_commit.committers = args.group_commit_committers;
+    config.validate()?;
+    let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
+    let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let gateway = Arc::new(Gateway::new(pg, redis, tickets, config));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    tracing::info!(listen = %args.listen, "gateway serving");
+    crate::server::run(listener, gateway, shutdown).await;
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// SIGTERM drains (stop accepting, finish in-flight requests); SIGINT stops at once.
+async fn watch_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: draining");
+            shutdown.cancel();
+        }
+        _ = int.recv() => {
+            tracing::info!("SIGINT: stopping now");
+            std::process::exit(130);
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Gateway settings: one struct with units in the field names and defaults that suit a single
+//! machine. The CLI fills it from flags and the environment; tests build it directly.
+
+use sluice_durable::outbox::GroupCommitConfig;
+
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Request bodies above this are `413 PAYLOAD_TOO_LARGE`.
+    pub max_body_bytes: usize,
+    /// A command's `input` above this (encoded) is `400 INVALID_ARGUMENT`.
+    pub max_input_bytes: usize,
+    /// How long a reservation outlives a gateway that died mid-enqueue. Must exceed the slowest
+    /// commit a healthy PostgreSQL takes, or a slow commit's reservation is counted twice.
+    pub reservation_ttl_ms: u64,
+    /// How long a replay waits for the first call of its key to commit before answering
+    /// `503 UNAVAILABLE` (outcome unknown, retry).
+    pub replay_wait_ms: u64,
+    /// How long to wait for a missing projection to be rebuilt before answering `503`.
+    pub rebuild_wait_ms: u64,
+    /// How long namespace configuration and credentials are cached. Applies, revocations and
+    /// new keys take effect within this time.
+    pub config_cache_ttl_ms: u64,
+    /// Tickets stay valid this long after the command's deadline.
+    pub ticket_retention_seconds: i64,
+    /// Ticket polls and result look-ups that fall back to PostgreSQL (Redis down or the command
+    /// not projected): at most this many per second per process...
+    pub fallback_per_second: u32,
+    /// ...and at most this many at once.
+    pub fallback_concurrency: usize,
+    pub group_commit: GroupCommitConfig,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024,
+            max_input_bytes: 8 * 1024,
+            reservation_ttl_ms: 30_000,
+            replay_wait_ms: 5_000,
+            rebuild_wait_ms: 3_000,
+            config_cache_ttl_ms: 1_000,
+            ticket_retention_seconds: 7 * 86_400,
+            fallback_per_second: 4,
+            fallback_concurrency: 4,
+            group_commit: GroupCommitConfig::default(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Refuses settings that would break the gateway's guarantees, naming the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_body_bytes < 1024 {
+            return Err("max_body_bytes must be at least 1024".into());
+        }
+        if self.reservation_ttl_ms < 1_000 {
+            return Err("reservation_ttl_ms must be at least 1000 (a slow commit would otherwise be counted twice)".into());
+        }
+        if self.fallback_per_second == 0 || self.fallback_concurrency == 0 {
+            return Err("fallback_per_second and fallback_concurrency must be at least 1".into());
+        }
+        if self.group_commit.max_batch == 0 || self.group_commit.committers == 0 {
+            return Err("group commit max_batch and committers must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        assert_eq!(GatewayConfig::default().validate(), Ok(()));
+        let bad = GatewayConfig {
+            reservation_ttl_ms: 10,
+            ..GatewayConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("reservation_ttl_ms"));
+    }
+}

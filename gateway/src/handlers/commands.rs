@@ -1,0 +1,181 @@
+//! The command endpoints besides enqueue: read by id, resume by request key, a subject's own
+//! commands, and cancel.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use sluice_durable::outbox::queries::{self, MinePage};
+use sluice_durable::outbox::rfc3339;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
+use uuid::Uuid;
+
+use super::Handled;
+use super::record::command_json;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::Gateway;
+use crate::strict_json::{validate_request_key, validate_subject};
+use crate::url::query_value;
+
+pub fn parse_command_id(text: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text).map_err(|_| ApiError::invalid("command_id", "must be a uuid"))
+}
+
+/// `GET /v1/commands/{command_id}`: the owner subject, or `commands:read`.
+pub async fn get(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
+    let record = queries::by_id(&gateway.pg, caller.namespace_id, command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    caller.require_owner_or_scope(&record.subject, "commands:read")?;
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    Ok((
+        StatusCode::OK,
+        command_json(gateway, &record, namespace.generation),
+    ))
+}
+
+/// `GET /v1/commands/{command}/requests/{request_key}`: resume after a refresh.
+pub async fn by_request_key(
+    gateway: &Gateway,
+    caller: &Caller,
+    command: &str,
+    request_key: &str,
+    query: &[(String, String)],
+) -> Handled {
+    validate_request_key(request_key, "request_key")?;
+    let subject = match (caller.subject(), query_value(query, "subject")) {
+        (Some(own), None) => own.to_string(),
+        (Some(own), Some(named)) if named == own => own.to_string(),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::permission_denied(
+                "a subject token can only look up its own requests",
+            ));
+        }
+        (None, Some(named)) => {
+            caller.require_scope("commands:read")?;
+            validate_subject(named, "subject")?;
+            named.to_string()
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "subject",
+                "is required with a credential",
+            ));
+        }
+    };
+    let record = queries::by_request_key(
+        &gateway.pg,
+        caller.namespace_id,
+        command,
+        &subject,
+        request_key,
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no command was created with this request key"))?;
+    caller.require_owner_or_scope(&record.subject, "commands:read")?;
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    Ok((
+        StatusCode::OK,
+        command_json(gateway, &record, namespace.generation),
+    ))
+}
+
+/// `GET /v1/commands/{command}/mine`: the subject's own commands, newest first.
+pub async fn mine(
+    gateway: &Gateway,
+    caller: &Caller,
+    command: &str,
+    query: &[(String, String)],
+) -> Handled {
+    let subject = caller.subject().ok_or_else(|| {
+        ApiError::permission_denied(
+            "mine is for subject tokens; use requests/{key}?subject= with a credential",
+        )
+    })?;
+    let limit = match query_value(query, "limit") {
+        None => 20,
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=20).contains(n))
+            .ok_or_else(|| ApiError::invalid("limit", "must be an integer between 1 and 20"))?,
+    };
+    let before = query_value(query, "cursor")
+        .map(decode_cursor)
+        .transpose()?;
+    let resource_key = query_value(query, "resource_key").filter(|r| !r.is_empty());
+    let page = MinePage {
+        namespace_id: caller.namespace_id,
+        command,
+        subject,
+        resource_key,
+        before,
+        limit: limit + 1,
+    };
+    let mut records = queries::mine(&gateway.pg, &page).await?;
+    let more = records.len() as i64 > limit;
+    records.truncate(limit as usize);
+    let next_cursor = if more {
+        records.last().map(|r| encode_cursor(r.id))
+    } else {
+        None
+    };
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    let items: Vec<Value> = records
+        .iter()
+        .map(|r| command_json(gateway, r, namespace.generation))
+        .collect();
+    Ok((
+        StatusCode::OK,
+        json!({ "items": items, "next_cursor": next_cursor }),
+    ))
+}
+
+fn encode_cursor(id: Uuid) -> String {
+    URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+fn decode_cursor(text: &str) -> Result<Uuid, ApiError> {
+    URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
+        .and_then(|bytes| Uuid::from_slice(&bytes).ok())
+        .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor this API returned"))
+}
+
+/// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →
+/// the intent is recorded; terminal → unchanged. Always answers the current record.
+pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
+    let record = queries::by_id(&gateway.pg, caller.namespace_id, command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    caller.require_owner_or_scope(&record.subject, "commands:cancel")?;
+    let cancelled = queries::cancel(&gateway.pg, caller.namespace_id, command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    if cancelled.left_queue {
+        let record = &cancelled.record;
+        let done = FinishedWaiting {
+            command_id,
+            namespace_id: record.namespace_id,
+            command: &record.command,
+            resource_key: &record.resource_key,
+            status: "cancelled",
+            updated_at: rfc3339(record.updated_at),
+            error: None,
+        };
+        let keys = AppKeys::new(record.application_id);
+        // PostgreSQL has decided; if Redis misses this now, the command's counts stay held (the
+        // safe direction) until the reconciler mirrors the cancel.
+        if let Err(error) = finish_waiting(&gateway.redis, &gateway.scripts, &keys, &done).await {
+            tracing::warn!(%command_id, %error, "cancel not mirrored to Redis");
+        }
+    }
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    Ok((
+        StatusCode::OK,
+        command_json(gateway, &cancelled.record, namespace.generation),
+    ))
+}

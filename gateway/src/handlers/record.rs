@@ -1,0 +1,58 @@
+//! The JSON shapes of a command shared by several endpoints.
+
+use serde_json::{Value, json};
+use sluice_durable::outbox::{CommandRecord, rfc3339};
+
+use crate::state::Gateway;
+use crate::ticket::TicketClaims;
+
+/// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
+/// ticket so a browser can resume polling after a refresh.
+pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) -> Value {
+    json!({
+        "command_id": record.id,
+        "ticket": ticket_for(gateway, record, generation),
+        "command": record.command,
+        "subject": record.subject,
+        "request_key": record.request_key,
+        "resource_key": record.resource_key,
+        "status": record.status,
+        "accepted_at": rfc3339(record.accepted_at),
+        "deadline_at": rfc3339(record.deadline_at),
+        "updated_at": rfc3339(record.updated_at),
+        "finished_at": record.finished_at.map(rfc3339),
+        "attempts": record.attempts,
+        "cancel_requested": record.cancel_requested,
+        "result": result_json(&record.status, record.result.clone()),
+        "error": error_json(&record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+    })
+}
+
+pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) -> String {
+    gateway.tickets.sign(&TicketClaims {
+        application_id: record.application_id,
+        namespace_id: record.namespace_id,
+        command_id: record.id,
+        generation: u64::try_from(generation).unwrap_or(0),
+        expires_at_unix: record.deadline_at.timestamp() + gateway.config.ticket_retention_seconds,
+    })
+}
+
+/// `result` is shown only for `succeeded`.
+pub fn result_json(status: &str, result: Option<Value>) -> Value {
+    match (status, result) {
+        ("succeeded", Some(result)) => result,
+        _ => Value::Null,
+    }
+}
+
+/// `error` is shown for `rejected`, `failed` and `expired`.
+pub fn error_json(status: &str, code: Option<&str>, message: Option<&str>) -> Value {
+    if !matches!(status, "rejected" | "failed" | "expired") {
+        return Value::Null;
+    }
+    json!({
+        "code": code.unwrap_or("UNKNOWN"),
+        "message": message.unwrap_or(""),
+    })
+}

@@ -1,0 +1,77 @@
+//! `GET /v1/tickets/{ticket}`: the ticket is the capability (HMAC-verified with no I/O); the
+//! status comes from one Redis script call. PostgreSQL is asked only when Redis cannot answer,
+//! and then only within the per-process fallback budget.
+
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use sluice_durable::outbox::{queries, rfc3339};
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::ticket::{ProjectedStatus, read_status};
+
+use super::Handled;
+use super::enqueue::millis_rfc3339;
+use super::record::{error_json, result_json};
+use crate::auth::now_unix;
+use crate::error::ApiError;
+use crate::poll_policy;
+use crate::state::Gateway;
+use crate::ticket::TicketClaims;
+
+pub async fn poll(gateway: &Gateway, ticket: &str) -> Handled {
+    let claims = gateway
+        .tickets
+        .verify(ticket, now_unix())
+        .map_err(|e| ApiError::unauthenticated(format!("the ticket is not valid: {e}")))?;
+    let keys = AppKeys::new(claims.application_id);
+    match read_status(&gateway.redis, &gateway.scripts, &keys, claims.command_id).await {
+        Ok(projected) if projected.ready && projected.status.is_some() => {
+            Ok((StatusCode::OK, from_projection(&claims, &projected)))
+        }
+        Ok(_) => from_postgres(gateway, &claims).await,
+        Err(error) => {
+            tracing::debug!(%error, "ticket poll falls back to PostgreSQL");
+            from_postgres(gateway, &claims).await
+        }
+    }
+}
+
+fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Value {
+    let status = projected.status.as_deref().unwrap_or("accepted");
+    let position = projected.position;
+    let result = projected
+        .result
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok());
+    json!({
+        "command_id": claims.command_id,
+        "status": status,
+        "queue": position.map(|p| json!({"position": p, "observed_at": millis_rfc3339(projected.observed_at_ms)})),
+        "eta_seconds": poll_policy::eta_seconds(position, None),
+        "poll_after_ms": poll_policy::poll_after_ms(position, None, rand::random::<f64>()),
+        "generation": projected.generation.unwrap_or(claims.generation as i64).to_string(),
+        "updated_at": projected.updated_at,
+        "result": result_json(status, result),
+        "error": error_json(status, projected.error_code.as_deref(), projected.error_message.as_deref()),
+    })
+}
+
+async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
+    let _permit = gateway.fallback_permit()?;
+    let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
+    Ok((
+        StatusCode::OK,
+        json!({
+            "command_id": record.id,
+            "status": record.status,
+            "queue": null,
+            "eta_seconds": null,
+            "poll_after_ms": poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
+            "generation": claims.generation.to_string(),
+            "updated_at": rfc3339(record.updated_at),
+            "result": result_json(&record.status, record.result.clone()),
+            "error": error_json(&record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+        }),
+    ))
+}

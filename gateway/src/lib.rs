@@ -1,0 +1,30 @@
+//! The Sluice gateway: the HTTP front door and the `sluice` CLI.
+//!
+//! # Layout
+//! - [`server`]: accepts connections and drains them on shutdown.
+//! - [`router`]: maps method and path to a handler and wraps answers in the envelope.
+//! - [`handlers`]: one module per group of endpoints (enqueue, tickets, commands).
+//! - [`auth`]: credentials and subject tokens become a [`auth::Caller`].
+//! - [`state`]: connections, scripts, the group committer, caches, the fallback budget.
+//! - [`error`]: the API's error codes and the one mapping of failures to them.
+//! - [`response`]: the JSON envelope.
+//! - [`config`]: gateway settings.
+//! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
+//!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
+//!   again), [`url`] (path and query decoding).
+//! - [`cli`]: the `sluice` subcommands.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod poll_policy;
+pub mod response;
+pub mod router;
+pub mod server;
+pub mod state;
+pub mod strict_json;
+pub mod subject_token;
+pub mod ticket;
+pub mod url;

@@ -1,0 +1,70 @@
+//! The JSON envelope of every answer: `{"request_id", "data"}` or `{"request_id", "error"}`, with
+//! `X-Request-Id` and, for retryable refusals, `Retry-After`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// A request id: 32 lowercase hex characters.
+pub fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+pub fn success(request_id: &str, status: StatusCode, data: Value) -> HttpResponse {
+    json_response(
+        request_id,
+        status,
+        &json!({ "request_id": request_id, "data": data }),
+    )
+}
+
+pub fn failure(request_id: &str, error: &ApiError) -> HttpResponse {
+    let mut body = json!({
+        "code": error.code.as_str(),
+        "message": error.message,
+        "retryable": error.code.retryable(),
+    });
+    if let Some(ms) = error.retry_after_ms {
+        body["retry_after_ms"] = json!(ms);
+    }
+    if let Some(details) = &error.details {
+        body["details"] = Value::Object(details.clone());
+    }
+    let mut response = json_response(
+        request_id,
+        error.code.status(),
+        &json!({ "request_id": request_id, "error": body }),
+    );
+    if let Some(ms) = error.retry_after_ms {
+        // Retry-After is in whole seconds: round up so a client never retries too early.
+        let seconds = ms.div_ceil(1_000).max(1);
+        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(RETRY_AFTER, value);
+        }
+    }
+    response
+}
+
+fn json_response(request_id: &str, status: StatusCode, body: &Value) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        headers.insert("x-request-id", value);
+    }
+    response
+}
+
+/// A plain-text answer for probes (`/healthz`, `/readyz`).
+pub fn plain(status: StatusCode, text: &'static str) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response
+}

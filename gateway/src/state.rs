@@ -1,0 +1,188 @@
+//! The gateway's shared state: connections, scripts, the group committer, signing keys and the
+//! short-lived caches that keep PostgreSQL off the hot path.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use moka::future::Cache;
+use sluice_durable::outbox::GroupCommitter;
+use sluice_durable::projection::{Scripts, rebuild};
+use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
+use sqlx::PgPool;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
+
+use crate::config::GatewayConfig;
+use crate::error::ApiError;
+use crate::ticket::TicketKeys;
+
+/// Counters that tests and benchmarks read; `/metrics` will export them.
+#[derive(Debug, Default)]
+pub struct GatewayStats {
+    /// Ticket polls and look-ups that had to ask PostgreSQL.
+    pub postgres_fallbacks: AtomicU64,
+    /// Fallbacks refused by the per-process budget.
+    pub fallbacks_refused: AtomicU64,
+}
+
+/// A live subject key: the namespace it belongs to and its HS256 secret.
+pub type SubjectKey = (Uuid, Arc<Vec<u8>>);
+
+pub struct Gateway {
+    pub pg: PgPool,
+    pub redis: fred::prelude::Pool,
+    pub scripts: Scripts,
+    pub committer: GroupCommitter,
+    pub tickets: TicketKeys,
+    pub config: GatewayConfig,
+    pub stats: GatewayStats,
+    namespaces: Cache<Uuid, Arc<NamespaceConfig>>,
+    credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
+    subject_keys: Cache<String, Option<SubjectKey>>,
+    rebuilds: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    fallback_rate: DefaultDirectRateLimiter,
+    fallback_slots: Arc<Semaphore>,
+}
+
+impl Gateway {
+    pub fn new(
+        pg: PgPool,
+        redis: fred::prelude::Pool,
+        tickets: TicketKeys,
+        config: GatewayConfig,
+    ) -> Self {
+        let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
+        let per_second = NonZeroU32::new(config.fallback_per_second).unwrap_or(NonZeroU32::MIN);
+        Self {
+            committer: GroupCommitter::start(pg.clone(), config.group_commit.clone()),
+            scripts: Scripts::new(),
+            namespaces: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(10_000)
+                .build(),
+            credentials: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(100_000)
+                .build(),
+            subject_keys: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(10_000)
+                .build(),
+            rebuilds: std::sync::Mutex::new(HashMap::new()),
+            fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
+            fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
+            stats: GatewayStats::default(),
+            pg,
+            redis,
+            tickets,
+            config,
+        }
+    }
+
+    /// The namespace's configuration; loads are single-flight per namespace, so an expiry under
+    /// a burst costs one query, not one per request.
+    pub async fn namespace(&self, namespace_id: Uuid) -> Result<Arc<NamespaceConfig>, ApiError> {
+        let pg = self.pg.clone();
+        self.namespaces
+            .try_get_with(namespace_id, async move {
+                match tenancy::namespace_config(&pg, namespace_id).await {
+                    Ok(Some(config)) => Ok(Arc::new(config)),
+                    Ok(None) => Err(ApiError::unauthenticated(
+                        "the credential's namespace is gone",
+                    )),
+                    Err(error) => Err(ApiError::from(error)),
+                }
+            })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// A bearer credential, negative answers cached too so unknown secrets cannot hammer
+    /// PostgreSQL.
+    pub async fn credential(
+        &self,
+        secret: &str,
+    ) -> Result<Option<Arc<CredentialRecord>>, ApiError> {
+        let hash = sluice_durable::secrets::credential_hash(secret);
+        let pg = self.pg.clone();
+        let secret = secret.to_string();
+        self.credentials
+            .try_get_with(hash, async move {
+                tenancy::credential_by_secret(&pg, &secret)
+                    .await
+                    .map(|found| found.map(Arc::new))
+                    .map_err(ApiError::from)
+            })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// A subject key by `kid`: its namespace and secret.
+    pub async fn subject_key(&self, kid: &str) -> Result<Option<SubjectKey>, ApiError> {
+        let pg = self.pg.clone();
+        let owned = kid.to_string();
+        self.subject_keys
+            .try_get_with(owned.clone(), async move {
+                tenancy::subject_key(&pg, &owned)
+                    .await
+                    .map(|found| found.map(|(ns, secret)| (ns, Arc::new(secret))))
+                    .map_err(ApiError::from)
+            })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// Rebuilds the application's projection if it is missing or stale, one caller per
+    /// application in this process (across processes the rebuild's advisory lock serialises),
+    /// waiting at most `rebuild_wait_ms`. Returns true when the projection is ready.
+    pub async fn ensure_projection(&self, application_id: Uuid) -> bool {
+        let lock = {
+            let mut rebuilds = self
+                .rebuilds
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            rebuilds.entry(application_id).or_default().clone()
+        };
+        let wait = Duration::from_millis(self.config.rebuild_wait_ms);
+        let work = async {
+            let _guard = lock.lock().await;
+            rebuild::ensure_ready(&self.pg, &self.redis, application_id).await
+        };
+        match tokio::time::timeout(wait, work).await {
+            Ok(Ok(_)) => {
+                self.namespaces.invalidate_all();
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%application_id, %error, "projection rebuild failed");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A permit to ask PostgreSQL instead of Redis, within the per-process fallback budget;
+    /// `503` with `Retry-After` when the budget is spent.
+    pub fn fallback_permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        let refused = || {
+            self.stats.fallbacks_refused.fetch_add(1, Ordering::Relaxed);
+            ApiError::unavailable(
+                "the status store is unavailable and the fallback budget is spent; retry shortly",
+            )
+        };
+        let permit = self
+            .fallback_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| refused())?;
+        self.fallback_rate.check().map_err(|_| refused())?;
+        self.stats
+            .postgres_fallbacks
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(permit)
+    }
+}

@@ -1,0 +1,246 @@
+//! HMAC-signed tickets: the read capability for one command's status.
+//!
+//! A ticket lets whoever holds it poll a command without the application's credentials, so it
+//! must be unforgeable (HMAC-SHA256), self-describing about which key signed it (keys rotate:
+//! the newest signs, older ones keep verifying until retired), short-lived, URL-safe and small.
+//!
+//! Wire format, base64url without padding:
+//! `version(1)=1 | kid_len(1) | kid | application_id(16) | namespace_id(16) | command_id(16) |
+//! generation(u64 BE) | expires_at_unix(i64 BE) | HMAC-SHA256(32)`, where the MAC covers
+//! the fixed prefix `sluice-ticket-v1` followed by every byte before it.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Fed into the MAC first so a ticket MAC can never be confused with any other MAC made with
+/// the same secret (and so a future format version cannot verify as this one).
+const DOMAIN: &[u8] = b"sluice-ticket-v1";
+const VERSION: u8 = 1;
+const MAC_LEN: usize = 32;
+const MAX_KID_LEN: usize = 16;
+/// The API promises tickets of at most 512 bytes; longer input is refused before decoding.
+pub const MAX_TICKET_LEN: usize = 512;
+const MIN_SECRET_LEN: usize = 32;
+/// Bytes after the kid: three uuids, generation, expiry.
+const BODY_LEN: usize = 3 * 16 + 8 + 8;
+
+/// What a ticket grants: reading the status of one command of one application/namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TicketClaims {
+    /// Application that submitted the command.
+    pub application_id: Uuid,
+    /// Namespace the command belongs to.
+    pub namespace_id: Uuid,
+    /// The command whose status this ticket may read.
+    pub command_id: Uuid,
+    /// Lets the gateway refuse tickets issued before a command was re-created.
+    pub generation: u64,
+    /// Unix seconds; the ticket is refused from this instant on.
+    pub expires_at_unix: i64,
+}
+
+/// Why a ticket was refused. Messages are safe for a 401 body: they say nothing about keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TicketError {
+    #[error("ticket is malformed")]
+    Malformed,
+    #[error("ticket is not valid")]
+    UnknownKey,
+    #[error("ticket is not valid")]
+    BadSignature,
+    #[error("ticket has expired")]
+    Expired,
+}
+
+/// Why a ticket key configuration was refused. Never includes the secret (nor any part of the
+/// entry, since a typo could put the secret where the kid should be).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TicketKeyError {
+    #[error("ticket key spec is empty")]
+    Empty,
+    /// `position` is 1-based, counting comma-separated entries.
+    #[error("ticket key entry {position}: {reason}")]
+    InvalidEntry {
+        position: usize,
+        reason: &'static str,
+    },
+}
+
+struct TicketKey {
+    kid: String,
+    /// Keyed once at parse time; cloned per ticket so signing never needs a fallible step.
+    mac: HmacSha256,
+}
+
+/// The gateway's ticket keys: the first signs, all verify.
+pub struct TicketKeys {
+    keys: Vec<TicketKey>,
+}
+
+impl fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kids: Vec<&str> = self.keys.iter().map(|k| k.kid.as_str()).collect();
+        f.debug_struct("TicketKeys")
+            .field("kids", &kids)
+            .finish_non_exhaustive()
+    }
+}
+
+/// HMAC (RFC 2104) zero-pads keys up to the hash's block size and hashes longer keys first.
+/// Doing that here lets us call the infallible fixed-size constructor; `new_from_slice`
+/// returns a `Result` only because the trait also serves fixed-key ciphers.
+fn keyed_mac(secret: &[u8]) -> HmacSha256 {
+    let mut block = [0u8; 64];
+    if secret.len() > block.len() {
+        let digest = Sha256::digest(secret);
+        block[..digest.len()].copy_from_slice(&digest);
+    } else {
+        block[..secret.len()].copy_from_slice(secret);
+    }
+    HmacSha256::new(&block.into())
+}
+
+fn valid_kid(kid: &[u8]) -> bool {
+    (1..=MAX_KID_LEN).contains(&kid.len())
+        && kid
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+}
+
+impl TicketKeys {
+    /// Parses `"kid:secret,kid:secret"`; the first entry signs, every entry verifies.
+    ///
+    /// A kid is 1–16 of `[A-Za-z0-9_-]`; a secret is base64url without padding and decodes to
+    /// at least 32 bytes. Kids must be distinct so verification is unambiguous.
+    pub fn parse(spec: &str) -> Result<Self, TicketKeyError> {
+        if spec.trim().is_empty() {
+            return Err(TicketKeyError::Empty);
+        }
+        let mut keys: Vec<TicketKey> = Vec::new();
+        for (index, entry) in spec.split(',').enumerate() {
+            let position = index + 1;
+            let invalid = |reason| TicketKeyError::InvalidEntry { position, reason };
+            let (kid, secret) = entry
+                .trim()
+                .split_once(':')
+                .ok_or(invalid("expected kid:secret"))?;
+            if !valid_kid(kid.as_bytes()) {
+                return Err(invalid("kid must be 1-16 characters of A-Z a-z 0-9 _ -"));
+            }
+            if keys.iter().any(|k| k.kid == kid) {
+                return Err(invalid("duplicate kid"));
+            }
+            let secret = URL_SAFE_NO_PAD
+                .decode(secret)
+                .map_err(|_| invalid("secret must be base64url without padding"))?;
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(invalid("secret must decode to at least 32 bytes"));
+            }
+            keys.push(TicketKey {
+                kid: kid.to_owned(),
+                mac: keyed_mac(&secret),
+            });
+        }
+        Ok(Self { keys })
+    }
+
+    /// A fresh single-key configuration (kid `k1`, 32 random bytes) and its spec string, for
+    /// development setups and for printing by the CLI.
+    pub fn generate() -> (String, Self) {
+        let secret: [u8; 32] = rand::random();
+        let spec = format!("k1:{}", URL_SAFE_NO_PAD.encode(secret));
+        let key = TicketKey {
+            kid: "k1".to_owned(),
+            mac: keyed_mac(&secret),
+        };
+        (spec, Self { keys: vec![key] })
+    }
+
+    /// Signs `claims` with the newest key.
+    pub fn sign(&self, claims: &TicketClaims) -> String {
+        // `parse` and `generate` never build an empty set; the fallback keeps this total.
+        let Some(key) = self.keys.first() else {
+            return String::new();
+        };
+        let mut bytes = Vec::with_capacity(2 + key.kid.len() + BODY_LEN + MAC_LEN);
+        bytes.push(VERSION);
+        bytes.push(key.kid.len() as u8);
+        bytes.extend_from_slice(key.kid.as_bytes());
+        bytes.extend_from_slice(claims.application_id.as_bytes());
+        bytes.extend_from_slice(claims.namespace_id.as_bytes());
+        bytes.extend_from_slice(claims.command_id.as_bytes());
+        bytes.extend_from_slice(&claims.generation.to_be_bytes());
+        bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
+        let tag = key
+            .mac
+            .clone()
+            .chain_update(DOMAIN)
+            .chain_update(&bytes)
+            .finalize();
+        bytes.extend_from_slice(&tag.into_bytes());
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// Checks a ticket and returns its claims. Total on any input: every length is checked
+    /// before slicing, the MAC comparison is constant-time, and expiry is checked only once
+    /// the claims are known to be authentic.
+    pub fn verify(&self, ticket: &str, now_unix: i64) -> Result<TicketClaims, TicketError> {
+        if ticket.is_empty() || ticket.len() > MAX_TICKET_LEN {
+            return Err(TicketError::Malformed);
+        }
+        let bytes = URL_SAFE_NO_PAD
+            .decode(ticket)
+            .map_err(|_| TicketError::Malformed)?;
+        let [version, kid_len, rest @ ..] = bytes.as_slice() else {
+            return Err(TicketError::Malformed);
+        };
+        let kid_len = usize::from(*kid_len);
+        if *version != VERSION || rest.len() != kid_len + BODY_LEN + MAC_LEN {
+            return Err(TicketError::Malformed);
+        }
+        let (kid, rest) = rest.split_at(kid_len);
+        if !valid_kid(kid) {
+            return Err(TicketError::Malformed);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid.as_bytes() == kid)
+            .ok_or(TicketError::UnknownKey)?;
+        let (signed, tag) = bytes.split_at(bytes.len() - MAC_LEN);
+        key.mac
+            .clone()
+            .chain_update(DOMAIN)
+            .chain_update(signed)
+            .verify_slice(tag)
+            .map_err(|_| TicketError::BadSignature)?;
+        let claims = decode_body(rest).ok_or(TicketError::Malformed)?;
+        if now_unix >= claims.expires_at_unix {
+            return Err(TicketError::Expired);
+        }
+        Ok(claims)
+    }
+}
+
+/// Reads the fixed-size fields after the kid; `None` only if the slice is too short.
+fn decode_body(body: &[u8]) -> Option<TicketClaims> {
+    let uuid = |at: usize| Some(Uuid::from_bytes(body.get(at..at + 16)?.try_into().ok()?));
+    let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
+    Some(TicketClaims {
+        application_id: uuid(0)?,
+        namespace_id: uuid(16)?,
+        command_id: uuid(32)?,
+        generation: u64::from_be_bytes(word(48)?),
+        expires_at_unix: i64::from_be_bytes(word(56)?),
+    })
+}
+
+#[cfg(test)]
+mod tests;

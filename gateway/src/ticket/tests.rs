@@ -1,0 +1,298 @@
+use super::*;
+
+const NOW: i64 = 1_750_000_000;
+
+fn secret(fill: u8) -> String {
+    URL_SAFE_NO_PAD.encode([fill; 32])
+}
+
+fn keys(spec: &str) -> TicketKeys {
+    TicketKeys::parse(spec).expect("test fixture")
+}
+
+fn claims() -> TicketClaims {
+    TicketClaims {
+        application_id: Uuid::now_v7(),
+        namespace_id: Uuid::new_v4(),
+        command_id: Uuid::now_v7(),
+        generation: u64::MAX - 7,
+        expires_at_unix: NOW + 600,
+    }
+}
+
+#[test]
+fn round_trip() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let c = claims();
+    let t = k.sign(&c);
+    assert_eq!(k.verify(&t, NOW), Ok(c));
+    assert!(
+        t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    );
+}
+
+#[test]
+fn format_is_pinned() {
+    let k = keys(&format!("abc:{}", secret(9)));
+    let c = TicketClaims {
+        application_id: Uuid::from_bytes([1; 16]),
+        namespace_id: Uuid::from_bytes([2; 16]),
+        command_id: Uuid::from_bytes([3; 16]),
+        generation: 0x0102_0304_0506_0708,
+        expires_at_unix: -2,
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(k.sign(&c)).expect("test fixture");
+    let mut expected = vec![1u8, 3, b'a', b'b', b'c'];
+    expected.extend([1; 16]);
+    expected.extend([2; 16]);
+    expected.extend([3; 16]);
+    expected.extend([1, 2, 3, 4, 5, 6, 7, 8]);
+    expected.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]);
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&[9; 32]).expect("test fixture");
+    mac.update(b"sluice-ticket-v1");
+    mac.update(&expected);
+    expected.extend(mac.finalize().into_bytes().as_slice());
+    assert_eq!(bytes, expected);
+}
+
+#[test]
+fn keyed_mac_matches_hmac_for_every_key_length() {
+    for len in [0usize, 1, 31, 32, 63, 64, 65, 128, 1000] {
+        let secret: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let ours = keyed_mac(&secret)
+            .chain_update(b"msg")
+            .finalize()
+            .into_bytes();
+        let reference = <HmacSha256 as KeyInit>::new_from_slice(&secret)
+            .expect("test fixture")
+            .chain_update(b"msg")
+            .finalize()
+            .into_bytes();
+        assert_eq!(ours, reference, "key length {len}");
+    }
+}
+
+#[test]
+fn every_flipped_bit_is_refused() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let bytes = URL_SAFE_NO_PAD
+        .decode(k.sign(&claims()))
+        .expect("test fixture");
+    for i in 0..bytes.len() {
+        for bit in 0..8 {
+            let mut b = bytes.clone();
+            b[i] ^= 1 << bit;
+            let res = k.verify(&URL_SAFE_NO_PAD.encode(&b), NOW);
+            assert!(res.is_err(), "byte {i} bit {bit} accepted");
+        }
+    }
+}
+
+#[test]
+fn every_changed_character_is_refused() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let t = k.sign(&claims());
+    for i in 0..t.len() {
+        for replacement in ['A', 'z', '0', '-', '_', '=', '.', '+', '/', ' ', 'é'] {
+            let mut chars: Vec<char> = t.chars().collect();
+            if chars[i] == replacement {
+                continue;
+            }
+            chars[i] = replacement;
+            let changed: String = chars.into_iter().collect();
+            assert!(
+                k.verify(&changed, NOW).is_err(),
+                "position {i} -> {replacement:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_truncation_and_extension_is_refused() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let t = k.sign(&claims());
+    for len in 0..t.len() {
+        assert!(
+            k.verify(&t[..len], NOW).is_err(),
+            "prefix of {len} accepted"
+        );
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(&t).expect("test fixture");
+    for len in 0..bytes.len() {
+        let cut = URL_SAFE_NO_PAD.encode(&bytes[..len]);
+        assert_eq!(
+            k.verify(&cut, NOW),
+            Err(TicketError::Malformed),
+            "{len} bytes"
+        );
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_eq!(
+        k.verify(&URL_SAFE_NO_PAD.encode(longer), NOW),
+        Err(TicketError::Malformed)
+    );
+    assert!(k.verify(&format!("{t}A"), NOW).is_err());
+}
+
+#[test]
+fn garbage_never_panics() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let big = "A".repeat(1 << 20);
+    let over = "A".repeat(MAX_TICKET_LEN + 1);
+    for input in ["", "!", "====", "a.b.c", "AQ", "AQE", "\u{0}", &big, &over] {
+        assert_eq!(
+            k.verify(input, NOW),
+            Err(TicketError::Malformed),
+            "{:?}",
+            &input[..1.min(input.len())]
+        );
+    }
+    // Every length of structurally plausible bytes, including kid lengths of up to 255.
+    for len in 0..200 {
+        for kid_len in [0u8, 1, 16, 17, 255] {
+            let mut b = vec![0x41u8; len];
+            if len > 1 {
+                b[0] = VERSION;
+                b[1] = kid_len;
+            }
+            let _ = k.verify(&URL_SAFE_NO_PAD.encode(&b), NOW);
+        }
+    }
+}
+
+#[test]
+fn other_keys_are_refused() {
+    let k1 = keys(&format!("k1:{}", secret(1)));
+    let same_kid_other_secret = keys(&format!("k1:{}", secret(2)));
+    let other_kid = keys(&format!("k2:{}", secret(1)));
+    let t = k1.sign(&claims());
+    assert_eq!(
+        same_kid_other_secret.verify(&t, NOW),
+        Err(TicketError::BadSignature)
+    );
+    assert_eq!(other_kid.verify(&t, NOW), Err(TicketError::UnknownKey));
+}
+
+#[test]
+fn rotation_newest_signs_older_still_verify() {
+    let old = keys(&format!("old:{}", secret(1)));
+    let rotated = keys(&format!("new:{},old:{}", secret(2), secret(1)));
+    let c = claims();
+    let old_ticket = old.sign(&c);
+    assert_eq!(rotated.verify(&old_ticket, NOW), Ok(c));
+    let new_ticket = rotated.sign(&c);
+    assert_eq!(
+        keys(&format!("new:{}", secret(2))).verify(&new_ticket, NOW),
+        Ok(c)
+    );
+    assert_eq!(old.verify(&new_ticket, NOW), Err(TicketError::UnknownKey));
+    let retired = keys(&format!("new:{}", secret(2)));
+    assert_eq!(
+        retired.verify(&old_ticket, NOW),
+        Err(TicketError::UnknownKey)
+    );
+}
+
+#[test]
+fn expiry() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let c = claims();
+    let t = k.sign(&c);
+    assert_eq!(k.verify(&t, c.expires_at_unix - 1), Ok(c));
+    assert_eq!(k.verify(&t, c.expires_at_unix), Err(TicketError::Expired));
+    assert_eq!(k.verify(&t, i64::MAX), Err(TicketError::Expired));
+}
+
+#[test]
+fn longest_ticket_fits_the_limit() {
+    let k = keys(&format!("{}:{}", "k".repeat(16), secret(1)));
+    let t = k.sign(&claims());
+    assert!(t.len() <= MAX_TICKET_LEN, "{}", t.len());
+    assert!(k.verify(&t, NOW).is_ok());
+}
+
+#[test]
+fn key_spec_errors_name_the_entry_but_not_the_secret() {
+    let s = secret(7);
+    let short = URL_SAFE_NO_PAD.encode([7u8; 31]);
+    let cases = [
+        (format!("k1{s}"), 1, "expected kid:secret"),
+        (format!("k1:{s},"), 2, "expected kid:secret"),
+        (
+            format!(":{s}"),
+            1,
+            "kid must be 1-16 characters of A-Z a-z 0-9 _ -",
+        ),
+        (
+            format!("{}:{s}", "k".repeat(17)),
+            1,
+            "kid must be 1-16 characters of A-Z a-z 0-9 _ -",
+        ),
+        (
+            format!("k.1:{s}"),
+            1,
+            "kid must be 1-16 characters of A-Z a-z 0-9 _ -",
+        ),
+        (format!("a:{s},a:{s}"), 2, "duplicate kid"),
+        (
+            format!("a:{s},b:{s}="),
+            2,
+            "secret must be base64url without padding",
+        ),
+        (
+            format!("a:+{}", &s[1..]),
+            1,
+            "secret must be base64url without padding",
+        ),
+        (
+            format!("a:{short}"),
+            1,
+            "secret must decode to at least 32 bytes",
+        ),
+    ];
+    for (spec, position, reason) in cases {
+        let e = TicketKeys::parse(&spec).expect_err("should be refused");
+        assert_eq!(
+            e,
+            TicketKeyError::InvalidEntry { position, reason },
+            "{spec}"
+        );
+        assert!(!e.to_string().contains(&s) && !e.to_string().contains(&short));
+    }
+    assert_eq!(
+        TicketKeys::parse("").expect_err("should be refused"),
+        TicketKeyError::Empty
+    );
+    assert_eq!(
+        TicketKeys::parse("  ").expect_err("should be refused"),
+        TicketKeyError::Empty
+    );
+    assert!(TicketKeys::parse(&format!(" a:{s} , b_-9:{s}\n")).is_ok());
+}
+
+#[test]
+fn debug_hides_secrets_and_generate_works() {
+    let (spec, generated) = TicketKeys::generate();
+    let secret = spec.strip_prefix("k1:").expect("test fixture");
+    assert_eq!(
+        URL_SAFE_NO_PAD.decode(secret).expect("test fixture").len(),
+        32
+    );
+    let debug = format!("{generated:?}");
+    assert!(debug.contains("k1") && !debug.contains(secret), "{debug}");
+    let parsed = keys(&spec);
+    let c = claims();
+    assert_eq!(parsed.verify(&generated.sign(&c), NOW), Ok(c));
+    assert_ne!(TicketKeys::generate().0, spec);
+}
+
+#[test]
+fn error_messages_do_not_distinguish_keys() {
+    assert_eq!(
+        TicketError::UnknownKey.to_string(),
+        TicketError::BadSignature.to_string()
+    );
+}

@@ -1,0 +1,35 @@
+-- accept.lua: project a batch of commands that PostgreSQL has just committed.
+--
+-- KEYS[1] count; then per command i (0-based), four keys starting at 2 + 4i:
+--   resv (reservation zset of its command), rk (request-key map), q (its resource queue),
+--   cmd (its status hash)
+-- ARGV per command, eight values starting at 1 + 8i:
+--   id, rk_field, content_sha256_hex, seq, ns, cmd, accepted_at, deadline_at
+--
+-- A reservation's counts carry over to the accepted command. Counting happens exactly once per
+-- command even if the reservation already expired (its counts were given back: take them again)
+-- or the command was already projected by someone else (drop the reservation's counts).
+-- Returns {now_ms, rank_1, …, rank_n}: Redis time and each command's 0-based queue position.
+
+local count = KEYS[1]
+local n = #ARGV / 8
+local t = redis.call('TIME')
+local answer = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+for i = 0, n - 1 do
+  local resv, rk, q, cmdkey = KEYS[2 + 4 * i], KEYS[3 + 4 * i], KEYS[4 + 4 * i], KEYS[5 + 4 * i]
+  local a = 1 + 8 * i
+  local id, field, digest, seq, ns, cmd = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local held = redis.call('ZREM', resv, id .. ' ' .. field)
+  local fresh = redis.call('ZADD', q, 'NX', seq, id)
+  local delta = fresh - held
+  if delta ~= 0 then
+    redis.call('HINCRBY', count, 'unfinished', delta)
+    redis.call('HINCRBY', count, 'waiting:' .. ns, delta)
+    redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, delta)
+  end
+  redis.call('HSET', cmdkey, 'status', 'accepted', 'seq', seq, 'q', q, 'ns', ns, 'cmd', cmd,
+    'accepted_at', ARGV[a + 6], 'deadline_at', ARGV[a + 7], 'updated_at', ARGV[a + 6])
+  redis.call('HSET', rk, field, id .. ' ' .. digest .. ' c')
+  answer[#answer + 1] = redis.call('ZRANK', q, id)
+end
+return answer
