@@ -1,0 +1,417 @@
+//! The Lua scripts alone against a real Redis, with concurrent callers from several tasks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use sluice_durable::declaration::IntakeBudget;
+use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
+use sluice_durable::projection::settle::{Release, release};
+use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
+use sluice_durable::testkit::shared_redis;
+use uuid::Uuid;
+
+/// One application's keys in the shared Redis, marked ready at generation 1.
+struct Bench {
+    redis: Pool,
+    scripts: Scripts,
+    keys: AppKeys,
+    namespace: Uuid,
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    per_second: u32,
+    burst: u32,
+    max_in_flight: u32,
+    max_queue: u64,
+    max_unfinished: i64,
+    reservation_ttl_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            per_second: 1_000_000,
+            burst: 1_000_000,
+            max_in_flight: 1_000_000,
+            max_queue: 1_000_000,
+            max_unfinished: 1_000_000,
+            reservation_ttl_ms: 60_000,
+        }
+    }
+}
+
+impl Bench {
+    async fn new() -> Arc<Bench> {
+        let redis = connect_redis(&shared_redis().url(), 4)
+            .await
+            .expect("redis");
+        let keys = AppKeys::new(Uuid::now_v7());
+        let _: () = redis
+            .next()
+            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
+            .await
+            .expect("ready");
+        Arc::new(Bench {
+            redis,
+            scripts: Scripts::new(),
+            keys,
+            namespace: Uuid::now_v7(),
+        })
+    }
+
+    async fn call(&self, limits: Limits, field: &str, digest: &str) -> (Uuid, IntakeVerdict) {
+        let id = Uuid::now_v7();
+        let budget = IntakeBudget {
+            per_second: limits.per_second,
+            burst: limits.burst,
+            max_in_flight: limits.max_in_flight,
+        };
+        let request = IntakeRequest {
+            keys: &self.keys,
+            min_generation: 1,
+            namespace_id: self.namespace,
+            command: "claim",
+            request_key_field: field,
+            content_sha256_hex: digest,
+            command_id: id,
+            max_unfinished: limits.max_unfinished,
+            max_waiting: 1_000_000,
+            max_queue: limits.max_queue,
+            intake: &budget,
+            reservation_ttl_ms: limits.reservation_ttl_ms,
+        };
+        (
+            id,
+            intake(&self.redis, &self.scripts, &request)
+                .await
+                .expect("intake.lua"),
+        )
+    }
+
+    async fn fresh(&self, limits: Limits) -> (Uuid, IntakeVerdict) {
+        let field = format!("3:sub{}", Uuid::new_v4());
+        self.call(limits, &field, &"a".repeat(64)).await
+    }
+
+    async fn counter(&self, name: &str) -> i64 {
+        let value: Option<i64> = self
+            .redis
+            .next()
+            .hget(self.keys.count(), name)
+            .await
+            .expect("hget");
+        value.unwrap_or(0)
+    }
+
+    /// Every key of the application with its full contents, to prove a call wrote nothing.
+    async fn snapshot(&self) -> Vec<(String, String)> {
+        let client = self.redis.next();
+        let mut keys = crate::support::scan_keys(&self.redis, &self.keys.pattern()).await;
+        keys.sort();
+        let mut out = Vec::new();
+        for key in keys {
+            let kind: String = client.r#type(&key).await.expect("type");
+            let value = match kind.as_str() {
+                "hash" => format!("{:?}", {
+                    let mut v: Vec<(String, String)> = client
+                        .hgetall::<std::collections::HashMap<String, String>, _>(&key)
+                        .await
+                        .expect("hgetall")
+                        .into_iter()
+                        .collect();
+                    v.sort();
+                    v
+                }),
+                "zset" => format!(
+                    "{:?}",
+                    client
+                        .zrange::<Vec<String>, _, _, _>(&key, 0, -1, None, false, None, true)
+                        .await
+                        .expect("zrange")
+                ),
+                _ => format!(
+                    "{:?}",
+                    client.get::<Option<String>, _>(&key).await.expect("get")
+                ),
+            };
+            out.push((key, value));
+        }
+        out
+    }
+}
+
+/// A bucket never grants more than burst + rate × elapsed, however many callers race for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_never_grants_more_than_burst_plus_rate_times_elapsed() {
+    let bench = Bench::new().await;
+    let limits = Limits {
+        per_second: 200,
+        burst: 50,
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let run_for = Duration::from_millis(1_500);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let bench = bench.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut granted, mut refused) = (0u64, 0u64);
+            while started.elapsed() < run_for {
+                match bench.fresh(limits).await.1 {
+                    IntakeVerdict::Reserved { .. } => granted += 1,
+                    IntakeVerdict::RateLimited { retry_after_ms } => {
+                        assert!(
+                            retry_after_ms >= 1 && retry_after_ms <= 5,
+                            "real wait of one token at 200/s: {retry_after_ms}"
+                        );
+                        refused += 1;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            (granted, refused)
+        }));
+    }
+    let (mut granted, mut refused) = (0, 0);
+    for task in tasks {
+        let (g, r) = task.await.expect("task");
+        granted += g;
+        refused += r;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ceiling = 50.0 + 200.0 * elapsed;
+    assert!(
+        (granted as f64) <= ceiling + 1.0,
+        "granted {granted} > ceiling {ceiling:.1}"
+    );
+    assert!(
+        granted >= 50,
+        "the burst is available at once: granted {granted}"
+    );
+    assert!(refused > 0, "the callers outran the bucket");
+}
+
+/// Intake in-flight: with 5 slots and 40 concurrent callers exactly 5 reserve; releasing one
+/// frees exactly one slot; releasing it twice frees nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_slots_are_exact_under_concurrency() {
+    let bench = Bench::new().await;
+    let limits = Limits {
+        max_in_flight: 5,
+        ..Limits::default()
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let bench = bench.clone();
+        tasks.push(tokio::spawn(async move {
+            let field = format!("3:sub{}", Uuid::new_v4());
+            let (id, verdict) = bench.call(limits, &field, &"a".repeat(64)).await;
+            (id, field, verdict)
+        }));
+    }
+    let mut reserved = Vec::new();
+    for task in tasks {
+        let (id, field, verdict) = task.await.expect("task");
+        match verdict {
+            IntakeVerdict::Reserved { .. } => reserved.push((id, field)),
+            IntakeVerdict::RateLimited { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(reserved.len(), 5);
+    assert_eq!(bench.counter("unfinished").await, 5);
+    let (id, field) = &reserved[0];
+    let give = Release {
+        command_id: *id,
+        namespace_id: bench.namespace,
+        command: "claim",
+        request_key_field: field,
+        existing: None,
+    };
+    assert!(
+        release(&bench.redis, &bench.scripts, &bench.keys, &give)
+            .await
+            .expect("release")
+    );
+    assert!(
+        !release(&bench.redis, &bench.scripts, &bench.keys, &give)
+            .await
+            .expect("release again")
+    );
+    assert_eq!(
+        bench.counter("unfinished").await,
+        4,
+        "released exactly once"
+    );
+    assert!(matches!(
+        bench.fresh(limits).await.1,
+        IntakeVerdict::Reserved { .. }
+    ));
+    assert!(matches!(
+        bench.fresh(limits).await.1,
+        IntakeVerdict::RateLimited { .. }
+    ));
+}
+
+/// Backlog caps are exact under concurrency and the outermost cap wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlog_caps_are_exact_and_outermost_wins() {
+    let bench = Bench::new().await;
+    let limits = Limits {
+        max_queue: 7,
+        ..Limits::default()
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        let bench = bench.clone();
+        tasks.push(tokio::spawn(async move { bench.fresh(limits).await.1 }));
+    }
+    let mut reserved = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            IntakeVerdict::Reserved { .. } => reserved += 1,
+            IntakeVerdict::QueueFull => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(reserved, 7);
+    // Application full and queue full and bucket empty at once: APPLICATION_FULL is reported.
+    let all_full = Limits {
+        max_queue: 7,
+        max_unfinished: 7,
+        per_second: 1,
+        burst: 1,
+        ..Limits::default()
+    };
+    assert_eq!(
+        bench.fresh(all_full).await.1,
+        IntakeVerdict::ApplicationFull
+    );
+}
+
+/// Every refusal leaves Redis exactly as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_leave_nothing_behind() {
+    let bench = Bench::new().await;
+    let field = "2:u1key".to_string();
+    let digest = "b".repeat(64);
+    assert!(matches!(
+        bench.call(Limits::default(), &field, &digest).await.1,
+        IntakeVerdict::Reserved { .. }
+    ));
+    let before = bench.snapshot().await;
+
+    let conflict = bench
+        .call(Limits::default(), &field, &"c".repeat(64))
+        .await
+        .1;
+    assert!(
+        matches!(conflict, IntakeVerdict::Conflict { .. }),
+        "{conflict:?}"
+    );
+    let pending = bench.call(Limits::default(), &field, &digest).await.1;
+    assert!(
+        matches!(
+            pending,
+            IntakeVerdict::Replay {
+                committed: false,
+                ..
+            }
+        ),
+        "{pending:?}"
+    );
+    assert_eq!(
+        bench
+            .fresh(Limits {
+                max_queue: 1,
+                ..Limits::default()
+            })
+            .await
+            .1,
+        IntakeVerdict::QueueFull
+    );
+    assert_eq!(
+        bench
+            .fresh(Limits {
+                max_unfinished: 1,
+                ..Limits::default()
+            })
+            .await
+            .1,
+        IntakeVerdict::ApplicationFull
+    );
+    assert!(matches!(
+        bench
+            .fresh(Limits {
+                max_in_flight: 1,
+                ..Limits::default()
+            })
+            .await
+            .1,
+        IntakeVerdict::RateLimited { .. }
+    ));
+    assert_eq!(bench.snapshot().await, before, "refusals must not write");
+
+    let _: () = bench
+        .redis
+        .next()
+        .hset(
+            bench.keys.meta(),
+            (format!("paused:{}", bench.namespace), "1"),
+        )
+        .await
+        .expect("pause");
+    let paused_before = bench.snapshot().await;
+    assert_eq!(
+        bench.fresh(Limits::default()).await.1,
+        IntakeVerdict::Paused {
+            whole_namespace: true
+        }
+    );
+    let _: () = bench
+        .redis
+        .next()
+        .hset(bench.keys.meta(), ("generation", "0"))
+        .await
+        .expect("stale");
+    let stale_before = bench.snapshot().await;
+    assert_eq!(
+        bench.fresh(Limits::default()).await.1,
+        IntakeVerdict::NotReady
+    );
+    assert_eq!(bench.snapshot().await, stale_before);
+    assert_ne!(paused_before, stale_before);
+}
+
+/// A reservation whose gateway died expires: its counts and its pending key are given back by
+/// the next intake call, and the key can be used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_reservations_are_given_back() {
+    let bench = Bench::new().await;
+    let short = Limits {
+        reservation_ttl_ms: 1,
+        ..Limits::default()
+    };
+    let field = "2:u1key".to_string();
+    let digest = "d".repeat(64);
+    let (first, verdict) = bench.call(short, &field, &digest).await;
+    assert!(matches!(verdict, IntakeVerdict::Reserved { .. }));
+    assert_eq!(bench.counter("unfinished").await, 1);
+    // Wait (bounded) until Redis time has passed the 1 ms expiry; the next call then purges it.
+    let purged = crate::support::eventually(Duration::from_secs(2), || async {
+        let (second, verdict) = bench.call(Limits::default(), &field, &digest).await;
+        matches!(verdict, IntakeVerdict::Reserved { .. }) && second != first
+    })
+    .await;
+    assert!(
+        purged,
+        "the dead reservation expired and the key was reserved afresh"
+    );
+    assert_eq!(
+        bench.counter("unfinished").await,
+        1,
+        "the dead reservation's count was given back"
+    );
+}

@@ -1,0 +1,13 @@
+//! Integration tests of the gateway against real Redis and PostgreSQL servers (one binary, so it
+//! builds once; the servers are started once per binary by `sluice_durable::testkit`).
+
+mod support;
+
+mod auth;
+mod commands;
+mod concurrency;
+mod idempotency;
+mod lua_scripts;
+mod postgres_outage;
+mod projection;
+mod strict_bodies;

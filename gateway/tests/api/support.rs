@@ -1,0 +1,351 @@
+//! A whole gateway in process on `127.0.0.1:0`, against a fresh database and the shared Redis
+//! (or servers of the test's own), with an HTTP client and helpers that read like the API.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use sluice_durable::projection::{self, AppKeys};
+use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_durable::testkit::{shared_postgres, shared_redis};
+use sluice_durable::{db, secrets};
+use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::server;
+use sluice_gateway::state::Gateway;
+use sluice_gateway::subject_token;
+use sluice_gateway::ticket::TicketKeys;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// A declaration most tests use: one quota command keyed by offer, generous budgets.
+pub const CLAIM_DECLARATION: &str = r#"
+[[command]]
+code = "claim"
+parameters = { offer = { type = "uuid" } }
+resource_key = { from = "input", field = "offer" }
+intake = { per_second = 1000000, burst = 1000000, max_in_flight = 100000 }
+admission = { max_queue = 1000000 }
+handler = { kind = "quota", pool = "stock", mode = "committed" }
+
+[[quota_pool]]
+code = "stock"
+capacity = 100
+"#;
+
+pub struct StackOptions {
+    pub declaration: String,
+    pub database_url: Option<String>,
+    pub redis_url: Option<String>,
+    pub config: GatewayConfig,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            declaration: CLAIM_DECLARATION.to_string(),
+            database_url: None,
+            redis_url: None,
+            config: GatewayConfig::default(),
+        }
+    }
+}
+
+pub struct Stack {
+    pub base: String,
+    pub pg: PgPool,
+    pub redis: Pool,
+    pub gateway: Arc<Gateway>,
+    pub creds: BootstrapOutput,
+    pub database_url: String,
+    pub ticket_spec: String,
+    shutdown: CancellationToken,
+    client: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+/// An HTTP answer: status, headers and the JSON body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn data(&self) -> &Value {
+        &self.body["data"]
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    pub fn field(&self) -> &str {
+        self.body["error"]["details"]["field"]
+            .as_str()
+            .unwrap_or("")
+    }
+}
+
+impl Stack {
+    pub async fn start() -> Stack {
+        Self::start_with(StackOptions::default()).await
+    }
+
+    pub async fn with_declaration(declaration: &str) -> Stack {
+        Self::start_with(StackOptions {
+            declaration: declaration.to_string(),
+            ..StackOptions::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(options: StackOptions) -> Stack {
+        let database_url = match options.database_url {
+            Some(url) => url,
+            None => shared_postgres().fresh_database().await,
+        };
+        let redis_url = options.redis_url.unwrap_or_else(|| shared_redis().url());
+        let pg = db::connect(&database_url, 32)
+            .await
+            .expect("connect PostgreSQL");
+        db::run_migrations(&pg).await.expect("migrate");
+        let redis = projection::connect_redis(&redis_url, 4)
+            .await
+            .expect("connect Redis");
+        let creds = tenancy::bootstrap(
+            &pg,
+            &BootstrapRequest {
+                application: "test".into(),
+                namespace: "main".into(),
+                application_id: None,
+                scopes: vec![],
+                resource_access: false,
+            },
+        )
+        .await
+        .expect("bootstrap");
+        tenancy::apply_declaration(&pg, creds.namespace_id, &options.declaration, "test", None)
+            .await
+            .expect("apply declaration");
+        projection::rebuild::ensure_ready(&pg, &redis, creds.application_id)
+            .await
+            .expect("projection ready");
+        let (ticket_spec, tickets) = TicketKeys::generate();
+        let gateway = Arc::new(Gateway::new(
+            pg.clone(),
+            redis.clone(),
+            tickets,
+            options.config,
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server::run(listener, gateway.clone(), shutdown.clone()));
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = HttpClient::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Stack {
+            base,
+            pg,
+            redis,
+            gateway,
+            creds,
+            database_url,
+            ticket_spec,
+            shutdown,
+            client,
+        }
+    }
+
+    pub fn keys(&self) -> AppKeys {
+        AppKeys::new(self.creds.application_id)
+    }
+
+    pub fn credential(&self) -> String {
+        self.creds.credential.clone()
+    }
+
+    /// A subject token signed with the namespace's subject key, valid for an hour.
+    pub fn subject_token(&self, subject: &str) -> String {
+        let secret = base64_decode(&self.creds.subject_key.secret);
+        let now = sluice_gateway::auth::now_unix();
+        subject_token::issue(
+            &self.creds.subject_key.id,
+            &secret,
+            subject,
+            now,
+            now + 3600,
+        )
+    }
+
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<Bytes>,
+    ) -> Reply {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(bearer) = bearer {
+            builder = builder.header("authorization", format!("Bearer {bearer}"));
+        }
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        let request = builder
+            .body(Full::new(body.unwrap_or_default()))
+            .expect("request");
+        let response = tokio::time::timeout(Duration::from_secs(30), self.client.request(request))
+            .await
+            .expect("answered within 30 s")
+            .expect("HTTP exchange");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn post(&self, path: &str, bearer: Option<&str>, body: &str) -> Reply {
+        self.request(
+            Method::POST,
+            path,
+            bearer,
+            Some(Bytes::from(body.to_string())),
+        )
+        .await
+    }
+
+    pub async fn get(&self, path: &str, bearer: Option<&str>) -> Reply {
+        self.request(Method::GET, path, bearer, None).await
+    }
+
+    /// Enqueues `claim` with the namespace credential on behalf of `subject`.
+    pub async fn enqueue(&self, subject: &str, key: &str, offer: &str) -> Reply {
+        let body = json!({"request_key": key, "subject": subject, "input": {"offer": offer}});
+        self.post(
+            "/v1/commands/claim:enqueue",
+            Some(&self.credential()),
+            &body.to_string(),
+        )
+        .await
+    }
+
+    pub async fn poll(&self, ticket: &str) -> Reply {
+        self.get(&format!("/v1/tickets/{ticket}"), None).await
+    }
+
+    pub async fn count_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM commands WHERE application_id = $1")
+            .bind(self.creds.application_id)
+            .fetch_one(&self.pg)
+            .await
+            .expect("count rows")
+    }
+
+    /// The application's Redis counters (`unfinished`, `waiting:…`, `queued:…`).
+    pub async fn counters(&self) -> std::collections::HashMap<String, i64> {
+        self.redis
+            .next()
+            .hgetall(self.keys().count())
+            .await
+            .expect("counters")
+    }
+
+    /// Live reservations of a command (the intake in-flight set).
+    pub async fn reservations(&self, command: &str) -> i64 {
+        self.redis
+            .next()
+            .zcard(self.keys().reservations(self.creds.namespace_id, command))
+            .await
+            .expect("zcard")
+    }
+
+    pub fn stop(&self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .expect("base64url secret")
+}
+
+/// A random offer (a lowercase uuid).
+pub fn offer() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A unique request key.
+pub fn key() -> String {
+    format!("k-{}", hex::encode(secrets::random_bytes::<8>()))
+}
+
+/// Polls `check` until it is true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every Redis key matching `pattern` (SCAN, so it is safe on a busy server).
+pub async fn scan_keys(redis: &Pool, pattern: &str) -> Vec<String> {
+    let client = redis.next();
+    let mut cursor = "0".to_string();
+    let mut found = Vec::new();
+    loop {
+        let (next, page): (String, Vec<String>) = client
+            .scan_page(cursor.as_str(), pattern, Some(1_000), None)
+            .await
+            .expect("scan");
+        found.extend(page);
+        if next == "0" {
+            return found;
+        }
+        cursor = next;
+    }
+}
