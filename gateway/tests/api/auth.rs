@@ -31,19 +31,36 @@ async fn enqueued(stack: &Stack, subject: &str) -> Value {
 }
 
 fn assert_unauthenticated(reply: &Reply, what: &str) {
-    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{what}: {:?}", reply.body);
+    assert_eq!(
+        reply.status,
+        StatusCode::UNAUTHORIZED,
+        "{what}: {:?}",
+        reply.body
+    );
     assert_eq!(reply.code(), "UNAUTHENTICATED", "{what}: {:?}", reply.body);
 }
 
 fn assert_denied(reply: &Reply, what: &str) {
-    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{what}: {:?}", reply.body);
-    assert_eq!(reply.code(), "PERMISSION_DENIED", "{what}: {:?}", reply.body);
+    assert_eq!(
+        reply.status,
+        StatusCode::FORBIDDEN,
+        "{what}: {:?}",
+        reply.body
+    );
+    assert_eq!(
+        reply.code(),
+        "PERMISSION_DENIED",
+        "{what}: {:?}",
+        reply.body
+    );
 }
 
 /// The stack's own ticket keys, and the claims of a ticket they issued.
 fn own_claims(stack: &Stack, ticket: &str) -> (TicketKeys, TicketClaims) {
     let keys = TicketKeys::parse(&stack.ticket_spec).expect("the stack's ticket spec");
-    let claims = keys.verify(ticket, now_unix()).expect("the stack's ticket verifies");
+    let claims = keys
+        .verify(ticket, now_unix())
+        .expect("the stack's ticket verifies");
     (keys, claims)
 }
 
@@ -61,7 +78,13 @@ fn subject_secret(stack: &Stack) -> Vec<u8> {
 
 /// A token with the namespace's key id and secret and the given times.
 fn token_at(stack: &Stack, subject: &str, iat: i64, exp: i64) -> String {
-    subject_token::issue(&stack.creds.subject_key.id, &subject_secret(stack), subject, iat, exp)
+    subject_token::issue(
+        &stack.creds.subject_key.id,
+        &subject_secret(stack),
+        subject,
+        iat,
+        exp,
+    )
 }
 
 /// A credential of the stack's namespace with exactly `scopes`, optionally already revoked.
@@ -122,10 +145,16 @@ async fn every_single_character_change_of_a_ticket_is_401() {
     let ticket = data["ticket"].as_str().expect("ticket");
     let len = ticket.len();
     for index in [len / 2, len - 1, 0] {
-        assert_unauthenticated(&stack.poll(&flip(ticket, index)).await, &format!("flip {index}"));
+        assert_unauthenticated(
+            &stack.poll(&flip(ticket, index)).await,
+            &format!("flip {index}"),
+        );
     }
     for index in 0..len {
-        assert_unauthenticated(&stack.poll(&flip(ticket, index)).await, &format!("flip {index}"));
+        assert_unauthenticated(
+            &stack.poll(&flip(ticket, index)).await,
+            &format!("flip {index}"),
+        );
     }
     assert_eq!(stack.poll(ticket).await.status, StatusCode::OK);
 }
@@ -138,7 +167,10 @@ async fn truncated_and_garbage_tickets_are_401() {
     let ticket = data["ticket"].as_str().expect("ticket").to_string();
     let cases = [
         ("last char dropped", ticket[..ticket.len() - 1].to_string()),
-        ("last four chars dropped", ticket[..ticket.len() - 4].to_string()),
+        (
+            "last four chars dropped",
+            ticket[..ticket.len() - 4].to_string(),
+        ),
         ("half", ticket[..ticket.len() / 2].to_string()),
         ("one char appended", format!("{ticket}A")),
         ("padding appended", format!("{ticket}==")),
@@ -179,7 +211,10 @@ async fn an_expired_ticket_is_401() {
             expires_at_unix,
             ..claims
         });
-        assert_unauthenticated(&stack.poll(&expired).await, &format!("expired at {expires_at_unix}"));
+        assert_unauthenticated(
+            &stack.poll(&expired).await,
+            &format!("expired at {expires_at_unix}"),
+        );
     }
     let fresh = own.sign(&TicketClaims {
         expires_at_unix: now + 60,
@@ -239,7 +274,8 @@ async fn bad_subject_tokens_are_401_and_write_nothing() {
         let first = if sig.starts_with('A') { "B" } else { "A" };
         format!("{}.{}.{first}{}", parts[0], parts[1], &sig[1..])
     };
-    let none_header = URL_SAFE_NO_PAD.encode(json!({"alg": "none", "typ": "JWT", "kid": kid}).to_string());
+    let none_header =
+        URL_SAFE_NO_PAD.encode(json!({"alg": "none", "typ": "JWT", "kid": kid}).to_string());
     let none_message = format!("{none_header}.{}", parts[1]);
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&secret).expect("hmac key");
     mac.update(none_message.as_bytes());
@@ -248,7 +284,8 @@ async fn bad_subject_tokens_are_401_and_write_nothing() {
         URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     );
     let none_unsigned = format!("{none_message}.");
-    let hs512_header = URL_SAFE_NO_PAD.encode(json!({"alg": "HS512", "typ": "JWT", "kid": kid}).to_string());
+    let hs512_header =
+        URL_SAFE_NO_PAD.encode(json!({"alg": "HS512", "typ": "JWT", "kid": kid}).to_string());
     let hs512 = format!("{hs512_header}.{}.{}", parts[1], parts[2]);
 
     let cases = [
@@ -263,13 +300,31 @@ async fn bad_subject_tokens_are_401_and_write_nothing() {
             "unknown kid",
             subject_token::issue("sk-unknown", &secret, "user-1", now, now + 3600),
         ),
-        ("expired an hour ago", token_at(&stack, "user-1", now - 7200, now - 3600)),
-        ("expired a minute ago", token_at(&stack, "user-1", now - 600, now - 60)),
-        ("exp 25 h ahead", token_at(&stack, "user-1", now, now + 25 * 3600)),
-        ("exp 48 h ahead, iat forward-dated", token_at(&stack, "user-1", now + 24 * 3600, now + 48 * 3600)),
-        ("iat an hour ahead", token_at(&stack, "user-1", now + 3600, now + 7200)),
+        (
+            "expired an hour ago",
+            token_at(&stack, "user-1", now - 7200, now - 3600),
+        ),
+        (
+            "expired a minute ago",
+            token_at(&stack, "user-1", now - 600, now - 60),
+        ),
+        (
+            "exp 25 h ahead",
+            token_at(&stack, "user-1", now, now + 25 * 3600),
+        ),
+        (
+            "exp 48 h ahead, iat forward-dated",
+            token_at(&stack, "user-1", now + 24 * 3600, now + 48 * 3600),
+        ),
+        (
+            "iat an hour ahead",
+            token_at(&stack, "user-1", now + 3600, now + 7200),
+        ),
         ("empty sub", token_at(&stack, "", now, now + 3600)),
-        ("sub of 129 chars", token_at(&stack, &"s".repeat(129), now, now + 3600)),
+        (
+            "sub of 129 chars",
+            token_at(&stack, &"s".repeat(129), now, now + 3600),
+        ),
         ("alg none, HMAC signature", none_signed),
         ("alg none, empty signature", none_unsigned),
         ("alg HS512", hs512),
@@ -301,7 +356,10 @@ async fn a_revoked_subject_key_is_401() {
     .expect("insert revoked key");
     let now = now_unix();
     let token = subject_token::issue(&kid, &secret, "user-1", now, now + 3600);
-    assert_unauthenticated(&stack.post(ENQUEUE, Some(&token), &own_body()).await, "revoked key");
+    assert_unauthenticated(
+        &stack.post(ENQUEUE, Some(&token), &own_body()).await,
+        "revoked key",
+    );
     assert_eq!(stack.count_rows().await, 0);
 }
 
@@ -311,7 +369,10 @@ async fn a_subject_token_naming_another_subject_is_403() {
     let stack = Stack::start().await;
     let token = stack.subject_token("user-a");
     let body = json!({"request_key": key(), "subject": "user-b", "input": {"offer": offer()}});
-    assert_denied(&stack.post(ENQUEUE, Some(&token), &body.to_string()).await, "other subject");
+    assert_denied(
+        &stack.post(ENQUEUE, Some(&token), &body.to_string()).await,
+        "other subject",
+    );
     assert_eq!(stack.count_rows().await, 0);
 }
 
@@ -319,12 +380,19 @@ async fn a_subject_token_naming_another_subject_is_403() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_wrong_and_revoked_credentials_are_401() {
     let stack = Stack::start().await;
-    let body = json!({"request_key": key(), "subject": "user-1", "input": {"offer": offer()}}).to_string();
+    let body =
+        json!({"request_key": key(), "subject": "user-1", "input": {"offer": offer()}}).to_string();
     assert_unauthenticated(&stack.post(ENQUEUE, None, &body).await, "no Authorization");
     assert_unauthenticated(&stack.post(ENQUEUE, Some(""), &body).await, "empty bearer");
-    assert_unauthenticated(&stack.post(ENQUEUE, Some("slc_wrong"), &body).await, "slc_wrong");
+    assert_unauthenticated(
+        &stack.post(ENQUEUE, Some("slc_wrong"), &body).await,
+        "slc_wrong",
+    );
     let almost = format!("{}x", stack.credential());
-    assert_unauthenticated(&stack.post(ENQUEUE, Some(&almost), &body).await, "one char appended");
+    assert_unauthenticated(
+        &stack.post(ENQUEUE, Some(&almost), &body).await,
+        "one char appended",
+    );
     let long = format!("slc_{}", "a".repeat(5000));
     assert_unauthenticated(&stack.post(ENQUEUE, Some(&long), &body).await, "5000 chars");
     let revoked = credential_with(&stack, &["commands:enqueue"], true).await;
@@ -342,18 +410,32 @@ async fn a_credential_without_the_scope_is_403() {
     let stack = Stack::start().await;
     let reader = credential_with(&stack, &["commands:read"], false).await;
     let body = json!({"request_key": key(), "subject": "user-1", "input": {"offer": offer()}});
-    assert_denied(&stack.post(ENQUEUE, Some(&reader), &body.to_string()).await, "enqueue");
+    assert_denied(
+        &stack.post(ENQUEUE, Some(&reader), &body.to_string()).await,
+        "enqueue",
+    );
     assert_eq!(stack.count_rows().await, 0);
 
     let data = enqueued(&stack, "user-1").await;
     let id = data["command_id"].as_str().expect("command id");
-    let read = stack.get(&format!("/v1/commands/{id}"), Some(&reader)).await;
+    let read = stack
+        .get(&format!("/v1/commands/{id}"), Some(&reader))
+        .await;
     assert_eq!(read.status, StatusCode::OK, "{:?}", read.body);
-    let cancel = stack.post(&format!("/v1/commands/{id}:cancel"), Some(&reader), "").await;
+    let cancel = stack
+        .post(&format!("/v1/commands/{id}:cancel"), Some(&reader), "")
+        .await;
     assert_denied(&cancel, "cancel");
     let enqueuer = credential_with(&stack, &["commands:enqueue"], false).await;
-    assert_denied(&stack.get(&format!("/v1/commands/{id}"), Some(&enqueuer)).await, "read");
-    let after = stack.get(&format!("/v1/commands/{id}"), Some(&reader)).await;
+    assert_denied(
+        &stack
+            .get(&format!("/v1/commands/{id}"), Some(&enqueuer))
+            .await,
+        "read",
+    );
+    let after = stack
+        .get(&format!("/v1/commands/{id}"), Some(&reader))
+        .await;
     assert_eq!(after.data()["status"], "accepted");
 }
 
@@ -376,15 +458,23 @@ async fn another_namespace_credential_sees_nothing() {
     .expect("bootstrap another namespace");
     let data = enqueued(&stack, "user-1").await;
     let id = data["command_id"].as_str().expect("command id");
-    let read = stack.get(&format!("/v1/commands/{id}"), Some(&other.credential)).await;
+    let read = stack
+        .get(&format!("/v1/commands/{id}"), Some(&other.credential))
+        .await;
     assert_eq!(read.status, StatusCode::NOT_FOUND, "{:?}", read.body);
     assert_eq!(read.code(), "NOT_FOUND");
     let cancel = stack
-        .post(&format!("/v1/commands/{id}:cancel"), Some(&other.credential), "")
+        .post(
+            &format!("/v1/commands/{id}:cancel"),
+            Some(&other.credential),
+            "",
+        )
         .await;
     assert_eq!(cancel.status, StatusCode::NOT_FOUND, "{:?}", cancel.body);
     let body = json!({"request_key": key(), "subject": "user-1", "input": {"offer": offer()}});
-    let enqueue = stack.post(ENQUEUE, Some(&other.credential), &body.to_string()).await;
+    let enqueue = stack
+        .post(ENQUEUE, Some(&other.credential), &body.to_string())
+        .await;
     assert_eq!(enqueue.status, StatusCode::NOT_FOUND, "{:?}", enqueue.body);
     assert_eq!(stack.count_rows().await, 1);
 }
@@ -401,12 +491,19 @@ async fn a_subject_cannot_touch_another_subjects_command() {
     let b = stack.subject_token("user-b");
 
     assert_denied(&stack.get(&path, Some(&a)).await, "A reads B's");
-    assert_denied(&stack.post(&cancel_path, Some(&a), "").await, "A cancels B's");
+    assert_denied(
+        &stack.post(&cancel_path, Some(&a), "").await,
+        "A cancels B's",
+    );
 
     let read = stack.get(&path, Some(&b)).await;
     assert_eq!(read.status, StatusCode::OK, "{:?}", read.body);
     assert_eq!(read.data()["command_id"], data["command_id"]);
-    assert_eq!(read.data()["status"], "accepted", "A's cancel changed nothing");
+    assert_eq!(
+        read.data()["status"],
+        "accepted",
+        "A's cancel changed nothing"
+    );
     let cancel = stack.post(&cancel_path, Some(&b), "").await;
     assert_eq!(cancel.status, StatusCode::OK, "{:?}", cancel.body);
     assert_eq!(cancel.data()["status"], "cancelled");

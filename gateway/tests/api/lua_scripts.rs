@@ -163,7 +163,7 @@ async fn bucket_never_grants_more_than_burst_plus_rate_times_elapsed() {
                     IntakeVerdict::Reserved { .. } => granted += 1,
                     IntakeVerdict::RateLimited { retry_after_ms } => {
                         assert!(
-                            retry_after_ms >= 1 && retry_after_ms <= 5,
+                            (1..=5).contains(&retry_after_ms),
                             "real wait of one token at 200/s: {retry_after_ms}"
                         );
                         refused += 1;
