@@ -82,7 +82,11 @@ pub async fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<Call
     let bearer = header
         .to_str()
         .ok()
-        .and_then(|h| h.strip_prefix("Bearer "))
+        .and_then(|h| {
+            // The scheme name is case-insensitive (RFC 7235).
+            let (scheme, rest) = h.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+        })
         .map(str::trim)
         .filter(|b| !b.is_empty())
         .ok_or_else(|| {

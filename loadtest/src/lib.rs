@@ -1,1 +1,9 @@
+//! Load generation and benchmarks for Sluice.
+//!
+//! # Layout
+//! - [`driver`]: runs N HTTP requests from C concurrent tasks and records latencies.
+//! - [`bench_stack`]: a throwaway database and an in-process gateway for a benchmark run.
+//! - Binaries in `src/bin/`: `sluice-bench-intake` (group commit vs one transaction per request).
 
+pub mod bench_stack;
+pub mod driver;

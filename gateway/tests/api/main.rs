@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod cli;
 mod commands;
 mod concurrency;
 mod idempotency;

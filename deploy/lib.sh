@@ -1,0 +1,40 @@
+# Shared by deploy/local.sh and deploy/test.sh: make sure the machine has what Sluice needs.
+# Installs with apt only what is missing, so a prepared machine is left untouched.
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    as_root apt-get update -qq
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+require_cargo() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is missing: install Rust with rustup (https://rustup.rs), then run this again" >&2
+    exit 1
+  fi
+}
+
+require_redis() {
+  command -v redis-server >/dev/null 2>&1 || { log "installing redis-server"; apt_install redis-server; }
+}
+
+pg_bindir() {
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+require_postgres() {
+  [ -n "$(pg_bindir)" ] && [ -x "$(pg_bindir)/initdb" ] || { log "installing postgresql"; apt_install postgresql; }
+}
+
+require_setpriv() {
+  command -v setpriv >/dev/null 2>&1 || { log "installing util-linux (setpriv)"; apt_install util-linux; }
+}

@@ -1,0 +1,155 @@
+//! The `sluice` binary: migrate, bootstrap, apply and keygen as scripts and operators use them.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+
+use sluice_durable::testkit::shared_postgres;
+
+fn sluice(database_url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", database_url)
+        .env("SLUICE_LOG", "warn")
+        .output()
+        .expect("run sluice")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// migrate (twice), bootstrap to a 0600 file, apply a valid declaration, refuse an invalid one
+/// naming the field without applying anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_bootstrap_apply_from_the_command_line() {
+    let url = shared_postgres().fresh_database().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for _ in 0..2 {
+        let migrate = sluice(&url, &["migrate"]);
+        assert!(migrate.status.success(), "{}", text(&migrate));
+    }
+    let creds = dir.path().join("creds.json");
+    let creds_arg = creds.to_str().expect("utf-8 path");
+    let bootstrap = sluice(
+        &url,
+        &[
+            "bootstrap",
+            "--application",
+            "shop",
+            "--namespace",
+            "prod",
+            "--output",
+            creds_arg,
+        ],
+    );
+    assert!(bootstrap.status.success(), "{}", text(&bootstrap));
+    let mode = std::fs::metadata(&creds)
+        .expect("file")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "the credentials file holds secrets");
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&creds).expect("read")).expect("json");
+    for field in [
+        "application_id",
+        "namespace_id",
+        "namespace",
+        "credential",
+        "scopes",
+        "subject_key",
+        "webhook_secret",
+    ] {
+        assert!(!written[field].is_null(), "{field} missing in {written}");
+    }
+    assert_eq!(written["namespace"], "prod");
+    assert!(
+        written["subject_key"]["id"].is_string() && written["subject_key"]["secret"].is_string()
+    );
+
+    let declaration = dir.path().join("sluice.toml");
+    std::fs::write(&declaration, crate::support::CLAIM_DECLARATION).expect("write toml");
+    let decl_arg = declaration.to_str().expect("utf-8 path");
+    let apply = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
+    assert!(apply.status.success(), "{}", text(&apply));
+    assert!(text(&apply).contains("revision 1"), "{}", text(&apply));
+
+    std::fs::write(
+        &declaration,
+        crate::support::CLAIM_DECLARATION.replace("max_queue = 1000000", "max_queue = 0"),
+    )
+    .expect("write toml");
+    let refused = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("command[0].admission.max_queue"),
+        "{}",
+        text(&refused)
+    );
+    let pg = sluice_durable::db::connect(&url, 1).await.expect("connect");
+    let revisions: i64 = sqlx::query_scalar("SELECT count(*) FROM declarations")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(revisions, 1, "a refused declaration applies nothing");
+
+    let joined = sluice(
+        &url,
+        &[
+            "bootstrap",
+            "--application",
+            "shop",
+            "--namespace",
+            "staging",
+            "--application-id",
+            written["application_id"].as_str().expect("id"),
+            "--scope",
+            "commands:enqueue",
+            "--output",
+            dir.path().join("staging.json").to_str().expect("path"),
+        ],
+    );
+    assert!(joined.status.success(), "{}", text(&joined));
+    let bad_scope = sluice(
+        &url,
+        &[
+            "bootstrap",
+            "--application",
+            "x",
+            "--namespace",
+            "y",
+            "--scope",
+            "everything",
+            "--output",
+            dir.path().join("y.json").to_str().expect("path"),
+        ],
+    );
+    assert!(!bad_scope.status.success());
+    assert!(text(&bad_scope).contains("scope"), "{}", text(&bad_scope));
+}
+
+/// `serve` refuses to start without ticket keys and says how to make one; keygen makes one.
+#[test]
+fn serve_needs_ticket_keys_and_keygen_makes_them() {
+    let serve = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve"])
+        .env_remove("SLUICE_TICKET_KEYS")
+        .output()
+        .expect("run");
+    assert!(!serve.status.success());
+    assert!(text(&serve).contains("sluice keygen"), "{}", text(&serve));
+    let keygen = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("keygen")
+        .output()
+        .expect("run");
+    assert!(keygen.status.success());
+    let spec = String::from_utf8_lossy(&keygen.stdout).trim().to_string();
+    assert!(
+        sluice_gateway::ticket::TicketKeys::parse(&spec).is_ok(),
+        "{spec}"
+    );
+}

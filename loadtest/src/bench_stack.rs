@@ -1,0 +1,122 @@
+//! A throwaway database on the given PostgreSQL server and an in-process gateway, so a benchmark
+//! measures Sluice's own code paths against real servers and leaves nothing behind.
+
+use std::sync::Arc;
+
+use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_durable::{db, projection};
+use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::server;
+use sluice_gateway::state::Gateway;
+use sluice_gateway::ticket::TicketKeys;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A database created for one benchmark run and dropped afterwards.
+pub struct ScratchDatabase {
+    admin_url: String,
+    name: String,
+    pub url: String,
+}
+
+impl ScratchDatabase {
+    /// `server_url` points at any database of the server (its `postgres` database will do).
+    pub async fn create(server_url: &str) -> Result<Self, BoxError> {
+        let admin = db::connect(server_url, 1).await?;
+        let name = format!("sluice_bench_{}", uuid::Uuid::new_v4().simple());
+        // DDL takes no bind parameters; the name is ours (a uuid), never input.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+        let (base, _) = server_url
+            .rsplit_once('/')
+            .ok_or("the database URL has no database name")?;
+        Ok(Self {
+            admin_url: server_url.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    pub async fn drop_now(self) -> Result<(), BoxError> {
+        let admin = db::connect(&self.admin_url, 1).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&admin)
+        .await?;
+        Ok(())
+    }
+}
+
+/// A namespace with a declaration, ready for load.
+pub struct Tenant {
+    pub pg: PgPool,
+    pub redis: fred::prelude::Pool,
+    pub creds: BootstrapOutput,
+}
+
+impl Tenant {
+    pub async fn create(
+        database_url: &str,
+        redis_url: &str,
+        pool_size: u32,
+        declaration: &str,
+    ) -> Result<Self, BoxError> {
+        let pg = db::connect(database_url, pool_size).await?;
+        db::run_migrations(&pg).await?;
+        let redis = projection::connect_redis(redis_url, 4).await?;
+        let creds = tenancy::bootstrap(
+            &pg,
+            &BootstrapRequest {
+                application: "bench".into(),
+                namespace: "bench".into(),
+                application_id: None,
+                scopes: vec![],
+                resource_access: false,
+            },
+        )
+        .await?;
+        tenancy::apply_declaration(&pg, creds.namespace_id, declaration, "bench", None).await?;
+        projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
+        Ok(Self { pg, redis, creds })
+    }
+}
+
+/// A gateway serving on an ephemeral loopback port until dropped.
+pub struct RunningGateway {
+    pub base: String,
+    pub gateway: Arc<Gateway>,
+    shutdown: CancellationToken,
+}
+
+impl RunningGateway {
+    pub async fn start(tenant: &Tenant, config: GatewayConfig) -> Result<Self, BoxError> {
+        let (_, tickets) = TicketKeys::generate();
+        let gateway = Arc::new(Gateway::new(
+            tenant.pg.clone(),
+            tenant.redis.clone(),
+            tickets,
+            config,
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server::run(listener, gateway.clone(), shutdown.clone()));
+        Ok(Self {
+            base,
+            gateway,
+            shutdown,
+        })
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
