@@ -16,4 +16,11 @@ cargo fmt --all --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo test"
-cargo test --workspace --locked
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$out"
+status=${PIPESTATUS[0]}
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$out"
+exit "$status"
