@@ -403,3 +403,89 @@ async fn apply_quota_pools(
     }
     Ok(())
 }
+
+/// Every browser origin that some namespace allows, for CORS preflights (which carry no
+/// credential, so the namespace is not known yet; the real request is checked per namespace).
+pub async fn all_allowed_origins(pg: &PgPool) -> Result<Vec<String>, DurableError> {
+    Ok(sqlx::query_scalar(
+        "SELECT DISTINCT origin
+           FROM namespaces n
+           JOIN LATERAL (
+                SELECT document FROM declarations
+                 WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true
+           CROSS JOIN LATERAL jsonb_array_elements_text(d.document -> 'namespace' -> 'allowed_origins') AS origin",
+    )
+    .fetch_all(pg)
+    .await?)
+}
+
+/// Adds a subject key to a namespace (rotation: the old keys stay valid until revoked).
+pub async fn create_subject_key(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    actor: &str,
+) -> Result<SubjectKeyOutput, DurableError> {
+    let mut tx = pg.begin().await?;
+    let application_id: Uuid =
+        sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1")
+            .bind(namespace_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
+    let kid = secrets::new_key_id();
+    let key = secrets::random_bytes::<32>();
+    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
+        .bind(&kid)
+        .bind(namespace_id)
+        .bind(key.to_vec())
+        .execute(&mut *tx)
+        .await?;
+    audit(
+        &mut tx,
+        application_id,
+        Some(namespace_id),
+        actor,
+        "subject_key.create",
+        serde_json::json!({ "kid": kid }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(SubjectKeyOutput {
+        id: kid,
+        secret: secrets::encode_secret(&key),
+    })
+}
+
+/// Revokes a subject key of a namespace; tokens signed with it stop working within the
+/// gateways' cache period.
+pub async fn revoke_subject_key(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    kid: &str,
+    actor: &str,
+) -> Result<(), DurableError> {
+    let mut tx = pg.begin().await?;
+    let application_id: Option<Uuid> = sqlx::query_scalar(
+        "UPDATE subject_keys k SET revoked_at = now() FROM namespaces n
+          WHERE k.kid = $1 AND k.namespace_id = $2 AND n.id = k.namespace_id AND k.revoked_at IS NULL
+          RETURNING n.application_id",
+    )
+    .bind(kid)
+    .bind(namespace_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let application_id = application_id.ok_or_else(|| {
+        DurableError::NotFound(format!("no live subject key {kid:?} in this namespace"))
+    })?;
+    audit(
+        &mut tx,
+        application_id,
+        Some(namespace_id),
+        actor,
+        "subject_key.revoke",
+        serde_json::json!({ "kid": kid }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}

@@ -40,6 +40,9 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run the gateway.
     Serve(ServeArgs),
+    /// Rotate the namespace's subject-token keys.
+    #[command(subcommand)]
+    SubjectKey(SubjectKeyCommand),
     /// Rebuild an application's Redis projection from PostgreSQL.
     Rebuild(RebuildArgs),
     /// Print a fresh ticket signing key spec for SLUICE_TICKET_KEYS.
@@ -123,6 +126,28 @@ pub struct ServeArgs {
     pub redis_pool_size: usize,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum SubjectKeyCommand {
+    /// Add a key (prints its id and secret once); existing keys stay valid.
+    Create(SubjectKeyArgs),
+    /// Revoke a key by id.
+    Revoke {
+        #[command(flatten)]
+        key: SubjectKeyArgs,
+        #[arg(long)]
+        kid: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SubjectKeyArgs {
+    #[command(flatten)]
+    pub database: Database,
+    /// The credentials file written by `sluice bootstrap` (needs `declarations:manage`).
+    #[arg(long)]
+    pub credentials: PathBuf,
+}
+
 #[derive(Debug, Args)]
 pub struct RebuildArgs {
     #[command(flatten)]
@@ -146,6 +171,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Bootstrap(args) => bootstrap(args).await,
         Command::Apply(args) => apply(args).await,
         Command::Serve(args) => serve(args).await,
+        Command::SubjectKey(command) => subject_key(command).await,
         Command::Rebuild(args) => {
             let pg = db::connect(&args.database.database_url, 2).await?;
             let redis = projection::connect_redis(&args.redis.redis_url, 1).await?;
@@ -213,17 +239,48 @@ pub fn read_credentials(
     })?)
 }
 
+/// The credential of a credentials file, checked live against PostgreSQL for a scope.
+async fn manager(
+    pg: &sqlx::PgPool,
+    path: &PathBuf,
+    scope: &str,
+) -> Result<tenancy::CredentialRecord, Box<dyn std::error::Error + Send + Sync>> {
+    let credentials = read_credentials(path)?;
+    let record = tenancy::credential_by_secret(pg, &credentials.credential)
+        .await?
+        .ok_or("the credential in the credentials file is unknown or revoked")?;
+    if !record.scopes.iter().any(|s| s == scope) {
+        return Err(format!("the credential lacks the scope {scope}").into());
+    }
+    Ok(record)
+}
+
+async fn subject_key(command: SubjectKeyCommand) -> CliResult {
+    let (args, kid) = match &command {
+        SubjectKeyCommand::Create(args) => (args, None),
+        SubjectKeyCommand::Revoke { key, kid } => (key, Some(kid.as_str())),
+    };
+    let pg = db::connect(&args.database.database_url, 2).await?;
+    let record = manager(&pg, &args.credentials, "declarations:manage").await?;
+    let actor = format!("credential:{}", record.id);
+    match kid {
+        None => {
+            let key = tenancy::create_subject_key(&pg, record.namespace_id, &actor).await?;
+            println!("{}", serde_json::to_string_pretty(&key)?);
+        }
+        Some(kid) => {
+            tenancy::revoke_subject_key(&pg, record.namespace_id, kid, &actor).await?;
+            println!("revoked subject key {kid}");
+        }
+    }
+    Ok(())
+}
+
 async fn apply(args: ApplyArgs) -> CliResult {
-    let credentials = read_credentials(&args.credentials)?;
     let source = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
     let pg = db::connect(&args.database.database_url, 2).await?;
-    let record = tenancy::credential_by_secret(&pg, &credentials.credential)
-        .await?
-        .ok_or("the credential in the credentials file is unknown or revoked")?;
-    if !record.scopes.iter().any(|s| s == "declarations:manage") {
-        return Err("the credential lacks the scope declarations:manage".into());
-    }
+    let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let revision = tenancy::apply_declaration(
         &pg,
         record.namespace_id,

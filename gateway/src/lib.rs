@@ -8,6 +8,7 @@
 //! - [`state`]: connections, scripts, the group committer, caches, the fallback budget.
 //! - [`error`]: the API's error codes and the one mapping of failures to them.
 //! - [`response`]: the JSON envelope.
+//! - [`cors`]: per-namespace browser origins.
 //! - [`config`]: gateway settings.
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
@@ -17,6 +18,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod cors;
 pub mod error;
 pub mod handlers;
 pub mod poll_policy;

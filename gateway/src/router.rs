@@ -7,7 +7,10 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use tracing::Instrument;
 
+use uuid::Uuid;
+
 use crate::auth::authenticate;
+use crate::cors;
 use crate::error::ApiError;
 use crate::handlers::{self, Handled, commands, enqueue, tickets};
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
@@ -21,16 +24,23 @@ pub async fn handle(
 ) -> Result<HttpResponse, Infallible> {
     let request_id = new_request_id();
     let span = tracing::info_span!("request", %request_id, method = %request.method(), path = %request.uri().path());
+    let origin = cors::origin(request.headers());
     let response = async {
-        let answer = route(&gateway, request).await;
-        match answer {
+        if request.method() == Method::OPTIONS {
+            return cors::preflight(&gateway, origin.as_deref()).await;
+        }
+        let mut namespace = None;
+        let answer = route(&gateway, request, &mut namespace).await;
+        let mut response = match answer {
             Ok(Answer::Json(status, data)) => success(&request_id, status, data),
             Ok(Answer::Plain(response)) => response,
             Err(error) => {
                 tracing::debug!(code = error.code.as_str(), message = %error.message, "refused");
                 failure(&request_id, &error)
             }
-        }
+        };
+        cors::decorate(&gateway, &mut response, origin.as_deref(), namespace).await;
+        response
     }
     .instrument(span)
     .await;
@@ -46,7 +56,13 @@ fn json(handled: Handled) -> Result<Answer, ApiError> {
     handled.map(|(status, data)| Answer::Json(status, data))
 }
 
-async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, ApiError> {
+/// Routes one request. `namespace` learns which namespace the request belongs to as soon as the
+/// credential, token or ticket tells, so that even a refusal carries the right CORS headers.
+async fn route(
+    gateway: &Gateway,
+    request: Request<Incoming>,
+    namespace: &mut Option<Uuid>,
+) -> Result<Answer, ApiError> {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let query = request.uri().query().map(str::to_string);
@@ -54,7 +70,11 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, 
     match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => Ok(Answer::Plain(plain(StatusCode::OK, "ok\n"))),
         (&Method::GET, ["readyz"]) => Ok(Answer::Plain(readiness(gateway).await)),
-        (&Method::GET, ["v1", "tickets", ticket]) => json(tickets::poll(gateway, ticket).await),
+        (&Method::GET, ["v1", "tickets", ticket]) => {
+            let claims = tickets::verify(gateway, ticket)?;
+            *namespace = Some(claims.namespace_id);
+            json(tickets::poll(gateway, &claims).await)
+        }
         (&Method::POST, ["v1", "commands", action]) => {
             let action = decode_segment(action, "path")?;
             let (target, verb) = action.rsplit_once(':').ok_or_else(|| {
@@ -66,6 +86,7 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, 
                 "enqueue" => {
                     check_command_code(target)?;
                     let caller = authenticate(gateway, request.headers()).await?;
+                    *namespace = Some(caller.namespace_id);
                     let (parts, body) = request.into_parts();
                     let body =
                         handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes)
@@ -75,6 +96,7 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, 
                 "cancel" => {
                     let id = commands::parse_command_id(target)?;
                     let caller = authenticate(gateway, request.headers()).await?;
+                    *namespace = Some(caller.namespace_id);
                     json(commands::cancel(gateway, &caller, id).await)
                 }
                 other => Err(ApiError::not_found(format!("no custom method :{other}"))),
@@ -83,6 +105,7 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, 
         (&Method::GET, ["v1", "commands", id]) => {
             let id = commands::parse_command_id(id)?;
             let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
             json(commands::get(gateway, &caller, id).await)
         }
         (&Method::GET, ["v1", "commands", command, "requests", key]) => {
@@ -90,12 +113,14 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Result<Answer, 
             let key = decode_segment(key, "request_key")?;
             let query = parse_query(query.as_deref(), &["subject"])?;
             let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
             json(commands::by_request_key(gateway, &caller, command, &key, &query).await)
         }
         (&Method::GET, ["v1", "commands", command, "mine"]) => {
             check_command_code(command)?;
             let query = parse_query(query.as_deref(), &["resource_key", "cursor", "limit"])?;
             let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
             json(commands::mine(gateway, &caller, command, &query).await)
         }
         _ => Err(ApiError::not_found(format!("no endpoint {method} {path}"))),

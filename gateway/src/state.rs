@@ -43,6 +43,7 @@ pub struct Gateway {
     namespaces: Cache<Uuid, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
+    allowed_origins: Cache<(), Arc<Vec<String>>>,
     rebuilds: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
     fallback_rate: DefaultDirectRateLimiter,
     fallback_slots: Arc<Semaphore>,
@@ -72,6 +73,7 @@ impl Gateway {
                 .time_to_live(ttl)
                 .max_capacity(10_000)
                 .build(),
+            allowed_origins: Cache::builder().time_to_live(ttl).max_capacity(1).build(),
             rebuilds: std::sync::Mutex::new(HashMap::new()),
             fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
             fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
@@ -134,6 +136,19 @@ impl Gateway {
             })
             .await
             .map_err(|e| (*e).clone())
+    }
+
+    /// Whether any namespace allows this browser origin (for CORS preflights). A failure to
+    /// look it up answers no: the browser then refuses, which is the safe side.
+    pub async fn origin_allowed_anywhere(&self, origin: &str) -> bool {
+        let pg = self.pg.clone();
+        let origins = self
+            .allowed_origins
+            .try_get_with((), async move {
+                tenancy::all_allowed_origins(&pg).await.map(Arc::new)
+            })
+            .await;
+        origins.is_ok_and(|list| list.iter().any(|o| o == origin))
     }
 
     /// Rebuilds the application's projection if it is missing or stale, one caller per

@@ -17,20 +17,24 @@ use crate::poll_policy;
 use crate::state::Gateway;
 use crate::ticket::TicketClaims;
 
-pub async fn poll(gateway: &Gateway, ticket: &str) -> Handled {
-    let claims = gateway
+/// Checks the ticket's signature and expiry (no I/O).
+pub fn verify(gateway: &Gateway, ticket: &str) -> Result<TicketClaims, ApiError> {
+    gateway
         .tickets
         .verify(ticket, now_unix())
-        .map_err(|e| ApiError::unauthenticated(format!("the ticket is not valid: {e}")))?;
+        .map_err(|e| ApiError::unauthenticated(format!("the ticket is not valid: {e}")))
+}
+
+pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let keys = AppKeys::new(claims.application_id);
     match read_status(&gateway.redis, &gateway.scripts, &keys, claims.command_id).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
-            Ok((StatusCode::OK, from_projection(&claims, &projected)))
+            Ok((StatusCode::OK, from_projection(claims, &projected)))
         }
-        Ok(_) => from_postgres(gateway, &claims).await,
+        Ok(_) => from_postgres(gateway, claims).await,
         Err(error) => {
             tracing::debug!(%error, "ticket poll falls back to PostgreSQL");
-            from_postgres(gateway, &claims).await
+            from_postgres(gateway, claims).await
         }
     }
 }

@@ -114,6 +114,48 @@ async fn migrate_bootstrap_apply_from_the_command_line() {
         ],
     );
     assert!(joined.status.success(), "{}", text(&joined));
+    // Subject key rotation: a new key is added, the old one revoked by id.
+    let created = sluice(&url, &["subject-key", "create", "--credentials", creds_arg]);
+    assert!(created.status.success(), "{}", text(&created));
+    let key: serde_json::Value = serde_json::from_slice(&created.stdout).expect("key json");
+    assert!(key["id"].is_string() && key["secret"].is_string(), "{key}");
+    let old_kid = written["subject_key"]["id"].as_str().expect("kid");
+    let revoked = sluice(
+        &url,
+        &[
+            "subject-key",
+            "revoke",
+            "--credentials",
+            creds_arg,
+            "--kid",
+            old_kid,
+        ],
+    );
+    assert!(revoked.status.success(), "{}", text(&revoked));
+    let again = sluice(
+        &url,
+        &[
+            "subject-key",
+            "revoke",
+            "--credentials",
+            creds_arg,
+            "--kid",
+            old_kid,
+        ],
+    );
+    assert!(
+        !again.status.success(),
+        "a revoked key cannot be revoked twice"
+    );
+    let live: Vec<String> = sqlx::query_scalar(
+        "SELECT kid FROM subject_keys WHERE revoked_at IS NULL AND namespace_id = $1::text::uuid",
+    )
+    .bind(written["namespace_id"].as_str().expect("ns"))
+    .fetch_all(&pg)
+    .await
+    .expect("keys");
+    assert_eq!(live, vec![key["id"].as_str().expect("kid").to_string()]);
+
     let bad_scope = sluice(
         &url,
         &[

@@ -198,9 +198,24 @@ impl Stack {
         bearer: Option<&str>,
         body: Option<Bytes>,
     ) -> Reply {
+        self.request_with(method, path, bearer, body, &[]).await
+    }
+
+    /// A request with extra headers (e.g. `Origin`).
+    pub async fn request_with(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<Bytes>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut builder = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
         if let Some(bearer) = bearer {
             builder = builder.header("authorization", format!("Bearer {bearer}"));
         }

@@ -1,0 +1,290 @@
+//! `docs/openapi.json` stays honest: it documents exactly the operations the router serves, the
+//! error code enum is exactly `ErrorCode`, every `$ref` resolves, and the fields of real answers
+//! are exactly the `properties` of the documented schemas (adding a field in code without
+//! documenting it, or documenting one the code does not send, fails here).
+
+use std::collections::BTreeSet;
+
+use hyper::StatusCode;
+use serde_json::Value;
+use sluice_gateway::error::ErrorCode;
+
+use crate::support::*;
+
+const DOCUMENT_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+
+/// Every operation `gateway/src/router.rs` serves today. Keep in step with the router.
+const OPERATIONS: &[(&str, &str)] = &[
+    ("POST", "/v1/commands/{command}:enqueue"),
+    ("GET", "/v1/tickets/{ticket}"),
+    ("GET", "/v1/commands/{command_id}"),
+    ("GET", "/v1/commands/{command}/requests/{request_key}"),
+    ("GET", "/v1/commands/{command}/mine"),
+    ("POST", "/v1/commands/{command_id}:cancel"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+];
+
+/// Every variant of [`ErrorCode`].
+const ERROR_CODES: &[ErrorCode] = &[
+    ErrorCode::InvalidArgument,
+    ErrorCode::Unauthenticated,
+    ErrorCode::PermissionDenied,
+    ErrorCode::NotFound,
+    ErrorCode::StateConflict,
+    ErrorCode::IdempotencyConflict,
+    ErrorCode::PayloadTooLarge,
+    ErrorCode::ApplicationFull,
+    ErrorCode::QueueFull,
+    ErrorCode::RateLimited,
+    ErrorCode::IntakePaused,
+    ErrorCode::Unavailable,
+];
+
+/// No wildcard arm on purpose: a new variant stops this from compiling, as a reminder to add it
+/// to [`ERROR_CODES`] (and to the document).
+fn listed(code: ErrorCode) -> bool {
+    match code {
+        ErrorCode::InvalidArgument
+        | ErrorCode::Unauthenticated
+        | ErrorCode::PermissionDenied
+        | ErrorCode::NotFound
+        | ErrorCode::StateConflict
+        | ErrorCode::IdempotencyConflict
+        | ErrorCode::PayloadTooLarge
+        | ErrorCode::ApplicationFull
+        | ErrorCode::QueueFull
+        | ErrorCode::RateLimited
+        | ErrorCode::IntakePaused
+        | ErrorCode::Unavailable => ERROR_CODES.contains(&code),
+    }
+}
+
+const HTTP_METHODS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+fn document() -> Value {
+    let text = std::fs::read_to_string(DOCUMENT_PATH)
+        .unwrap_or_else(|e| panic!("read {DOCUMENT_PATH}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{DOCUMENT_PATH} is not JSON: {e}"))
+}
+
+fn schema<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    let schema = &doc["components"]["schemas"][name];
+    assert!(schema.is_object(), "components.schemas.{name} is missing");
+    schema
+}
+
+fn properties(doc: &Value, name: &str) -> BTreeSet<String> {
+    schema(doc, name)["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("components.schemas.{name} has no properties"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn required(doc: &Value, name: &str) -> BTreeSet<String> {
+    schema(doc, name)["required"]
+        .as_array()
+        .unwrap_or_else(|| panic!("components.schemas.{name} has no required list"))
+        .iter()
+        .map(|v| v.as_str().expect("required names are strings").to_string())
+        .collect()
+}
+
+fn keys(value: &Value) -> BTreeSet<String> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn string_enum(doc: &Value, name: &str) -> BTreeSet<String> {
+    schema(doc, name)["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("components.schemas.{name} has no enum"))
+        .iter()
+        .map(|v| v.as_str().expect("enum values are strings").to_string())
+        .collect()
+}
+
+/// A schema whose fields the code always sends: the real object has exactly its properties,
+/// and all of them are required.
+fn assert_exact(doc: &Value, name: &str, real: &Value, what: &str) {
+    assert_eq!(
+        keys(real),
+        properties(doc, name),
+        "{what}: real fields vs components.schemas.{name}.properties"
+    );
+    assert_eq!(
+        required(doc, name),
+        properties(doc, name),
+        "components.schemas.{name}: every field is always sent, so every field is required"
+    );
+}
+
+fn collect_refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("$ref", Value::String(target)) => out.push(target.clone()),
+                    _ => collect_refs(inner, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_refs(item, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_document_lists_exactly_the_implemented_operations() {
+    let doc = document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut documented = BTreeSet::new();
+    for (path, item) in paths {
+        let item = item
+            .as_object()
+            .unwrap_or_else(|| panic!("{path}: not an object"));
+        for method in item.keys().filter(|k| HTTP_METHODS.contains(&k.as_str())) {
+            documented.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    let implemented: BTreeSet<(String, String)> = OPERATIONS
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, implemented);
+}
+
+#[test]
+fn the_error_code_enum_is_exactly_the_gateways() {
+    let doc = document();
+    let implemented: BTreeSet<String> = ERROR_CODES
+        .iter()
+        .map(|code| {
+            assert!(listed(*code));
+            code.as_str().to_string()
+        })
+        .collect();
+    assert_eq!(
+        implemented.len(),
+        ERROR_CODES.len(),
+        "duplicate in ERROR_CODES"
+    );
+    assert_eq!(string_enum(&doc, "ErrorCode"), implemented);
+}
+
+#[test]
+fn every_reference_resolves() {
+    let doc = document();
+    let mut refs = Vec::new();
+    collect_refs(&doc, &mut refs);
+    assert!(!refs.is_empty());
+    for target in refs {
+        let pointer = target
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{target}: only local references are used"));
+        assert!(
+            doc.pointer(pointer).is_some_and(Value::is_object),
+            "{target} does not resolve"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_answers_have_exactly_the_documented_fields() {
+    let doc = document();
+    let statuses = string_enum(&doc, "CommandStatus");
+    let codes = string_enum(&doc, "ErrorCode");
+    let stack = Stack::start().await;
+    let offer = offer();
+    let key = key();
+
+    let receipt = stack.enqueue("user-1", &key, &offer).await;
+    assert_eq!(receipt.status, StatusCode::ACCEPTED, "{:?}", receipt.body);
+    assert_exact(&doc, "ReceiptEnvelope", &receipt.body, "enqueue envelope");
+    assert_eq!(
+        receipt.headers["x-request-id"].to_str().expect("ascii"),
+        receipt.body["request_id"].as_str().expect("request_id"),
+        "X-Request-Id is the envelope's request_id"
+    );
+    assert_exact(&doc, "Receipt", receipt.data(), "enqueue receipt (202)");
+    assert!(statuses.contains(receipt.data()["status"].as_str().expect("status")));
+    let queue = &receipt.data()["queue"];
+    if !queue.is_null() {
+        assert_exact(&doc, "QueuePosition", queue, "receipt queue");
+    }
+
+    let replay = stack.enqueue("user-1", &key, &offer).await;
+    assert_eq!(replay.status, StatusCode::OK, "{:?}", replay.body);
+    assert_exact(
+        &doc,
+        "Receipt",
+        replay.data(),
+        "enqueue receipt (200 replay)",
+    );
+
+    let ticket = receipt.data()["ticket"].as_str().expect("ticket");
+    let poll = stack.poll(ticket).await;
+    assert_eq!(poll.status, StatusCode::OK, "{:?}", poll.body);
+    assert_exact(&doc, "TicketStatusEnvelope", &poll.body, "poll envelope");
+    assert_exact(&doc, "TicketStatus", poll.data(), "ticket poll");
+    assert!(statuses.contains(poll.data()["status"].as_str().expect("status")));
+
+    let id = receipt.data()["command_id"].as_str().expect("command_id");
+    let record = stack
+        .get(&format!("/v1/commands/{id}"), Some(&stack.credential()))
+        .await;
+    assert_eq!(record.status, StatusCode::OK, "{:?}", record.body);
+    assert_exact(
+        &doc,
+        "CommandRecordEnvelope",
+        &record.body,
+        "record envelope",
+    );
+    assert_exact(
+        &doc,
+        "CommandRecord",
+        record.data(),
+        "GET /v1/commands/{id}",
+    );
+    assert!(statuses.contains(record.data()["status"].as_str().expect("status")));
+
+    let token = stack.subject_token("user-1");
+    let page = stack
+        .get("/v1/commands/claim/mine?limit=1", Some(&token))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{:?}", page.body);
+    assert_exact(&doc, "CommandPage", page.data(), "mine page");
+    assert_exact(&doc, "CommandRecord", &page.data()["items"][0], "mine item");
+
+    let refused = stack
+        .get("/v1/commands/not-a-uuid", Some(&stack.credential()))
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(
+        keys(&refused.body),
+        properties(&doc, "ErrorEnvelope"),
+        "error envelope"
+    );
+    let error = &refused.body["error"];
+    let sent = keys(error);
+    assert!(
+        sent.is_subset(&properties(&doc, "Error")),
+        "undocumented error fields: {sent:?}"
+    );
+    assert!(required(&doc, "Error").is_subset(&sent), "{error}");
+    assert!(codes.contains(error["code"].as_str().expect("code")));
+}
