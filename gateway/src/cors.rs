@@ -31,19 +31,19 @@ pub async fn preflight(gateway: &Gateway, origin: Option<&str>) -> HttpResponse 
     let Some(origin) = origin else {
         return response;
     };
-    if gateway.origin_allowed_anywhere(origin).await {
-        if let Ok(value) = HeaderValue::from_str(origin) {
-            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("GET, POST"),
-            );
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static("authorization, content-type, idempotency-key"),
-            );
-            headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
-        }
+    if gateway.origin_allowed_anywhere(origin).await
+        && let Ok(value) = HeaderValue::from_str(origin)
+    {
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST"),
+        );
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, idempotency-key"),
+        );
+        headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
     }
     response
 }
