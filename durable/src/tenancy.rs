@@ -156,14 +156,7 @@ pub async fn bootstrap(
     .bind(&scopes)
     .execute(&mut *tx)
     .await?;
-    let kid = secrets::new_key_id();
-    let key = secrets::random_bytes::<32>();
-    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
-        .bind(&kid)
-        .bind(namespace_id)
-        .bind(key.to_vec())
-        .execute(&mut *tx)
-        .await?;
+    let subject_key = insert_subject_key(&mut tx, namespace_id).await?;
     audit(
         &mut tx,
         application_id,
@@ -180,10 +173,7 @@ pub async fn bootstrap(
         namespace: req.namespace.clone(),
         credential,
         scopes,
-        subject_key: SubjectKeyOutput {
-            id: kid,
-            secret: secrets::encode_secret(&key),
-        },
+        subject_key,
         webhook_secret,
     })
 }
@@ -432,24 +422,33 @@ pub async fn create_subject_key(
             .fetch_optional(&mut *tx)
             .await?
             .ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
-    let kid = secrets::new_key_id();
-    let key = secrets::random_bytes::<32>();
-    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
-        .bind(&kid)
-        .bind(namespace_id)
-        .bind(key.to_vec())
-        .execute(&mut *tx)
-        .await?;
+    let key = insert_subject_key(&mut tx, namespace_id).await?;
     audit(
         &mut tx,
         application_id,
         Some(namespace_id),
         actor,
         "subject_key.create",
-        serde_json::json!({ "kid": kid }),
+        serde_json::json!({ "kid": key.id }),
     )
     .await?;
     tx.commit().await?;
+    Ok(key)
+}
+
+/// A fresh random subject key for a namespace; the only time its secret is visible.
+async fn insert_subject_key(
+    conn: &mut sqlx::PgConnection,
+    namespace_id: Uuid,
+) -> Result<SubjectKeyOutput, DurableError> {
+    let kid = secrets::new_key_id();
+    let key = secrets::random_bytes::<32>();
+    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
+        .bind(&kid)
+        .bind(namespace_id)
+        .bind(key.to_vec())
+        .execute(conn)
+        .await?;
     Ok(SubjectKeyOutput {
         id: kid,
         secret: secrets::encode_secret(&key),

@@ -8,26 +8,20 @@ use uuid::Uuid;
 
 use crate::support::*;
 
-const DECLARATION: &str = r#"
-[[command]]
-code = "claim"
-parameters = { offer = { type = "uuid" } }
-resource_key = { from = "input", field = "offer" }
-intake = { per_second = 2000, burst = 1500, max_in_flight = 150 }
-admission = { max_queue = 1000000 }
-handler = { kind = "quota", pool = "stock", mode = "committed" }
-
-[[quota_pool]]
-code = "stock"
-capacity = 100
-"#;
+/// The shared claim declaration with an intake bucket the callers will outrun.
+fn declaration() -> String {
+    CLAIM_DECLARATION.replace(
+        "intake = { per_second = 1000000, burst = 1000000, max_in_flight = 100000 }",
+        "intake = { per_second = 2000, burst = 1500, max_in_flight = 150 }",
+    )
+}
 
 /// 5,000 enqueues from 200 concurrent tasks over 50 resources: every call is answered 202 or an
 /// explicit 429; the accepted rows in PostgreSQL are exactly the 202 answers; positions within a
 /// resource are 0..n-1 in acceptance (queue sequence) order; Redis counts agree with the rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_thousand_enqueues_from_two_hundred_tasks_over_fifty_resources() {
-    let stack = std::sync::Arc::new(Stack::with_declaration(DECLARATION).await);
+    let stack = std::sync::Arc::new(Stack::with_declaration(&declaration()).await);
     let offers: Vec<String> = (0..50).map(|_| offer()).collect();
     let mut tasks = Vec::new();
     for task in 0..200 {
