@@ -1,22 +1,33 @@
 -- finish_waiting.lua: a waiting command reached a final status without running (cancelled while
--- waiting, max_wait expired). PostgreSQL has already recorded the status; this mirrors it.
+-- waiting, max_wait or deadline passed). PostgreSQL has already recorded the status; this
+-- mirrors it.
 --
 -- KEYS[1] count  KEYS[2] q (its resource queue)  KEYS[3] cmd (its status hash)
 -- ARGV: 1 id  2 ns  3 cmd  4 status  5 updated_at  6 error_code (optional)  7 error_message (optional)
+--       8 retention_ms
 --
--- The ZREM result makes the count change exactly-once, whoever mirrors the transition first.
+-- Exactly-once counting, whoever mirrors first: the waiting counts drop with the queue entry
+-- (ZREM), `unfinished` drops with the status hash's move from non-terminal to terminal (an
+-- executor that popped the command concurrently counts it out through finish.lua instead).
 -- Returns 1 if this call took the command out of its queue.
 
 local count, q, cmdkey = KEYS[1], KEYS[2], KEYS[3]
 local id, ns, cmd = ARGV[1], ARGV[2], ARGV[3]
+local terminal = {succeeded = true, rejected = true, failed = true, expired = true, cancelled = true}
 local removed = redis.call('ZREM', q, id)
 if removed == 1 then
-  redis.call('HINCRBY', count, 'unfinished', -1)
   redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
   redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, -1)
 end
-redis.call('HSET', cmdkey, 'status', ARGV[4], 'updated_at', ARGV[5])
-if ARGV[6] and ARGV[6] ~= '' then
-  redis.call('HSET', cmdkey, 'error_code', ARGV[6], 'error_message', ARGV[7] or '')
+local current = redis.call('HGET', cmdkey, 'status')
+if current and not terminal[current] then
+  redis.call('HINCRBY', count, 'unfinished', -1)
+end
+if current then
+  redis.call('HSET', cmdkey, 'status', ARGV[4], 'updated_at', ARGV[5])
+  if ARGV[6] and ARGV[6] ~= '' then
+    redis.call('HSET', cmdkey, 'error_code', ARGV[6], 'error_message', ARGV[7] or '')
+  end
+  redis.call('PEXPIRE', cmdkey, tonumber(ARGV[8]))
 end
 return removed

@@ -9,12 +9,14 @@
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
+//! - [`executor`]: drains the outbox under permits: admit, claim, handle, land, sweep.
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
 
 pub mod db;
 pub mod declaration;
 pub mod error;
+pub mod executor;
 pub mod field_error;
 pub mod outbox;
 pub mod projection;

@@ -12,6 +12,8 @@ use sluice_durable::{db, projection};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use sluice_durable::executor::{Executor, ExecutorConfig};
+
 use crate::config::GatewayConfig;
 use crate::state::Gateway;
 use crate::ticket::TicketKeys;
@@ -40,6 +42,11 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run the gateway.
     Serve(ServeArgs),
+    /// Run the executor: drain accepted commands under their budgets.
+    Execute(ExecuteArgs),
+    /// A local stack in one command: Redis and PostgreSQL (reused when reachable, else started
+    /// in a temporary directory), migrations, a demo namespace, gateway and executor.
+    Dev(DevArgs),
     /// Rotate the namespace's subject-token keys.
     #[command(subcommand)]
     SubjectKey(SubjectKeyCommand),
@@ -126,6 +133,57 @@ pub struct ServeArgs {
     pub redis_pool_size: usize,
 }
 
+#[derive(Debug, Args)]
+pub struct ExecuteArgs {
+    #[command(flatten)]
+    pub database: Database,
+    #[command(flatten)]
+    pub redis: Redis,
+    /// Heads admitted per batch.
+    #[arg(long, env = "SLUICE_EXECUTOR_BATCH_SIZE", default_value_t = 64)]
+    pub batch_size: u32,
+    /// Batches handled at once.
+    #[arg(long, env = "SLUICE_EXECUTOR_PARALLEL_BATCHES", default_value_t = 4)]
+    pub parallel_batches: usize,
+    /// Permit and row lease, renewed every third of it while a handler works.
+    #[arg(long, env = "SLUICE_EXECUTOR_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Wake-up when no NOTIFY arrives.
+    #[arg(long, env = "SLUICE_EXECUTOR_TICK_MS", default_value_t = 100)]
+    pub tick_ms: u64,
+    /// How long terminal commands are kept.
+    #[arg(long, env = "SLUICE_RETENTION_SECONDS", default_value_t = 7 * 86_400)]
+    pub retention_seconds: i64,
+    #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
+    pub pg_pool_size: u32,
+}
+
+impl ExecuteArgs {
+    pub fn config(&self) -> ExecutorConfig {
+        ExecutorConfig {
+            batch_size: self.batch_size,
+            parallel_batches: self.parallel_batches,
+            lease_ms: self.lease_ms,
+            tick_ms: self.tick_ms,
+            retention_seconds: self.retention_seconds,
+            ..ExecutorConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub database: Database,
+    #[command(flatten)]
+    pub redis: Redis,
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Where the credentials file is written.
+    #[arg(long, default_value = ".sluice-dev")]
+    pub dir: PathBuf,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SubjectKeyCommand {
     /// Add a key (prints its id and secret once); existing keys stay valid.
@@ -171,6 +229,8 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Bootstrap(args) => bootstrap(args).await,
         Command::Apply(args) => apply(args).await,
         Command::Serve(args) => serve(args).await,
+        Command::Execute(args) => execute(args).await,
+        Command::Dev(args) => crate::dev::run(args).await,
         Command::SubjectKey(command) => subject_key(command).await,
         Command::Rebuild(args) => {
             let pg = db::connect(&args.database.database_url, 2).await?;
@@ -215,7 +275,7 @@ async fn bootstrap(args: BootstrapArgs) -> CliResult {
 }
 
 /// Writes a file only its owner can read: it holds secrets shown nowhere else.
-fn write_secret_file(path: &PathBuf, contents: &[u8]) -> std::io::Result<()> {
+pub fn write_secret_file(path: &PathBuf, contents: &[u8]) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -314,8 +374,19 @@ async fn serve(args: ServeArgs) -> CliResult {
     Ok(())
 }
 
+async fn execute(args: ExecuteArgs) -> CliResult {
+    let config = args.config();
+    config.validate()?;
+    let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
+    let redis = projection::connect_redis(&args.redis.redis_url, 4).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    Executor::new(pg, redis, config).run(shutdown).await;
+    Ok(())
+}
+
 /// SIGTERM drains (stop accepting, finish in-flight requests); SIGINT stops at once.
-async fn watch_signals(shutdown: CancellationToken) {
+pub async fn watch_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

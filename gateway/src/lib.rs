@@ -13,12 +13,13 @@
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
-//! - [`cli`]: the `sluice` subcommands.
+//! - [`cli`]: the `sluice` subcommands; [`dev`]: the one-command local stack.
 
 pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod cors;
+pub mod dev;
 pub mod error;
 pub mod handlers;
 pub mod poll_policy;

@@ -66,5 +66,9 @@ fn json_response(request_id: &str, status: StatusCode, body: &Value) -> HttpResp
 pub fn plain(status: StatusCode, text: &'static str) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
     *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }

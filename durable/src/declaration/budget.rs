@@ -73,6 +73,7 @@ pub(crate) fn parse_admission(cmd: &Obj<'_>, deadline_seconds: u32) -> Result<Ad
             "max_in_flight",
             "max_queue",
             "max_wait_seconds",
+            "max_in_flight_per_resource",
         ])?;
     }
     let rate = parse_rate(
@@ -80,12 +81,13 @@ pub(crate) fn parse_admission(cmd: &Obj<'_>, deadline_seconds: u32) -> Result<Ad
         ADMISSION_PER_SECOND,
         ADMISSION_MAX_IN_FLIGHT,
     )?;
-    let (max_queue, max_wait_seconds) = match &table {
+    let (max_queue, max_wait_seconds, per_resource) = match &table {
         Some(t) => (
             t.opt_num("max_queue", MAX_QUEUE_RANGE)?,
             parse_max_wait(t, deadline_seconds)?,
+            t.opt_num("max_in_flight_per_resource", MAX_IN_FLIGHT_RANGE)?,
         ),
-        None => (None, None),
+        None => (None, None, None),
     };
     Ok(AdmissionBudget {
         per_second: rate.per_second,
@@ -93,6 +95,7 @@ pub(crate) fn parse_admission(cmd: &Obj<'_>, deadline_seconds: u32) -> Result<Ad
         max_in_flight: rate.max_in_flight,
         max_queue: max_queue.unwrap_or(ADMISSION_MAX_QUEUE),
         max_wait_seconds: max_wait_seconds.unwrap_or(deadline_seconds),
+        max_in_flight_per_resource: per_resource,
     })
 }
 

@@ -123,6 +123,9 @@ pub struct AdmissionBudget {
     pub max_queue: u64,
     /// Longest a command may wait to start; never more than the deadline.
     pub max_wait_seconds: u32,
+    /// Commands of one resource running at once, when a resource needs its own limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight_per_resource: Option<u32>,
 }
 
 /// What runs a command.

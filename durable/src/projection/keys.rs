@@ -46,11 +46,53 @@ impl AppKeys {
     }
 
     pub fn queue(&self, namespace_id: Uuid, command: &str, resource_key: &str) -> String {
-        format!("{}:q:{namespace_id}:{command}:{resource_key}", self.prefix)
+        self.queue_by_suffix(&Self::queue_suffix(namespace_id, command, resource_key))
     }
 
     pub fn command(&self, command_id: Uuid) -> String {
         format!("{}:cmd:{command_id}", self.prefix)
+    }
+
+    /// Resources with waiting work, scored by their round-robin turn.
+    pub fn ready(&self) -> String {
+        format!("{}:ready", self.prefix)
+    }
+
+    /// The round-robin turn counter of `ready`.
+    pub fn turn(&self) -> String {
+        format!("{}:turn", self.prefix)
+    }
+
+    /// Admission limits per command, written by executors from the declarations.
+    pub fn admission_config(&self) -> String {
+        format!("{}:cfg", self.prefix)
+    }
+
+    /// Executing permits of a command (its admission `max_in_flight`).
+    pub fn command_leases(&self, namespace_id: Uuid, command: &str) -> String {
+        format!("{}:lease:cmd:{namespace_id}:{command}", self.prefix)
+    }
+
+    /// Executing permits of one resource queue.
+    pub fn resource_leases(&self, queue_suffix: &str) -> String {
+        format!("{}:lease:res:{queue_suffix}", self.prefix)
+    }
+
+    /// Completions of a command during one Unix second (the drain rate behind ETAs).
+    pub fn drain(&self, namespace_id: Uuid, command: &str, unix_second: i64) -> String {
+        format!(
+            "{}:drain:{namespace_id}:{command}:{unix_second}",
+            self.prefix
+        )
+    }
+
+    /// The part of a queue key after `:q:`, as the ready set and admit.lua name queues.
+    pub fn queue_suffix(namespace_id: Uuid, command: &str, resource_key: &str) -> String {
+        format!("{namespace_id}:{command}:{resource_key}")
+    }
+
+    pub fn queue_by_suffix(&self, suffix: &str) -> String {
+        format!("{}:q:{suffix}", self.prefix)
     }
 }
 

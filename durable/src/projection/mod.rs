@@ -5,6 +5,7 @@
 //! generation, so a Redis that lost data is never trusted for an admission.
 
 pub mod connect;
+pub mod execution;
 pub mod intake;
 pub mod keys;
 pub mod rebuild;

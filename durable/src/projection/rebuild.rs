@@ -64,7 +64,8 @@ pub async fn rebuild(
     loop {
         let rows = sqlx::query(
             "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
-                    queue_seq, status, accepted_at, deadline_at, updated_at
+                    queue_seq, status, accepted_at, deadline_at, updated_at,
+                    coalesce(lease_expires_at, deadline_at) AS permit_expires_at
                FROM commands
               WHERE application_id = $1
                 AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
@@ -105,6 +106,40 @@ pub async fn rebuild(
                         false,
                         false,
                         (projected.queue_seq as f64, projected.id.to_string()),
+                    )
+                    .await?;
+                let _: () = pipe
+                    .zadd(
+                        keys.ready(),
+                        Some(SetOptions::NX),
+                        None,
+                        false,
+                        false,
+                        (0.0, projected.queue_suffix()),
+                    )
+                    .await?;
+            } else if projected.holds_permits() {
+                // Executing work keeps its permits until its lease runs out, as it did before
+                // the loss: a rebuild never frees a limit that is still in use.
+                let member = (projected.permit_expires_ms as f64, projected.id.to_string());
+                let _: () = pipe
+                    .zadd(
+                        keys.command_leases(projected.namespace_id, &projected.command),
+                        None,
+                        None,
+                        false,
+                        false,
+                        member.clone(),
+                    )
+                    .await?;
+                let _: () = pipe
+                    .zadd(
+                        keys.resource_leases(&projected.queue_suffix()),
+                        None,
+                        None,
+                        false,
+                        false,
+                        member,
                     )
                     .await?;
             }
@@ -249,6 +284,7 @@ struct ProjectedRow {
     accepted_at: String,
     deadline_at: String,
     updated_at: String,
+    permit_expires_ms: i64,
 }
 
 impl ProjectedRow {
@@ -270,11 +306,22 @@ impl ProjectedRow {
             accepted_at: time("accepted_at")?,
             deadline_at: time("deadline_at")?,
             updated_at: time("updated_at")?,
+            permit_expires_ms: row
+                .try_get::<chrono::DateTime<chrono::Utc>, _>("permit_expires_at")?
+                .timestamp_millis(),
         })
     }
 
     fn is_waiting(&self) -> bool {
         matches!(self.status.as_str(), "accepted" | "retry_wait")
+    }
+
+    fn holds_permits(&self) -> bool {
+        matches!(self.status.as_str(), "executing" | "running")
+    }
+
+    fn queue_suffix(&self) -> String {
+        AppKeys::queue_suffix(self.namespace_id, &self.command, &self.resource_key)
     }
 
     fn queue_key(&self, keys: &AppKeys) -> String {

@@ -13,6 +13,10 @@ pub struct Scripts {
     pub release: NamedScript,
     pub finish_waiting: NamedScript,
     pub ticket: NamedScript,
+    pub admit: NamedScript,
+    pub finish: NamedScript,
+    pub requeue: NamedScript,
+    pub renew: NamedScript,
 }
 
 #[derive(Clone)]
@@ -61,6 +65,10 @@ impl Scripts {
                 include_str!("../../../lua/finish_waiting.lua"),
             ),
             ticket: NamedScript::new("ticket.lua", include_str!("../../../lua/ticket.lua")),
+            admit: NamedScript::new("admit.lua", include_str!("../../../lua/admit.lua")),
+            finish: NamedScript::new("finish.lua", include_str!("../../../lua/finish.lua")),
+            requeue: NamedScript::new("requeue.lua", include_str!("../../../lua/requeue.lua")),
+            renew: NamedScript::new("renew.lua", include_str!("../../../lua/renew.lua")),
         }
     }
 }

@@ -36,9 +36,10 @@ pub async fn accept(
     keys: &AppKeys,
     batch: &[Accepted],
 ) -> Result<AcceptedPositions, DurableError> {
-    let mut script_keys = Vec::with_capacity(1 + 4 * batch.len());
+    let mut script_keys = Vec::with_capacity(2 + 4 * batch.len());
     let mut args: Vec<Value> = Vec::with_capacity(8 * batch.len());
     script_keys.push(keys.count());
+    script_keys.push(keys.ready());
     for a in batch {
         script_keys.push(keys.reservations(a.namespace_id, &a.command));
         script_keys.push(keys.request_keys(a.namespace_id, &a.command));
@@ -114,6 +115,8 @@ pub struct FinishedWaiting<'a> {
     pub status: &'a str,
     pub updated_at: String,
     pub error: Option<(&'a str, &'a str)>,
+    /// How long the final status stays readable in Redis.
+    pub retention_ms: i64,
 }
 
 /// Returns true if this call took the command out of its queue (and so gave back its counts).

@@ -7,7 +7,7 @@ use super::{AppKeys, Scripts};
 use crate::DurableError;
 
 /// The projected state of one command, as `ticket.lua` returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProjectedStatus {
     pub ready: bool,
     pub generation: Option<i64>,
@@ -23,6 +23,9 @@ pub struct ProjectedStatus {
     pub error_message: Option<String>,
     /// Redis time of the observation, in Unix milliseconds.
     pub observed_at_ms: i64,
+    /// Completions per second of the command's queues over the last 10 seconds, when waiting
+    /// and something completed.
+    pub drain_per_second: Option<f64>,
 }
 
 pub async fn read_status(
@@ -35,7 +38,7 @@ pub async fn read_status(
         .ticket
         .call(redis, vec![keys.meta(), keys.command(command_id)], vec![])
         .await?;
-    if answer.len() != 11 {
+    if answer.len() != 12 {
         return Err(DurableError::script(
             "ticket.lua",
             format!("{} elements", answer.len()),
@@ -54,5 +57,9 @@ pub async fn read_status(
         error_code: text(8),
         error_message: text(9),
         observed_at_ms: answer[10].as_i64().unwrap_or_default(),
+        drain_per_second: answer[11]
+            .as_i64()
+            .filter(|drained| *drained > 0)
+            .map(|drained| drained as f64 / 10.0),
     })
 }

@@ -165,6 +165,7 @@ pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Han
             status: "cancelled",
             updated_at: rfc3339(record.updated_at),
             error: None,
+            retention_ms: gateway.config.ticket_retention_seconds * 1_000,
         };
         let keys = AppKeys::new(record.application_id);
         // PostgreSQL has decided; if Redis misses this now, the command's counts stay held (the

@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod concurrency;
 mod cors;
+mod execution;
 mod idempotency;
 mod lua_scripts;
 mod openapi;

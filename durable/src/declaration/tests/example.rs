@@ -92,7 +92,8 @@ fn example_claim_command() {
             burst: 500,
             max_in_flight: 64,
             max_queue: 10_000,
-            max_wait_seconds: 600
+            max_wait_seconds: 600,
+            max_in_flight_per_resource: None
         }
     );
     assert_eq!(
@@ -168,7 +169,8 @@ fn example_ocr_defaults() {
             burst: 100,
             max_in_flight: 16,
             max_queue: 100_000,
-            max_wait_seconds: 1800
+            max_wait_seconds: 1800,
+            max_in_flight_per_resource: None
         }
     );
     assert!(model.command("nope").is_none());

@@ -1,0 +1,84 @@
+//! What the executor serves: every application with a projection, the generation it must see in
+//! Redis, and the admission specs of the commands it can run (only those get a `cfg` entry, so
+//! `admit.lua` leaves the others waiting).
+
+use std::collections::HashMap;
+
+use fred::prelude::Pool;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::DurableError;
+use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
+use crate::projection::AppKeys;
+use crate::projection::execution::{admission_spec, write_admission_config};
+
+/// One application as the executor sees it.
+#[derive(Debug, Clone)]
+pub struct Application {
+    pub id: Uuid,
+    pub generation: i64,
+    /// Commands by (namespace, code).
+    pub commands: HashMap<(Uuid, String), CommandDecl>,
+}
+
+/// Whether this executor has a handler for the command.
+pub fn runnable(decl: &CommandDecl) -> bool {
+    matches!(
+        decl.handler,
+        HandlerDecl::Quota {
+            mode: QuotaMode::Committed,
+            ..
+        }
+    )
+}
+
+/// Loads every application and its newest declarations, and writes the admission specs.
+pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, DurableError> {
+    let rows = sqlx::query(
+        "SELECT p.application_id, p.generation, n.id AS namespace_id, d.document
+           FROM projections p
+           JOIN namespaces n ON n.application_id = p.application_id
+           LEFT JOIN LATERAL (
+                SELECT document FROM declarations
+                 WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true",
+    )
+    .fetch_all(pg)
+    .await?;
+    let mut apps: HashMap<Uuid, Application> = HashMap::new();
+    for row in rows {
+        let id: Uuid = row.try_get("application_id")?;
+        let app = apps.entry(id).or_insert_with(|| Application {
+            id,
+            generation: 0,
+            commands: HashMap::new(),
+        });
+        app.generation = row.try_get("generation")?;
+        let namespace_id: Uuid = row.try_get("namespace_id")?;
+        let Some(document) = row.try_get::<Option<serde_json::Value>, _>("document")? else {
+            continue;
+        };
+        let declaration: Declaration = match serde_json::from_value(document) {
+            Ok(declaration) => declaration,
+            Err(error) => {
+                tracing::error!(%namespace_id, %error, "stored declaration does not load; its commands wait");
+                continue;
+            }
+        };
+        for command in declaration.commands {
+            app.commands
+                .insert((namespace_id, command.code.clone()), command);
+        }
+    }
+    let apps: Vec<Application> = apps.into_values().collect();
+    for app in &apps {
+        let specs = app
+            .commands
+            .iter()
+            .filter(|(_, decl)| runnable(decl))
+            .map(|((ns, code), decl)| (format!("{ns}:{code}"), admission_spec(decl)))
+            .collect();
+        write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
+    }
+    Ok(apps)
+}

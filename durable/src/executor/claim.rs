@@ -1,0 +1,138 @@
+//! Admitted heads become `executing` rows leased to this executor, in one statement. A head
+//! whose row is no longer waiting (cancelled or expired meanwhile) is not claimed; the caller
+//! mirrors its real state and gives its permits back.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::DurableError;
+
+/// A row this executor now holds.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: String,
+    pub subject: String,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub input: serde_json::Value,
+    pub deadline_at: DateTime<Utc>,
+    pub attempts: i32,
+}
+
+/// Claims the waiting rows among `ids` for `owner` with a lease of `lease_ms`.
+pub async fn claim(
+    pg: &PgPool,
+    ids: &[Uuid],
+    owner: Uuid,
+    lease_ms: u64,
+) -> Result<Vec<Claimed>, DurableError> {
+    let rows = sqlx::query(
+        "UPDATE commands
+            SET status = 'executing', attempts = attempts + 1, lease_owner = $2,
+                lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),
+                updated_at = now()
+          WHERE id = ANY($1) AND status IN ('accepted', 'retry_wait')
+         RETURNING id, namespace_id, command, subject, resource_key, queue_seq, input,
+                   deadline_at, attempts",
+    )
+    .bind(ids)
+    .bind(owner)
+    .bind(lease_ms as f64)
+    .fetch_all(pg)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Claimed {
+                id: row.try_get("id")?,
+                namespace_id: row.try_get("namespace_id")?,
+                command: row.try_get("command")?,
+                subject: row.try_get("subject")?,
+                resource_key: row.try_get("resource_key")?,
+                queue_seq: row.try_get("queue_seq")?,
+                input: row.try_get("input")?,
+                deadline_at: row.try_get("deadline_at")?,
+                attempts: row.try_get("attempts")?,
+            })
+        })
+        .collect()
+}
+
+/// The current state of a row that could not be claimed.
+#[derive(Debug, Clone)]
+pub struct Unclaimed {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: String,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub status: String,
+    pub updated_at: DateTime<Utc>,
+    pub result: Option<serde_json::Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+}
+
+pub async fn current_state(pg: &PgPool, ids: &[Uuid]) -> Result<Vec<Unclaimed>, DurableError> {
+    let rows = sqlx::query(
+        "SELECT id, namespace_id, command, resource_key, queue_seq, status, updated_at, result,
+                error_code, error_message
+           FROM commands WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(pg)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Unclaimed {
+                id: row.try_get("id")?,
+                namespace_id: row.try_get("namespace_id")?,
+                command: row.try_get("command")?,
+                resource_key: row.try_get("resource_key")?,
+                queue_seq: row.try_get("queue_seq")?,
+                status: row.try_get("status")?,
+                updated_at: row.try_get("updated_at")?,
+                result: row.try_get("result")?,
+                error_code: row.try_get("error_code")?,
+                error_message: row.try_get("error_message")?,
+            })
+        })
+        .collect()
+}
+
+/// Gives claimed rows back to their queues (the handler could not run, e.g. PostgreSQL failed
+/// mid-batch). Only rows this owner still holds are touched.
+pub async fn unclaim(pg: &PgPool, ids: &[Uuid], owner: Uuid) -> Result<Vec<Uuid>, DurableError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE commands
+            SET status = 'retry_wait', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+          WHERE id = ANY($1) AND lease_owner = $2 AND status = 'executing'
+         RETURNING id",
+    )
+    .bind(ids)
+    .bind(owner)
+    .fetch_all(pg)
+    .await?)
+}
+
+/// Extends the leases of rows this owner still holds.
+pub async fn renew(
+    pg: &PgPool,
+    ids: &[Uuid],
+    owner: Uuid,
+    lease_ms: u64,
+) -> Result<u64, DurableError> {
+    Ok(sqlx::query(
+        "UPDATE commands
+            SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)
+          WHERE id = ANY($1) AND lease_owner = $2 AND status IN ('executing', 'running')",
+    )
+    .bind(ids)
+    .bind(owner)
+    .bind(lease_ms as f64)
+    .execute(pg)
+    .await?
+    .rows_affected())
+}

@@ -1,0 +1,56 @@
+//! Executor settings, with units in the names.
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Heads taken by one `admit.lua` call.
+    pub batch_size: u32,
+    /// Resources one `admit.lua` call looks at.
+    pub scan_limit: u32,
+    /// Batches processed at once by this executor.
+    pub parallel_batches: usize,
+    /// How long a permit and a row's lease last without renewal. A crashed executor's work is
+    /// retried after this; a live one renews every third of it.
+    pub lease_ms: u64,
+    /// The wake-up when no `NOTIFY` arrives (`LISTEN` is only a hint).
+    pub tick_ms: u64,
+    /// How often the sweepers run.
+    pub sweep_interval_ms: u64,
+    /// How long terminal commands are kept before pruning.
+    pub retention_seconds: i64,
+    /// How often declarations are re-read into the admission specs.
+    pub catalog_refresh_ms: u64,
+    /// Quota commands of one pool that are ready together share one transaction. Off: one
+    /// transaction per command (the baseline of the benchmark).
+    pub batch_quota: bool,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 64,
+            scan_limit: 256,
+            parallel_batches: 4,
+            lease_ms: 30_000,
+            tick_ms: 100,
+            sweep_interval_ms: 1_000,
+            retention_seconds: 7 * 86_400,
+            catalog_refresh_ms: 2_000,
+            batch_quota: true,
+        }
+    }
+}
+
+impl ExecutorConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.batch_size == 0 || self.scan_limit == 0 || self.parallel_batches == 0 {
+            return Err("batch_size, scan_limit and parallel_batches must be at least 1".into());
+        }
+        if self.lease_ms < 1_000 {
+            return Err("lease_ms must be at least 1000".into());
+        }
+        if self.tick_ms == 0 || self.sweep_interval_ms == 0 {
+            return Err("tick_ms and sweep_interval_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}

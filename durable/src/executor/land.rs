@@ -1,0 +1,76 @@
+//! After PostgreSQL decided: mirror the state into Redis and give the permits back.
+//!
+//! A Redis failure here loses nothing: PostgreSQL holds the result, tickets fall back to it,
+//! the permits lapse with their leases, and the reconciler repairs the counts.
+
+use chrono::{DateTime, Utc};
+use fred::prelude::Pool;
+use uuid::Uuid;
+
+use crate::outbox::rfc3339;
+use crate::projection::execution::{Finished, Requeued, finish, requeue};
+use crate::projection::{AppKeys, Scripts};
+
+/// Everything `finish.lua` needs about one command.
+pub struct Mirror<'a> {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: &'a str,
+    pub resource_key: &'a str,
+    pub status: &'a str,
+    pub updated_at: DateTime<Utc>,
+    pub result: Option<&'a serde_json::Value>,
+    pub error: Option<(&'a str, &'a str)>,
+}
+
+pub async fn mirror_terminal(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    retention_seconds: i64,
+    done: Mirror<'_>,
+) {
+    let suffix = AppKeys::queue_suffix(done.namespace_id, done.command, done.resource_key);
+    let finished = Finished {
+        command_id: done.id,
+        namespace_id: done.namespace_id,
+        command: done.command,
+        queue_suffix: &suffix,
+        status: done.status,
+        updated_at: rfc3339(done.updated_at),
+        result: done.result.map(|r| r.to_string()),
+        error: done.error,
+        retention_ms: retention_seconds.saturating_mul(1_000),
+        unix_second: Utc::now().timestamp(),
+    };
+    if let Err(error) = finish(redis, scripts, keys, &finished).await {
+        tracing::warn!(command_id = %done.id, %error, "terminal state not mirrored; permits lapse with their lease");
+    }
+}
+
+/// Everything `requeue.lua` needs about one command that waits again.
+pub struct Waiting<'a> {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: &'a str,
+    pub resource_key: &'a str,
+    pub queue_seq: i64,
+    pub status: &'a str,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub async fn mirror_waiting(redis: &Pool, scripts: &Scripts, keys: &AppKeys, back: Waiting<'_>) {
+    let suffix = AppKeys::queue_suffix(back.namespace_id, back.command, back.resource_key);
+    let requeued = Requeued {
+        command_id: back.id,
+        namespace_id: back.namespace_id,
+        command: back.command,
+        queue_suffix: &suffix,
+        queue_seq: back.queue_seq,
+        status: back.status,
+        updated_at: rfc3339(back.updated_at),
+    };
+    if let Err(error) = requeue(redis, scripts, keys, &requeued).await {
+        tracing::warn!(command_id = %back.id, %error, "requeue not mirrored; the reconciler will repair it");
+    }
+}

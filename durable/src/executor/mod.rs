@@ -1,0 +1,22 @@
+//! The executor: drains accepted commands under their budgets and lands exactly one
+//! authoritative result per command.
+//!
+//! - [`config`]: executor settings.
+//! - [`catalog`]: which applications exist, their generations, and the admission specs of their
+//!   commands, refreshed into Redis for `admit.lua`.
+//! - [`claim`]: admitted heads become `executing` rows leased to this executor.
+//! - [`quota`]: the built-in quota handler; one transaction per pool and batch.
+//! - [`land`]: mirrors terminal states into Redis and releases permits.
+//! - [`sweep`]: expired leases, overdue waiting commands, retention (advisory-locked).
+//! - [`run`]: the loop that ties them together, woken by `LISTEN` or a tick.
+
+pub mod catalog;
+pub mod claim;
+pub mod config;
+pub mod land;
+pub mod quota;
+pub mod run;
+pub mod sweep;
+
+pub use config::ExecutorConfig;
+pub use run::Executor;

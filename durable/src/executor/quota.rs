@@ -1,0 +1,285 @@
+//! The built-in quota handler, committed mode: one unit per subject per pool, ever.
+//!
+//! All commands of one pool that are ready together are decided in one transaction: the pool row
+//! is locked once, the batch is decided in queue order, the allocations, the pool's count and
+//! every command's terminal state are written together. The rows are re-checked to still be
+//! leased to this executor (`FOR UPDATE`), so an executor whose lease lapsed can never land a
+//! result next to the one that took over.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use super::claim::Claimed;
+use crate::DurableError;
+
+/// A terminal state written by a handler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Landed {
+    pub id: Uuid,
+    pub status: &'static str,
+    pub result: Option<Value>,
+    pub error: Option<(&'static str, String)>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The decision for one command, before it is written.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    Allocated(Uuid),
+    SoldOut,
+    AlreadyAllocated,
+}
+
+/// Decides a batch in queue order: each subject at most once (counting allocations that exist
+/// already), and never more than `available` units.
+fn decide(subjects: &[&str], already: &HashSet<String>, available: i64) -> Vec<Decision> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut left = available;
+    subjects
+        .iter()
+        .map(|subject| {
+            if already.contains(*subject) || !seen.insert(subject) {
+                Decision::AlreadyAllocated
+            } else if left > 0 {
+                left -= 1;
+                Decision::Allocated(Uuid::now_v7())
+            } else {
+                Decision::SoldOut
+            }
+        })
+        .collect()
+}
+
+/// Allocates for a batch of one pool; returns the states that landed (commands this executor no
+/// longer held are left out: someone else decides them).
+pub async fn allocate(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    pool: &str,
+    batch: &[Claimed],
+    owner: Uuid,
+) -> Result<Vec<Landed>, DurableError> {
+    let ids: Vec<Uuid> = batch.iter().map(|c| c.id).collect();
+    let mut tx = pg.begin().await?;
+    let held: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, subject FROM commands
+          WHERE id = ANY($1) AND lease_owner = $2 AND status = 'executing'
+          ORDER BY queue_seq
+          FOR UPDATE",
+    )
+    .bind(&ids)
+    .bind(owner)
+    .fetch_all(&mut *tx)
+    .await?;
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts: Option<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT capacity, allocated, reserved FROM quota_pools
+          WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+    )
+    .bind(namespace_id)
+    .bind(pool)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let subjects: Vec<&str> = held.iter().map(|(_, s)| s.as_str()).collect();
+    let decisions = match counts {
+        None => None,
+        Some((capacity, allocated, reserved)) => {
+            let already: HashSet<String> = sqlx::query_scalar(
+                "SELECT subject FROM allocations
+                  WHERE namespace_id = $1 AND pool = $2 AND subject = ANY($3)",
+            )
+            .bind(namespace_id)
+            .bind(pool)
+            .bind(&subjects)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+            Some(decide(&subjects, &already, capacity - allocated - reserved))
+        }
+    };
+    let outcomes: Vec<Outcome> = match &decisions {
+        None => held
+            .iter()
+            .map(|(id, _)| {
+                let message = format!("the quota pool {pool:?} does not exist");
+                (*id, "failed", None, Some(("POOL_NOT_FOUND", message)))
+            })
+            .collect(),
+        Some(decisions) => held
+            .iter()
+            .zip(decisions)
+            .map(|((id, _), decision)| match decision {
+                Decision::Allocated(allocation) => (
+                    *id,
+                    "succeeded",
+                    Some(json!({"allocation_id": allocation, "state": "confirmed"})),
+                    None,
+                ),
+                Decision::SoldOut => (
+                    *id,
+                    "rejected",
+                    None,
+                    Some(("SOLD_OUT", "the pool has no units left".to_string())),
+                ),
+                Decision::AlreadyAllocated => (
+                    *id,
+                    "rejected",
+                    None,
+                    Some((
+                        "ALREADY_ALLOCATED",
+                        "this subject already holds an allocation of the pool".to_string(),
+                    )),
+                ),
+            })
+            .collect(),
+    };
+    if let Some(decisions) = &decisions {
+        insert_allocations(&mut tx, namespace_id, pool, &held, decisions).await?;
+    }
+    let landed = write_outcomes(&mut tx, owner, &outcomes).await?;
+    tx.commit().await?;
+    Ok(landed)
+}
+
+async fn insert_allocations(
+    tx: &mut sqlx::PgConnection,
+    namespace_id: Uuid,
+    pool: &str,
+    held: &[(Uuid, String)],
+    decisions: &[Decision],
+) -> Result<(), DurableError> {
+    let mut allocation_ids = Vec::new();
+    let mut command_ids = Vec::new();
+    let mut subjects = Vec::new();
+    for ((command_id, subject), decision) in held.iter().zip(decisions) {
+        if let Decision::Allocated(allocation) = decision {
+            allocation_ids.push(*allocation);
+            command_ids.push(*command_id);
+            subjects.push(subject.as_str());
+        }
+    }
+    if allocation_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO allocations (id, namespace_id, pool, subject, command_id, state)
+         SELECT a.id, $1, $2, a.subject, a.command_id, 'confirmed'
+           FROM unnest($3::uuid[], $4::text[], $5::uuid[]) AS a(id, subject, command_id)",
+    )
+    .bind(namespace_id)
+    .bind(pool)
+    .bind(&allocation_ids)
+    .bind(&subjects)
+    .bind(&command_ids)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE quota_pools SET allocated = allocated + $3 WHERE namespace_id = $1 AND code = $2",
+    )
+    .bind(namespace_id)
+    .bind(pool)
+    .bind(allocation_ids.len() as i64)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// A command's terminal state before it is written: id, status, result, error.
+type Outcome = (
+    Uuid,
+    &'static str,
+    Option<Value>,
+    Option<(&'static str, String)>,
+);
+
+/// Writes terminal states of rows this owner holds, in one statement.
+pub async fn write_outcomes(
+    tx: &mut sqlx::PgConnection,
+    owner: Uuid,
+    outcomes: &[Outcome],
+) -> Result<Vec<Landed>, DurableError> {
+    let ids: Vec<Uuid> = outcomes.iter().map(|o| o.0).collect();
+    let statuses: Vec<&str> = outcomes.iter().map(|o| o.1).collect();
+    let results: Vec<Option<Value>> = outcomes.iter().map(|o| o.2.clone()).collect();
+    let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.3.as_ref().map(|e| e.0)).collect();
+    let messages: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| o.3.as_ref().map(|e| e.1.as_str()))
+        .collect();
+    let rows = sqlx::query(
+        "UPDATE commands c
+            SET status = o.status, result = o.result, error_code = o.code,
+                error_message = o.message, finished_at = now(), updated_at = now(),
+                lease_owner = NULL, lease_expires_at = NULL
+           FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[])
+                AS o(id, status, result, code, message)
+          WHERE c.id = o.id AND c.lease_owner = $6 AND c.status = 'executing'
+         RETURNING c.id, c.updated_at",
+    )
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&results)
+    .bind(&codes)
+    .bind(&messages)
+    .bind(owner)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut landed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: Uuid = row.try_get("id")?;
+        let updated_at: DateTime<Utc> = row.try_get("updated_at")?;
+        if let Some(outcome) = outcomes.iter().find(|o| o.0 == id) {
+            landed.push(Landed {
+                id,
+                status: outcome.1,
+                result: outcome.2.clone(),
+                error: outcome.3.clone(),
+                updated_at,
+            });
+        }
+    }
+    Ok(landed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_follow_queue_order_and_capacity() {
+        let already: HashSet<String> = ["carol".to_string()].into();
+        let d = decide(
+            &["alice", "bob", "alice", "carol", "dave", "erin"],
+            &already,
+            3,
+        );
+        assert!(matches!(d[0], Decision::Allocated(_)));
+        assert!(matches!(d[1], Decision::Allocated(_)));
+        assert_eq!(
+            d[2],
+            Decision::AlreadyAllocated,
+            "a subject's second command in one batch"
+        );
+        assert_eq!(
+            d[3],
+            Decision::AlreadyAllocated,
+            "a subject allocated earlier"
+        );
+        assert!(matches!(d[4], Decision::Allocated(_)));
+        assert_eq!(d[5], Decision::SoldOut);
+    }
+
+    #[test]
+    fn an_exhausted_or_overdrawn_pool_sells_nothing() {
+        let none = HashSet::new();
+        assert_eq!(decide(&["a"], &none, 0), vec![Decision::SoldOut]);
+        assert_eq!(decide(&["a"], &none, -3), vec![Decision::SoldOut]);
+    }
+}

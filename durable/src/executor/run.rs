@@ -1,0 +1,431 @@
+//! The executor loop: admit → claim → handle → land → mirror, woken by `LISTEN` (a hint) or a
+//! tick, with lease renewal and sweepers beside it. SIGTERM (the shutdown token) stops admitting
+//! and lets every batch in hand finish.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::Pool;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::catalog::{self, Application, runnable};
+use super::claim::{self, Claimed};
+use super::config::ExecutorConfig;
+use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
+use super::quota::{self, Landed};
+use super::sweep;
+use crate::DurableError;
+use crate::declaration::HandlerDecl;
+use crate::outbox::group_commit::OUTBOX_CHANNEL;
+use crate::projection::execution::{Admission, AdmitLimits, AdmittedHead, admit, renew};
+use crate::projection::{AppKeys, Scripts, rebuild};
+
+/// A permit this executor holds: (application, namespace, command, queue suffix).
+type Held = (Uuid, Uuid, String, String);
+
+pub struct Executor {
+    pg: PgPool,
+    redis: Pool,
+    scripts: Scripts,
+    config: ExecutorConfig,
+    /// Leases are taken in this name; a result lands only while the row's lease is still ours.
+    owner: Uuid,
+    held: Mutex<HashMap<Uuid, Held>>,
+    wake: Notify,
+}
+
+impl Executor {
+    pub fn new(pg: PgPool, redis: Pool, config: ExecutorConfig) -> Arc<Self> {
+        Arc::new(Self {
+            pg,
+            redis,
+            scripts: Scripts::new(),
+            config,
+            owner: Uuid::now_v7(),
+            held: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+        })
+    }
+
+    pub fn owner(&self) -> Uuid {
+        self.owner
+    }
+
+    /// Runs until `shutdown`, then finishes the batches in hand.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let helpers = TaskTracker::new();
+        helpers.spawn(self.clone().listen(shutdown.clone()));
+        helpers.spawn(self.clone().renew_loop(shutdown.clone()));
+        helpers.spawn(self.clone().sweep_loop(shutdown.clone()));
+        let batches = TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(self.config.parallel_batches));
+        let mut apps: Vec<Application> = Vec::new();
+        let mut refreshed = tokio::time::Instant::now() - Duration::from_secs(3600);
+        let refresh = Duration::from_millis(self.config.catalog_refresh_ms);
+        tracing::info!(owner = %self.owner, "executor running");
+        while !shutdown.is_cancelled() {
+            if refreshed.elapsed() >= refresh {
+                match catalog::load(&self.pg, &self.redis).await {
+                    Ok(loaded) => {
+                        apps = loaded;
+                        refreshed = tokio::time::Instant::now();
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot load the catalog"),
+                }
+            }
+            let mut admitted = false;
+            for app in &apps {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                match self.admit(app).await {
+                    Ok(heads) if !heads.is_empty() => {
+                        admitted = true;
+                        let this = self.clone();
+                        let app = app.clone();
+                        batches.spawn(async move {
+                            this.process(&app, heads).await;
+                            drop(slot);
+                            this.wake.notify_one();
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(application_id = %app.id, %error, "admission failed")
+                    }
+                }
+            }
+            if !admitted {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(self.config.tick_ms)) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+            }
+        }
+        tracing::info!("executor draining");
+        batches.close();
+        batches.wait().await;
+        helpers.close();
+        helpers.wait().await;
+        tracing::info!("executor stopped");
+    }
+
+    async fn admit(&self, app: &Application) -> Result<Vec<AdmittedHead>, DurableError> {
+        let keys = AppKeys::new(app.id);
+        let limits = AdmitLimits {
+            min_generation: app.generation,
+            max_heads: self.config.batch_size,
+            scan_limit: self.config.scan_limit,
+            lease_ms: self.config.lease_ms,
+        };
+        match admit(&self.redis, &self.scripts, &keys, limits).await? {
+            Admission::Heads(heads) => Ok(heads),
+            Admission::NotReady => {
+                rebuild::ensure_ready(&self.pg, &self.redis, app.id).await?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Claims, handles and lands one admitted batch.
+    async fn process(&self, app: &Application, heads: Vec<AdmittedHead>) {
+        let keys = AppKeys::new(app.id);
+        let ids: Vec<Uuid> = heads.iter().map(|h| h.command_id).collect();
+        let claimed = match claim::claim(&self.pg, &ids, self.owner, self.config.lease_ms).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                // Nothing was claimed; the permits lapse and the heads are requeued by the
+                // reconciler of the projection (their rows are still waiting in PostgreSQL).
+                tracing::warn!(%error, "claim failed");
+                self.give_back_unclaimed(app, &keys, &heads, &[]).await;
+                return;
+            }
+        };
+        self.give_back_unclaimed(app, &keys, &heads, &claimed).await;
+        self.hold(app.id, &claimed);
+        let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
+        for row in claimed {
+            let handler = app
+                .commands
+                .get(&(row.namespace_id, row.command.clone()))
+                .filter(|decl| runnable(decl))
+                .map(|decl| decl.handler.clone());
+            match handler {
+                Some(HandlerDecl::Quota { pool, .. }) => {
+                    by_pool
+                        .entry((row.namespace_id, pool))
+                        .or_default()
+                        .push(row);
+                }
+                _ => self.requeue_claimed(&keys, &[row]).await,
+            }
+        }
+        for ((namespace_id, pool), rows) in by_pool {
+            let transactions: Vec<Vec<Claimed>> = if self.config.batch_quota {
+                vec![rows]
+            } else {
+                rows.into_iter().map(|row| vec![row]).collect()
+            };
+            for batch in transactions {
+                match quota::allocate(&self.pg, namespace_id, &pool, &batch, self.owner).await {
+                    Ok(landed) => self.mirror_landed(&keys, &batch, &landed).await,
+                    Err(error) => {
+                        tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
+                        self.requeue_claimed(&keys, &batch).await;
+                    }
+                }
+                self.release(&batch);
+            }
+        }
+    }
+
+    /// Heads that were admitted but not claimed: mirror their real state and free the permits.
+    async fn give_back_unclaimed(
+        &self,
+        app: &Application,
+        keys: &AppKeys,
+        heads: &[AdmittedHead],
+        claimed: &[Claimed],
+    ) {
+        let unclaimed: Vec<Uuid> = heads
+            .iter()
+            .map(|h| h.command_id)
+            .filter(|id| !claimed.iter().any(|c| c.id == *id))
+            .collect();
+        if unclaimed.is_empty() {
+            return;
+        }
+        let states = match claim::current_state(&self.pg, &unclaimed).await {
+            Ok(states) => states,
+            Err(error) => {
+                tracing::warn!(%error, application_id = %app.id, "unclaimed heads left to lapse");
+                return;
+            }
+        };
+        for row in &states {
+            match row.status.as_str() {
+                "accepted" | "retry_wait" => {
+                    mirror_waiting(
+                        &self.redis,
+                        &self.scripts,
+                        keys,
+                        Waiting {
+                            id: row.id,
+                            namespace_id: row.namespace_id,
+                            command: &row.command,
+                            resource_key: &row.resource_key,
+                            queue_seq: row.queue_seq,
+                            status: &row.status,
+                            updated_at: row.updated_at,
+                        },
+                    )
+                    .await
+                }
+                // Another executor holds it: its permits are its own business.
+                "executing" | "running" => {}
+                _ => {
+                    mirror_terminal(
+                        &self.redis,
+                        &self.scripts,
+                        keys,
+                        self.config.retention_seconds,
+                        Mirror {
+                            id: row.id,
+                            namespace_id: row.namespace_id,
+                            command: &row.command,
+                            resource_key: &row.resource_key,
+                            status: &row.status,
+                            updated_at: row.updated_at,
+                            result: row.result.as_ref(),
+                            error: row
+                                .error_code
+                                .as_deref()
+                                .map(|c| (c, row.error_message.as_deref().unwrap_or(""))),
+                        },
+                    )
+                    .await
+                }
+            }
+        }
+    }
+
+    async fn mirror_landed(&self, keys: &AppKeys, batch: &[Claimed], landed: &[Landed]) {
+        for done in landed {
+            let Some(row) = batch.iter().find(|c| c.id == done.id) else {
+                continue;
+            };
+            mirror_terminal(
+                &self.redis,
+                &self.scripts,
+                keys,
+                self.config.retention_seconds,
+                Mirror {
+                    id: row.id,
+                    namespace_id: row.namespace_id,
+                    command: &row.command,
+                    resource_key: &row.resource_key,
+                    status: done.status,
+                    updated_at: done.updated_at,
+                    result: done.result.as_ref(),
+                    error: done
+                        .error
+                        .as_ref()
+                        .map(|(code, message)| (*code, message.as_str())),
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Gives rows this executor could not handle back to their queues.
+    async fn requeue_claimed(&self, keys: &AppKeys, rows: &[Claimed]) {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let back = match claim::unclaim(&self.pg, &ids, self.owner).await {
+            Ok(back) => back,
+            Err(error) => {
+                tracing::warn!(%error, "unclaim failed; the leases will lapse and be rescued");
+                return;
+            }
+        };
+        for row in rows.iter().filter(|r| back.contains(&r.id)) {
+            mirror_waiting(
+                &self.redis,
+                &self.scripts,
+                keys,
+                Waiting {
+                    id: row.id,
+                    namespace_id: row.namespace_id,
+                    command: &row.command,
+                    resource_key: &row.resource_key,
+                    queue_seq: row.queue_seq,
+                    status: "retry_wait",
+                    updated_at: chrono::Utc::now(),
+                },
+            )
+            .await;
+        }
+    }
+
+    fn hold(&self, application_id: Uuid, rows: &[Claimed]) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        for row in rows {
+            let suffix = AppKeys::queue_suffix(row.namespace_id, &row.command, &row.resource_key);
+            held.insert(
+                row.id,
+                (
+                    application_id,
+                    row.namespace_id,
+                    row.command.clone(),
+                    suffix,
+                ),
+            );
+        }
+    }
+
+    fn release(&self, rows: &[Claimed]) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        for row in rows {
+            held.remove(&row.id);
+        }
+    }
+
+    /// Renews every held lease every third of the lease period, in PostgreSQL and Redis.
+    async fn renew_loop(self: Arc<Self>, shutdown: CancellationToken) {
+        let every = Duration::from_millis(self.config.lease_ms / 3);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let snapshot: Vec<(Uuid, Held)> = {
+                let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+                held.iter().map(|(id, h)| (*id, h.clone())).collect()
+            };
+            if snapshot.is_empty() {
+                continue;
+            }
+            let ids: Vec<Uuid> = snapshot.iter().map(|(id, _)| *id).collect();
+            if let Err(error) = claim::renew(&self.pg, &ids, self.owner, self.config.lease_ms).await
+            {
+                tracing::warn!(%error, "lease renewal failed in PostgreSQL");
+            }
+            let mut by_app: HashMap<Uuid, Vec<(Uuid, String, String, Uuid)>> = HashMap::new();
+            for (id, (app, ns, cmd, suffix)) in snapshot {
+                by_app.entry(app).or_default().push((ns, cmd, suffix, id));
+            }
+            for (app, held) in by_app {
+                if let Err(error) = renew(
+                    &self.redis,
+                    &self.scripts,
+                    &AppKeys::new(app),
+                    &held,
+                    self.config.lease_ms,
+                )
+                .await
+                {
+                    tracing::warn!(%error, "lease renewal failed in Redis");
+                }
+            }
+        }
+    }
+
+    async fn sweep_loop(self: Arc<Self>, shutdown: CancellationToken) {
+        let every = Duration::from_millis(self.config.sweep_interval_ms);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let retention = self.config.retention_seconds;
+            if let Err(error) =
+                sweep::rescue_expired_leases(&self.pg, &self.redis, &self.scripts, retention).await
+            {
+                tracing::warn!(%error, "lease sweeper failed");
+            }
+            if let Err(error) =
+                sweep::expire_waiting(&self.pg, &self.redis, &self.scripts, retention).await
+            {
+                tracing::warn!(%error, "expiry sweeper failed");
+            }
+            if let Err(error) = sweep::prune(&self.pg, &self.redis, retention).await {
+                tracing::warn!(%error, "retention sweeper failed");
+            }
+        }
+    }
+
+    /// Wakes the loop on every `NOTIFY` of the outbox; reconnects on failure. Only a hint: the
+    /// tick finds the same work a little later.
+    async fn listen(self: Arc<Self>, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let mut listener = match PgListener::connect_with(&self.pg).await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    tracing::debug!(%error, "LISTEN connection failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
+            };
+            if listener.listen(OUTBOX_CHANNEL).await.is_err() {
+                continue;
+            }
+            loop {
+                tokio::select! {
+                    notification = listener.recv() => match notification {
+                        Ok(_) => self.wake.notify_one(),
+                        Err(_) => break,
+                    },
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Sweepers, safe to run in any number of executors: each takes a transaction-level advisory
+//! lock first (one sweeper of a kind at a time; the others skip the round), works in bounded
+//! batches with `FOR UPDATE SKIP LOCKED`, and mirrors what it changed into Redis after commit.
+
+use chrono::{DateTime, Utc};
+use fred::prelude::Pool;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
+use crate::DurableError;
+use crate::projection::{AppKeys, Scripts, request_key_field};
+
+/// Rows per sweep round; the next round continues.
+const BATCH: i64 = 500;
+
+const LOCK_LEASES: i64 = 0x51_1CE0_0001;
+const LOCK_WAITING: i64 = 0x51_1CE0_0002;
+const LOCK_RETENTION: i64 = 0x51_1CE0_0003;
+
+/// A row a sweeper changed.
+struct Swept {
+    id: Uuid,
+    application_id: Uuid,
+    namespace_id: Uuid,
+    command: String,
+    resource_key: String,
+    queue_seq: i64,
+    status: String,
+    updated_at: DateTime<Utc>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+}
+
+fn swept(row: &sqlx::postgres::PgRow) -> Result<Swept, sqlx::Error> {
+    Ok(Swept {
+        id: row.try_get("id")?,
+        application_id: row.try_get("application_id")?,
+        namespace_id: row.try_get("namespace_id")?,
+        command: row.try_get("command")?,
+        resource_key: row.try_get("resource_key")?,
+        queue_seq: row.try_get("queue_seq")?,
+        status: row.try_get("status")?,
+        updated_at: row.try_get("updated_at")?,
+        error_code: row.try_get("error_code")?,
+        error_message: row.try_get("error_message")?,
+    })
+}
+
+/// Runs `statement` under the advisory lock `key`; None when another executor holds it.
+async fn locked(
+    pg: &PgPool,
+    key: i64,
+    statement: &'static str,
+) -> Result<Option<Vec<Swept>>, DurableError> {
+    let mut tx = pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(None);
+    }
+    let rows = sqlx::query(statement)
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+    let rows = rows.iter().map(swept).collect::<Result<Vec<_>, _>>()?;
+    tx.commit().await?;
+    Ok(Some(rows))
+}
+
+/// Executing rows whose lease lapsed (their executor died or stalled): back to their queue in
+/// their original place, or `expired` once their deadline has passed. Their permits go back.
+pub async fn rescue_expired_leases(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let Some(rows) = locked(
+        pg,
+        LOCK_LEASES,
+        "WITH due AS (
+             SELECT id FROM commands
+              WHERE status = 'executing' AND lease_expires_at < now()
+              ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+         UPDATE commands c SET
+             status = CASE WHEN c.deadline_at <= now() THEN 'expired' ELSE 'retry_wait' END,
+             finished_at = CASE WHEN c.deadline_at <= now() THEN now() END,
+             error_code = CASE WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED' ELSE c.error_code END,
+             error_message = CASE WHEN c.deadline_at <= now()
+                                  THEN 'the deadline passed before the command could finish'
+                                  ELSE c.error_message END,
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+           FROM due WHERE c.id = due.id
+         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
+                   c.status, c.updated_at, c.error_code, c.error_message",
+    )
+    .await?
+    else {
+        return Ok(0);
+    };
+    for row in &rows {
+        let keys = AppKeys::new(row.application_id);
+        if row.status == "retry_wait" {
+            tracing::info!(command_id = %row.id, "lease expired; command requeued");
+            mirror_waiting(
+                redis,
+                scripts,
+                &keys,
+                Waiting {
+                    id: row.id,
+                    namespace_id: row.namespace_id,
+                    command: &row.command,
+                    resource_key: &row.resource_key,
+                    queue_seq: row.queue_seq,
+                    status: &row.status,
+                    updated_at: row.updated_at,
+                },
+            )
+            .await;
+        } else {
+            mirror_terminal(
+                redis,
+                scripts,
+                &keys,
+                retention_seconds,
+                terminal_mirror(row),
+            )
+            .await;
+        }
+    }
+    Ok(rows.len())
+}
+
+fn terminal_mirror(row: &Swept) -> Mirror<'_> {
+    Mirror {
+        id: row.id,
+        namespace_id: row.namespace_id,
+        command: &row.command,
+        resource_key: &row.resource_key,
+        status: &row.status,
+        updated_at: row.updated_at,
+        result: None,
+        error: row
+            .error_code
+            .as_deref()
+            .map(|code| (code, row.error_message.as_deref().unwrap_or(""))),
+    }
+}
+
+/// Waiting commands past their `max_wait` or their deadline become `expired`.
+pub async fn expire_waiting(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let Some(rows) = locked(
+        pg,
+        LOCK_WAITING,
+        "WITH due AS (
+             SELECT id FROM commands
+              WHERE status IN ('accepted', 'retry_wait')
+                AND (max_wait_at <= now() OR deadline_at <= now())
+              ORDER BY max_wait_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+         UPDATE commands c SET
+             status = 'expired', finished_at = now(), updated_at = now(),
+             error_code = CASE WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED'
+                               ELSE 'MAX_WAIT_EXCEEDED' END,
+             error_message = CASE WHEN c.deadline_at <= now()
+                                  THEN 'the deadline passed while the command was waiting'
+                                  ELSE 'the command waited longer than its max_wait' END
+           FROM due WHERE c.id = due.id
+         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
+                   c.status, c.updated_at, c.error_code, c.error_message",
+    )
+    .await?
+    else {
+        return Ok(0);
+    };
+    for row in &rows {
+        let keys = AppKeys::new(row.application_id);
+        let done = crate::projection::settle::FinishedWaiting {
+            command_id: row.id,
+            namespace_id: row.namespace_id,
+            command: &row.command,
+            resource_key: &row.resource_key,
+            status: "expired",
+            updated_at: crate::outbox::rfc3339(row.updated_at),
+            error: row
+                .error_code
+                .as_deref()
+                .map(|code| (code, row.error_message.as_deref().unwrap_or(""))),
+            retention_ms: retention_seconds.saturating_mul(1_000),
+        };
+        if let Err(error) =
+            crate::projection::settle::finish_waiting(redis, scripts, &keys, &done).await
+        {
+            tracing::warn!(command_id = %row.id, %error, "expiry not mirrored");
+        }
+    }
+    Ok(rows.len())
+}
+
+/// Deletes terminal rows older than the retention period and forgets their request keys.
+pub async fn prune(
+    pg: &PgPool,
+    redis: &Pool,
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let mut tx = pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_RETENTION)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(0);
+    }
+    let rows: Vec<(Uuid, Uuid, String, String, String)> = sqlx::query_as(
+        "DELETE FROM commands WHERE id IN (
+             SELECT id FROM commands
+              WHERE finished_at < now() - make_interval(secs => $2::double precision)
+              LIMIT $1 FOR UPDATE SKIP LOCKED)
+         RETURNING application_id, namespace_id, command, subject, request_key",
+    )
+    .bind(BATCH)
+    .bind(retention_seconds as f64)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    for (application_id, namespace_id, command, subject, request_key) in &rows {
+        let keys = AppKeys::new(*application_id);
+        let field = request_key_field(subject, request_key);
+        let result: Result<i64, _> = fred::interfaces::HashesInterface::hdel(
+            redis.next(),
+            keys.request_keys(*namespace_id, command),
+            field,
+        )
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(%error, "pruned request key not forgotten in Redis");
+        }
+    }
+    Ok(rows.len())
+}

@@ -1,0 +1,107 @@
+//! `sluice dev`: a whole local stack in one command.
+//!
+//! Redis and PostgreSQL are reused when the configured URLs answer; otherwise throwaway servers
+//! are started in a temporary directory (they stop with this process). Then migrations, a demo
+//! namespace with the demo declaration, the executor and the gateway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::tenancy::{self, BootstrapRequest};
+use sluice_durable::testkit::{PgServer, RedisServer};
+use sluice_durable::{db, projection};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{CliResult, DevArgs, read_credentials, watch_signals};
+use crate::config::GatewayConfig;
+use crate::state::Gateway;
+use crate::ticket::TicketKeys;
+
+/// The demo declaration: a flash sale of 100 units of one offer.
+pub const DEMO_DECLARATION: &str = include_str!("../../deploy/demo.toml");
+
+pub async fn run(args: DevArgs) -> CliResult {
+    let mut _servers: (Option<RedisServer>, Option<PgServer>) = (None, None);
+    let redis_url = match projection::connect_redis(&args.redis.redis_url, 1).await {
+        Ok(_) => args.redis.redis_url.clone(),
+        Err(_) => {
+            println!("no Redis at {}: starting one", args.redis.redis_url);
+            let server = tokio::task::spawn_blocking(RedisServer::start).await?;
+            let url = server.url();
+            _servers.0 = Some(server);
+            url
+        }
+    };
+    let database_url = match tokio::time::timeout(
+        Duration::from_secs(3),
+        db::connect(&args.database.database_url, 1),
+    )
+    .await
+    {
+        Ok(Ok(_)) => args.database.database_url.clone(),
+        _ => {
+            println!(
+                "no PostgreSQL at {}: starting one",
+                args.database.database_url
+            );
+            let server = tokio::task::spawn_blocking(PgServer::start).await?;
+            let url = server.fresh_database().await;
+            _servers.1 = Some(server);
+            url
+        }
+    };
+    let pg = db::connect(&database_url, 32).await?;
+    db::run_migrations(&pg).await?;
+    let redis = projection::connect_redis(&redis_url, 4).await?;
+
+    std::fs::create_dir_all(&args.dir)?;
+    let path = args.dir.join("credentials.json");
+    // A credentials file from an earlier run is reused only if it belongs to this database.
+    let creds = match read_credentials(&path) {
+        Ok(creds)
+            if tenancy::credential_by_secret(&pg, &creds.credential)
+                .await?
+                .is_some() =>
+        {
+            creds
+        }
+        _ => {
+            let creds = tenancy::bootstrap(
+                &pg,
+                &BootstrapRequest {
+                    application: "demo".into(),
+                    namespace: "demo".into(),
+                    application_id: None,
+                    scopes: vec![],
+                    resource_access: true,
+                },
+            )
+            .await?;
+            crate::cli::write_secret_file(&path, &serde_json::to_vec_pretty(&creds)?)?;
+            creds
+        }
+    };
+    let revision =
+        tenancy::apply_declaration(&pg, creds.namespace_id, DEMO_DECLARATION, "dev", None).await?;
+
+    let tickets = match std::env::var("SLUICE_TICKET_KEYS") {
+        Ok(spec) => TicketKeys::parse(&spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,
+        Err(_) => TicketKeys::generate().1,
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let executor = Executor::new(pg.clone(), redis.clone(), ExecutorConfig::default());
+    let executor_task = tokio::spawn(executor.run(shutdown.clone()));
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let gateway = Arc::new(Gateway::new(pg, redis, tickets, GatewayConfig::default()));
+    println!(
+        "\nSluice dev stack\n  gateway:     http://{}\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
+        args.listen,
+        path.display(),
+        creds.namespace
+    );
+    crate::server::run(listener, gateway, shutdown.clone()).await;
+    let _ = executor_task.await;
+    Ok(())
+}

@@ -1,0 +1,34 @@
+-- finish.lua: mirror a command's terminal state that PostgreSQL has just committed, and release
+-- its permits.
+--
+-- KEYS[1] count  KEYS[2] cmd (status hash)  KEYS[3] admission lease zset of its command
+-- KEYS[4] per-resource lease zset of its queue  KEYS[5] drain counter of this second
+-- ARGV: 1 id  2 status  3 updated_at  4 result (JSON text or "")  5 error_code  6 error_message
+--       7 retention_ms
+--
+-- Exactly-once counting without trusting the lease: `unfinished` drops only on the transition of
+-- the status hash from a non-terminal status to a terminal one. A missing hash means the command
+-- was not counted (a rebuild after its commit did not project it), so nothing is taken back.
+-- Permits are zset members, so releasing twice (or after expiry) changes nothing.
+-- Returns 1 when this call counted the command out.
+
+local count, cmdkey, lease, res_lease, drain = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id = ARGV[1]
+local terminal = {succeeded = true, rejected = true, failed = true, expired = true, cancelled = true}
+local current = redis.call('HGET', cmdkey, 'status')
+local counted = 0
+if current and not terminal[current] then
+  redis.call('HINCRBY', count, 'unfinished', -1)
+  redis.call('INCR', drain)
+  redis.call('EXPIRE', drain, 30)
+  counted = 1
+end
+redis.call('ZREM', lease, id)
+redis.call('ZREM', res_lease, id)
+if current then
+  redis.call('HSET', cmdkey, 'status', ARGV[2], 'updated_at', ARGV[3])
+  if ARGV[4] ~= '' then redis.call('HSET', cmdkey, 'result', ARGV[4]) end
+  if ARGV[5] ~= '' then redis.call('HSET', cmdkey, 'error_code', ARGV[5], 'error_message', ARGV[6]) end
+  redis.call('PEXPIRE', cmdkey, tonumber(ARGV[7]))
+end
+return counted
