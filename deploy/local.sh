@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Sluice locally in one command on a Debian machine: installs redis-server and PostgreSQL
 # with apt when missing, starts them when they are not answering, creates the `sluice` role and
-# database, migrates, bootstraps a demo namespace with a demo declaration and serves.
+# database, then `sluice dev`: migrates, bootstraps a demo namespace with the demo declaration
+# and runs the gateway and the executor.
 #
 # State (credentials, ticket key) lives in $SLUICE_DEV_DIR (default ./.sluice-dev).
 set -euo pipefail
@@ -48,25 +49,18 @@ sluice=target/release/sluice
 
 mkdir -p "$dev_dir"
 chmod 700 "$dev_dir"
-"$sluice" migrate
-if [ ! -f "$dev_dir/credentials.json" ]; then
-  "$sluice" bootstrap --application demo --namespace demo --resource-access \
-    --output "$dev_dir/credentials.json"
-fi
-"$sluice" apply --credentials "$dev_dir/credentials.json" -f deploy/demo.toml
 if [ ! -f "$dev_dir/ticket-keys" ]; then
   (umask 077 && "$sluice" keygen > "$dev_dir/ticket-keys")
 fi
 export SLUICE_TICKET_KEYS=$(cat "$dev_dir/ticket-keys")
 
-credential=$(sed -n 's/.*"credential": "\(.*\)".*/\1/p' "$dev_dir/credentials.json")
+# sluice dev migrates, bootstraps the demo namespace (credentials in $dev_dir/credentials.json),
+# applies deploy/demo.toml and runs the gateway and the executor together.
 cat <<EOT
 
-Sluice is serving on http://$listen
-Credentials: $dev_dir/credentials.json
-Try:
+Try, once it is serving (the credential is in $dev_dir/credentials.json):
   curl -s -X POST http://$listen/v1/commands/claim:enqueue \\
-    -H "Authorization: Bearer $credential" -H 'Content-Type: application/json' \\
+    -H "Authorization: Bearer \$CREDENTIAL" -H 'Content-Type: application/json' \\
     -d '{"request_key":"order-1","subject":"user-42","input":{"offer":"0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10"}}'
 EOT
-exec "$sluice" serve --listen "$listen"
+exec "$sluice" dev --listen "$listen" --dir "$dev_dir"

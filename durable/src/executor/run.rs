@@ -23,7 +23,10 @@ use super::sweep;
 use crate::DurableError;
 use crate::declaration::HandlerDecl;
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
-use crate::projection::execution::{Admission, AdmitLimits, AdmittedHead, admit, renew};
+use crate::outbox::rfc3339;
+use crate::projection::execution::{
+    Admission, AdmitLimits, AdmittedHead, Requeued, admit, renew, requeue,
+};
 use crate::projection::{AppKeys, Scripts, rebuild};
 
 /// A permit this executor holds: (application, namespace, command, queue suffix).
@@ -141,10 +144,10 @@ impl Executor {
         let claimed = match claim::claim(&self.pg, &ids, self.owner, self.config.lease_ms).await {
             Ok(claimed) => claimed,
             Err(error) => {
-                // Nothing was claimed; the permits lapse and the heads are requeued by the
-                // reconciler of the projection (their rows are still waiting in PostgreSQL).
-                tracing::warn!(%error, "claim failed");
-                self.give_back_unclaimed(app, &keys, &heads, &[]).await;
+                // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
+                // their queues in their original places.
+                tracing::warn!(%error, "claim failed; heads go back to their queues");
+                self.requeue_heads(&keys, &heads).await;
                 return;
             }
         };
@@ -205,7 +208,15 @@ impl Executor {
         let states = match claim::current_state(&self.pg, &unclaimed).await {
             Ok(states) => states,
             Err(error) => {
-                tracing::warn!(%error, application_id = %app.id, "unclaimed heads left to lapse");
+                // Put them back as waiting; if one of them ended meanwhile, the next claim of it
+                // fails and mirrors its real state.
+                tracing::warn!(%error, application_id = %app.id, "unclaimed heads go back to their queues");
+                let back: Vec<AdmittedHead> = heads
+                    .iter()
+                    .filter(|h| unclaimed.contains(&h.command_id))
+                    .cloned()
+                    .collect();
+                self.requeue_heads(keys, &back).await;
                 return;
             }
         };
@@ -310,6 +321,28 @@ impl Executor {
                 },
             )
             .await;
+        }
+    }
+
+    /// Puts admitted heads back into their queues without asking PostgreSQL (used when it
+    /// cannot be asked): each keeps its original sequence, its permits go back.
+    async fn requeue_heads(&self, keys: &AppKeys, heads: &[AdmittedHead]) {
+        for head in heads {
+            let Some((namespace_id, command)) = parse_suffix(&head.queue_suffix) else {
+                continue;
+            };
+            let back = Requeued {
+                command_id: head.command_id,
+                namespace_id,
+                command,
+                queue_suffix: &head.queue_suffix,
+                queue_seq: head.queue_seq,
+                status: "accepted",
+                updated_at: rfc3339(chrono::Utc::now()),
+            };
+            if let Err(error) = requeue(&self.redis, &self.scripts, keys, &back).await {
+                tracing::warn!(command_id = %head.command_id, %error, "head not requeued; a rebuild restores it");
+            }
         }
     }
 
@@ -427,5 +460,26 @@ impl Executor {
                 }
             }
         }
+    }
+}
+
+/// `"<namespace uuid>:<command>:<resource>"` → (namespace, command).
+fn parse_suffix(suffix: &str) -> Option<(Uuid, &str)> {
+    let namespace = Uuid::parse_str(suffix.get(..36)?).ok()?;
+    let rest = suffix.get(37..)?;
+    let command = rest.split(':').next()?;
+    Some((namespace, command))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_suffixes_parse_back() {
+        let ns = Uuid::now_v7();
+        let suffix = AppKeys::queue_suffix(ns, "claim", "offer:with:colons");
+        assert_eq!(parse_suffix(&suffix), Some((ns, "claim")));
+        assert_eq!(parse_suffix("short"), None);
     }
 }

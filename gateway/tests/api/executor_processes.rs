@@ -1,0 +1,621 @@
+//! Real `sluice execute` processes against one gateway: two executors share a flash sale under
+//! one admission limit, a SIGKILLed executor's work is finished by the next one exactly once,
+//! and SIGTERM drains.
+//!
+//! The executors are the real binary (`CARGO_BIN_EXE_sluice`), so these tests cover the CLI
+//! wiring, signal handling and process death that in-process executors cannot.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::*;
+use hyper::StatusCode;
+use sluice_durable::testkit::shared_redis;
+use uuid::Uuid;
+
+use crate::execution::all_terminal;
+use crate::support::*;
+
+/// Statuses after which a command never changes.
+const TERMINAL: &str = "('succeeded', 'rejected', 'failed', 'expired', 'cancelled')";
+
+/// One `sluice execute` process, killed (SIGKILL) and reaped when dropped. Its stdout and
+/// stderr (JSON logs) go to `log`.
+struct ExecutorProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ExecutorProcess {
+    /// Starts `sluice execute --lease-ms 1500 --tick-ms 20` against the stack's database and
+    /// the shared Redis, logging to `dir/<name>.log`.
+    fn spawn(stack: &Stack, dir: &Path, name: &str) -> ExecutorProcess {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("create the executor log");
+        let err = out.try_clone().expect("clone the log handle");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "execute",
+                "--lease-ms",
+                "1500",
+                "--tick-ms",
+                "20",
+                "--pg-pool-size",
+                "8",
+            ])
+            .env("SLUICE_DATABASE_URL", &stack.database_url)
+            .env("SLUICE_REDIS_URL", shared_redis().url())
+            .env("SLUICE_LOG", "info")
+            .env("SLUICE_LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn sluice execute");
+        ExecutorProcess { child, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The owner id the process logged with "executor running", once it did.
+    fn owner(&self) -> Option<Uuid> {
+        self.log_text().lines().find_map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+            if entry["fields"]["message"] != "executor running" {
+                return None;
+            }
+            entry["fields"]["owner"].as_str()?.parse().ok()
+        })
+    }
+
+    /// Waits until the process logged "executor running"; returns its owner id.
+    async fn running(&mut self) -> Uuid {
+        let mut owner = None;
+        let started = eventually(Duration::from_secs(15), || {
+            owner = self.owner();
+            std::future::ready(owner.is_some())
+        })
+        .await;
+        assert!(
+            started,
+            "the executor did not start (exit: {:?}); log:\n{}",
+            self.child.try_wait(),
+            self.log_text()
+        );
+        owner.expect("owner logged")
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Polls for the process's exit for at most `within`.
+    async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the executor");
+        self.child.wait().expect("reap the executor");
+    }
+
+    /// SIGTERM through kill(1): the workspace denies `unsafe`, so no `libc::kill`.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {} failed", self.pid());
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One enqueue: subject, request key, offer.
+#[derive(Debug, Clone)]
+struct Enqueue {
+    subject: String,
+    key: String,
+    offer: String,
+}
+
+impl Enqueue {
+    fn new(subject: impl Into<String>, key: impl Into<String>, offer: &str) -> Enqueue {
+        Enqueue {
+            subject: subject.into(),
+            key: key.into(),
+            offer: offer.to_string(),
+        }
+    }
+}
+
+/// Sends the requests of each group in order, the groups spread over `tasks` concurrent tasks.
+/// Returns, per group and request, the status and the command id.
+async fn enqueue_groups(
+    stack: &Arc<Stack>,
+    groups: Vec<Vec<Enqueue>>,
+    tasks: usize,
+) -> Vec<Vec<(StatusCode, String)>> {
+    let groups = Arc::new(groups);
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (stack, groups) = (stack.clone(), groups.clone());
+        handles.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for g in (t..groups.len()).step_by(tasks) {
+                let mut replies = Vec::new();
+                for e in &groups[g] {
+                    let reply = stack.enqueue(&e.subject, &e.key, &e.offer).await;
+                    let id = reply.data()["command_id"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("no command id: {:?}", reply.body))
+                        .to_string();
+                    replies.push((reply.status, id));
+                }
+                answers.push((g, replies));
+            }
+            answers
+        }));
+    }
+    let mut all = vec![Vec::new(); groups.len()];
+    for handle in handles {
+        for (g, replies) in handle.await.expect("enqueue task") {
+            all[g] = replies;
+        }
+    }
+    all
+}
+
+/// Commands of the stack's application by status.
+async fn statuses(stack: &Stack) -> HashMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, count(*) FROM commands WHERE application_id = $1 GROUP BY status",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("count by status")
+    .into_iter()
+    .collect()
+}
+
+fn terminal_count(counts: &HashMap<String, i64>) -> i64 {
+    ["succeeded", "rejected", "failed", "expired", "cancelled"]
+        .iter()
+        .map(|s| counts.get(*s).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Allocations of the pool `stock`: (rows, distinct subjects, distinct commands).
+async fn allocations(stack: &Stack) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(DISTINCT subject), count(DISTINCT command_id)
+           FROM allocations WHERE namespace_id = $1 AND pool = 'stock'",
+    )
+    .bind(stack.creds.namespace_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("allocations")
+}
+
+/// Succeeded commands, and how many of them have the allocation their result names.
+async fn succeeded_with_allocation(stack: &Stack) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*),
+                count(*) FILTER (WHERE a.id::text = c.result->>'allocation_id'
+                                   AND a.subject = c.subject)
+           FROM commands c LEFT JOIN allocations a ON a.command_id = c.id
+          WHERE c.application_id = $1 AND c.status = 'succeeded'",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("succeeded commands")
+}
+
+async fn pool_allocated(stack: &Stack) -> i64 {
+    sqlx::query_scalar("SELECT allocated FROM quota_pools WHERE namespace_id = $1")
+        .bind(stack.creds.namespace_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("pool")
+}
+
+/// Error codes of rejected/failed/expired commands.
+async fn error_codes(stack: &Stack) -> HashMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT coalesce(error_code, '<none>'), count(*) FROM commands
+          WHERE application_id = $1 AND status IN ('rejected', 'failed', 'expired')
+          GROUP BY 1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("error codes")
+    .into_iter()
+    .collect()
+}
+
+/// The Redis `unfinished` counter returns to zero once everything landed.
+async fn unfinished_drains_to_zero(stack: &Stack) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        stack.counters().await.get("unfinished").copied() == Some(0)
+    })
+    .await
+}
+
+/// Pool of 100, 1,500 subjects (some replaying their request key, some sending a second one)
+/// arriving while two executor processes drain them under `max_in_flight = 4`: exactly 100
+/// allocations, one per subject, every command terminal, and the limit held at every instant
+/// the test itself looked (PostgreSQL `executing` rows and the Redis permit set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
+    let declaration = CLAIM_DECLARATION.replace(
+        "admission = { max_queue = 1000000 }",
+        "admission = { max_queue = 1000000, max_in_flight = 4, per_second = 1000000 }",
+    );
+    assert_ne!(declaration, CLAIM_DECLARATION, "the admission line changed");
+    let stack = Arc::new(Stack::with_declaration(&declaration).await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = ExecutorProcess::spawn(&stack, dir.path(), "first");
+    let mut second = ExecutorProcess::spawn(&stack, dir.path(), "second");
+    let owners = [first.running().await, second.running().await];
+    assert_ne!(owners[0], owners[1]);
+
+    // The samplers run for the whole sale, each as fast as its round trips allow.
+    let done = Arc::new(AtomicBool::new(false));
+    let pg_sampler = {
+        let (pg, app, done) = (stack.pg.clone(), stack.creds.application_id, done.clone());
+        tokio::spawn(async move {
+            let (mut max, mut non_zero, mut samples) = (0i64, 0u64, 0u64);
+            let mut owners_seen: HashSet<Uuid> = HashSet::new();
+            while !done.load(Ordering::Relaxed) {
+                let (executing, seen): (i64, Vec<Uuid>) = sqlx::query_as(
+                    "SELECT count(*),
+                            coalesce(array_agg(DISTINCT lease_owner)
+                                     FILTER (WHERE lease_owner IS NOT NULL), '{}')
+                       FROM commands WHERE application_id = $1 AND status = 'executing'",
+                )
+                .bind(app)
+                .fetch_one(&pg)
+                .await
+                .expect("sample executing rows");
+                samples += 1;
+                max = max.max(executing);
+                non_zero += u64::from(executing > 0);
+                owners_seen.extend(seen);
+            }
+            (max, non_zero, samples, owners_seen)
+        })
+    };
+    let redis_max = Arc::new(AtomicI64::new(0));
+    let redis_sampler = {
+        let (redis, done, redis_max) = (stack.redis.clone(), done.clone(), redis_max.clone());
+        let permits = stack
+            .keys()
+            .command_leases(stack.creds.namespace_id, "claim");
+        tokio::spawn(async move {
+            let (mut non_zero, mut samples) = (0u64, 0u64);
+            while !done.load(Ordering::Relaxed) {
+                let held: i64 = redis.next().zcard(&permits).await.expect("sample permits");
+                samples += 1;
+                redis_max.fetch_max(held, Ordering::Relaxed);
+                non_zero += u64::from(held > 0);
+            }
+            (non_zero, samples)
+        })
+    };
+
+    // 1,500 subjects over 8 offers; every 10th replays its request key (same command), every
+    // 15th sends a second request key (a second command that may not allocate again).
+    let offers: Vec<String> = (0..8).map(|_| offer()).collect();
+    let groups: Vec<Vec<Enqueue>> = (0..1500)
+        .map(|i| {
+            let (subject, key) = (format!("buyer-{i}"), format!("k-{i}"));
+            let offer = &offers[i % offers.len()];
+            let mut group = vec![Enqueue::new(&subject, &key, offer)];
+            if i % 10 == 0 {
+                group.push(Enqueue::new(&subject, &key, offer));
+            }
+            if i % 15 == 0 {
+                group.push(Enqueue::new(&subject, format!("{key}-again"), offer));
+            }
+            group
+        })
+        .collect();
+    let answers = enqueue_groups(&stack, groups.clone(), 16).await;
+    let mut accepted = HashSet::new();
+    for (group, replies) in groups.iter().zip(&answers) {
+        for (i, (e, (status, id))) in group.iter().zip(replies).enumerate() {
+            let replay = i > 0 && e.key == group[0].key;
+            if replay {
+                assert_eq!(*status, StatusCode::OK, "a replay of {}", e.key);
+                assert_eq!(id, &replies[0].1, "a replay names the original command");
+            } else {
+                assert_eq!(*status, StatusCode::ACCEPTED, "{e:?}");
+                assert!(accepted.insert(id.clone()), "a new command id each time");
+            }
+        }
+    }
+    assert_eq!(accepted.len(), 1500 + 100);
+    assert_eq!(stack.count_rows().await, 1600);
+
+    let landed = all_terminal(&stack, Duration::from_secs(25)).await;
+    done.store(true, Ordering::Relaxed);
+    let (pg_max, pg_non_zero, pg_samples, owners_seen) = pg_sampler.await.expect("pg sampler");
+    let (redis_non_zero, redis_samples) = redis_sampler.await.expect("redis sampler");
+    let redis_max = redis_max.load(Ordering::Relaxed);
+    assert!(landed, "every command lands: {:?}", statuses(&stack).await);
+
+    let (rows, subjects, commands) = allocations(&stack).await;
+    assert_eq!(rows, 100, "exactly the pool's capacity is allocated");
+    assert_eq!(subjects, 100, "no subject holds two units");
+    assert_eq!(commands, 100);
+    assert_eq!(pool_allocated(&stack).await, 100);
+    assert_eq!(
+        succeeded_with_allocation(&stack).await,
+        (100, 100),
+        "each success names its own allocation"
+    );
+    let counts = statuses(&stack).await;
+    assert_eq!(terminal_count(&counts), 1600, "{counts:?}");
+    assert_eq!(counts.get("rejected").copied(), Some(1500), "{counts:?}");
+    let codes = error_codes(&stack).await;
+    assert!(
+        codes
+            .keys()
+            .all(|c| c == "SOLD_OUT" || c == "ALREADY_ALLOCATED"),
+        "{codes:?}"
+    );
+    assert!(
+        unfinished_drains_to_zero(&stack).await,
+        "{:?}",
+        stack.counters().await
+    );
+
+    eprintln!(
+        "flash sale: {pg_samples} PostgreSQL samples ({pg_non_zero} non-zero, max {pg_max}), \
+         {redis_samples} Redis samples ({redis_non_zero} non-zero, max {redis_max}), \
+         owners seen executing: {owners_seen:?} of {owners:?}"
+    );
+    assert!(
+        pg_non_zero > 0,
+        "the sampler saw no executing row in {pg_samples} samples"
+    );
+    assert!(pg_max <= 4, "{pg_max} rows executing at once (limit 4)");
+    assert!(
+        redis_non_zero > 0,
+        "the sampler saw no permit in {redis_samples} samples"
+    );
+    assert!(redis_max <= 4, "{redis_max} permits held at once (limit 4)");
+    for owner in owners {
+        assert!(
+            owners_seen.contains(&owner),
+            "executor {owner} was never seen executing; seen: {owners_seen:?}"
+        );
+    }
+    assert!(first.is_running(), "{}", first.log_text());
+    assert!(second.is_running(), "{}", second.log_text());
+}
+
+/// An executor is SIGKILLed while it drains 300 commands; a second one takes over once the
+/// first one's leases lapse. Every command lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
+    // A start rate keeps work in hand for a few seconds, so the kill falls mid-run.
+    let declaration = CLAIM_DECLARATION.replace(
+        "admission = { max_queue = 1000000 }",
+        "admission = { max_queue = 1000000, per_second = 100, burst = 10 }",
+    );
+    assert_ne!(declaration, CLAIM_DECLARATION);
+    let stack = Arc::new(Stack::with_declaration(&declaration).await);
+    let offers: Vec<String> = (0..4).map(|_| offer()).collect();
+    let groups: Vec<Vec<Enqueue>> = (0..300)
+        .map(|i| {
+            vec![Enqueue::new(
+                format!("fan-{i}"),
+                format!("k-{i}"),
+                &offers[i % 4],
+            )]
+        })
+        .collect();
+    let answers = enqueue_groups(&stack, groups, 8).await;
+    assert!(
+        answers.iter().all(|r| r[0].0 == StatusCode::ACCEPTED),
+        "every enqueue accepted"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut doomed = ExecutorProcess::spawn(&stack, dir.path(), "doomed");
+    doomed.running().await;
+    let started = eventually(Duration::from_secs(15), || async {
+        let counts = statuses(&stack).await;
+        counts.get("executing").copied().unwrap_or(0) > 0 || terminal_count(&counts) > 0
+    })
+    .await;
+    assert!(
+        started,
+        "the executor started working: {}",
+        doomed.log_text()
+    );
+    doomed.kill();
+    let at_kill = statuses(&stack).await;
+    let in_flight: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM commands WHERE application_id = $1 AND status = 'executing'",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("in flight");
+
+    let mut heir = ExecutorProcess::spawn(&stack, dir.path(), "heir");
+    heir.running().await;
+    let landed = all_terminal(&stack, Duration::from_secs(25)).await;
+    let stuck: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, status, lease_owner::text FROM commands
+          WHERE application_id = $1 AND status NOT IN {TERMINAL} LIMIT 10"
+    )))
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("stuck rows");
+    assert!(
+        landed,
+        "every command lands after the takeover; at the kill: {at_kill:?}; now: {:?}; \
+         some unfinished: {stuck:?}",
+        statuses(&stack).await
+    );
+
+    let (rows, subjects, commands) = allocations(&stack).await;
+    assert_eq!(rows, 100, "the whole pool and no more is allocated");
+    assert_eq!(subjects, rows, "no subject twice");
+    assert_eq!(commands, rows, "no command with two allocations");
+    assert_eq!(pool_allocated(&stack).await, rows);
+    assert_eq!(
+        succeeded_with_allocation(&stack).await,
+        (rows, rows),
+        "succeeded commands and allocations match one to one"
+    );
+    let counts = statuses(&stack).await;
+    assert_eq!(terminal_count(&counts), 300, "{counts:?}");
+    assert_eq!(
+        error_codes(&stack).await,
+        HashMap::from([("SOLD_OUT".to_string(), 200)])
+    );
+    let retried: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM commands WHERE application_id = $1 AND attempts > 1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("retried");
+    eprintln!(
+        "SIGKILL: at the kill {at_kill:?}, {} rows executing; {retried} rows took more than one attempt",
+        in_flight.len()
+    );
+    assert!(
+        unfinished_drains_to_zero(&stack).await,
+        "{:?}",
+        stack.counters().await
+    );
+    let permits: i64 = stack
+        .redis
+        .next()
+        .zcard(
+            stack
+                .keys()
+                .command_leases(stack.creds.namespace_id, "claim"),
+        )
+        .await
+        .expect("permits");
+    assert_eq!(permits, 0, "no permit outlives its command");
+    assert!(heir.is_running(), "{}", heir.log_text());
+}
+
+/// SIGTERM while commands are in hand: the process stops admitting, lands what it holds and
+/// exits 0 within a few seconds, leaving no row `executing` and no permit held. What it did not
+/// start is still queued: a second executor finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_work_in_hand_and_exits_cleanly() {
+    let declaration = CLAIM_DECLARATION.replace(
+        "admission = { max_queue = 1000000 }",
+        "admission = { max_queue = 1000000, per_second = 200, burst = 20 }",
+    );
+    assert_ne!(declaration, CLAIM_DECLARATION);
+    let stack = Arc::new(Stack::with_declaration(&declaration).await);
+    let offers: Vec<String> = (0..4).map(|_| offer()).collect();
+    let groups: Vec<Vec<Enqueue>> = (0..600)
+        .map(|i| {
+            vec![Enqueue::new(
+                format!("guest-{i}"),
+                format!("k-{i}"),
+                &offers[i % 4],
+            )]
+        })
+        .collect();
+    let answers = enqueue_groups(&stack, groups, 8).await;
+    assert!(answers.iter().all(|r| r[0].0 == StatusCode::ACCEPTED));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut executor = ExecutorProcess::spawn(&stack, dir.path(), "drained");
+    executor.running().await;
+    let working = eventually(Duration::from_secs(15), || async {
+        let counts = statuses(&stack).await;
+        counts.get("executing").copied().unwrap_or(0) > 0 || terminal_count(&counts) > 0
+    })
+    .await;
+    assert!(
+        working,
+        "the executor started working: {}",
+        executor.log_text()
+    );
+    executor.terminate();
+    let status = executor.exited(Duration::from_secs(10)).await;
+    let log = executor.log_text();
+    let status = status.unwrap_or_else(|| panic!("no exit within 10 s after SIGTERM:\n{log}"));
+    assert!(status.success(), "exit status {status:?}:\n{log}");
+    assert!(log.contains("executor draining"), "{log}");
+    assert!(log.contains("executor stopped"), "{log}");
+
+    let after = statuses(&stack).await;
+    assert_eq!(
+        after.get("executing").copied().unwrap_or(0),
+        0,
+        "no row left executing: {after:?}"
+    );
+    assert_eq!(after.get("running").copied().unwrap_or(0), 0, "{after:?}");
+    let permits: i64 = stack
+        .redis
+        .next()
+        .zcard(
+            stack
+                .keys()
+                .command_leases(stack.creds.namespace_id, "claim"),
+        )
+        .await
+        .expect("permits");
+    assert_eq!(permits, 0, "the drained executor holds no permit");
+    eprintln!("SIGTERM: after the drain {after:?}");
+
+    // Nothing the drained executor touched is stranded: a fresh executor finishes everything.
+    let mut next = ExecutorProcess::spawn(&stack, dir.path(), "next");
+    next.running().await;
+    assert!(
+        all_terminal(&stack, Duration::from_secs(20)).await,
+        "the rest lands: {:?}",
+        statuses(&stack).await
+    );
+    let (rows, subjects, _) = allocations(&stack).await;
+    assert_eq!((rows, subjects), (100, 100));
+    assert_eq!(succeeded_with_allocation(&stack).await, (100, 100));
+    assert!(
+        unfinished_drains_to_zero(&stack).await,
+        "{:?}",
+        stack.counters().await
+    );
+    assert!(next.is_running(), "{}", next.log_text());
+}
