@@ -8,8 +8,10 @@
 -- Resources are visited least recently served first, one head per resource per pass, so one
 -- busy resource cannot starve the others; a resource whose command has no free permit (or no
 -- start token) is skipped, never waited on. Permits are leases: zset members scored by expiry,
--- so a crashed executor's permits lapse by themselves (expired members are purged before
--- counting). Taking a head: its permits, a start token, out of its queue, status executing.
+-- so a crashed executor's permits lapse by themselves: only live members (expiry > now) are
+-- counted. Lapsed members stay until the executors' sweeper has put their commands back in line
+-- (an executor may have died between admitting a head and claiming its row). Taking a head: its
+-- permits, a start token, out of its queue, status executing.
 --
 -- Returns {"NOT_READY"} or {"OK", id, suffix, seq, id, suffix, seq, ...}.
 
@@ -36,14 +38,14 @@ local function command_state(nscmd)
   local f = {}
   for w in string.gmatch(spec, '%S+') do f[#f + 1] = tonumber(w) end
   local lease = prefix .. ':lease:cmd:' .. nscmd
-  redis.call('ZREMRANGEBYSCORE', lease, '-inf', now)
   local bucket = prefix .. ':bucket:start:' .. nscmd
   local b = redis.call('HMGET', bucket, 'tokens', 'ts')
   local tokens, ts = tonumber(b[1]), tonumber(b[2])
   if tokens == nil or ts == nil then tokens, ts = f[3], now end
   if now > ts then tokens = math.min(f[3], tokens + (now - ts) * f[2] / 1000) end
   st = {max = f[1], rate = f[2], burst = f[3], per_resource = f[4], lease = lease,
-        bucket = bucket, held = redis.call('ZCARD', lease), tokens = tokens, took = false}
+        bucket = bucket, held = redis.call('ZCOUNT', lease, '(' .. now, '+inf'),
+        tokens = tokens, took = false}
   commands[nscmd] = st
   return st
 end
@@ -70,8 +72,7 @@ while taken < max_heads and #active > 0 do
       local resource_ok = true
       local res_lease = prefix .. ':lease:res:' .. suffix
       if st.per_resource > 0 then
-        redis.call('ZREMRANGEBYSCORE', res_lease, '-inf', now)
-        resource_ok = redis.call('ZCARD', res_lease) < st.per_resource
+        resource_ok = redis.call('ZCOUNT', res_lease, '(' .. now, '+inf') < st.per_resource
       end
       if resource_ok then
         local id, seq = head[1], head[2]

@@ -87,6 +87,52 @@ impl Tenant {
     }
 }
 
+impl Tenant {
+    /// Deletes every Redis key of the tenant's application (they share one hash tag), so a
+    /// benchmark leaves nothing behind on a shared Redis.
+    pub async fn forget_redis(&self) -> Result<u64, BoxError> {
+        use fred::interfaces::KeysInterface;
+        let pattern = projection::AppKeys::new(self.creds.application_id).pattern();
+        let client = self.redis.next();
+        let mut cursor = "0".to_string();
+        let mut deleted = 0;
+        loop {
+            let (next, page): (String, Vec<String>) = client
+                .scan_page(cursor.as_str(), pattern.as_str(), Some(1_000), None)
+                .await?;
+            if !page.is_empty() {
+                deleted += client.unlink::<u64, _>(page).await?;
+            }
+            if next == "0" {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Refuses a server URL whose hosts are not loopback: benchmarks only ever load this machine.
+/// Accepts `scheme://[user@]host[:port][/…]` and comma-separated node lists (Redis Cluster).
+pub fn ensure_loopback(url: &str) -> Result<(), BoxError> {
+    for node in url.split(',') {
+        let rest = node.split_once("://").map_or(node, |(_, rest)| rest);
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let host = match host_port.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+            None => host_port.split(':').next().unwrap_or(""),
+        };
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(format!("benchmarks only target loopback, not {host:?}").into());
+        }
+    }
+    Ok(())
+}
+
 /// A gateway serving on an ephemeral loopback port until dropped.
 pub struct RunningGateway {
     pub base: String,

@@ -34,18 +34,20 @@ enum Decision {
     AlreadyAllocated,
 }
 
-/// Decides a batch in queue order: each subject at most once (counting allocations that exist
-/// already), and never more than `available` units.
+/// Decides a batch in queue order: each subject at most one unit (counting allocations that
+/// exist already), and never more than `available` units. A subject is told
+/// `ALREADY_ALLOCATED` only if it really holds a unit; otherwise an empty pool is `SOLD_OUT`.
 fn decide(subjects: &[&str], already: &HashSet<String>, available: i64) -> Vec<Decision> {
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut allocated_now: HashSet<&str> = HashSet::new();
     let mut left = available;
     subjects
         .iter()
         .map(|subject| {
-            if already.contains(*subject) || !seen.insert(subject) {
+            if already.contains(*subject) || allocated_now.contains(subject) {
                 Decision::AlreadyAllocated
             } else if left > 0 {
                 left -= 1;
+                allocated_now.insert(subject);
                 Decision::Allocated(Uuid::now_v7())
             } else {
                 Decision::SoldOut
@@ -274,6 +276,15 @@ mod tests {
         );
         assert!(matches!(d[4], Decision::Allocated(_)));
         assert_eq!(d[5], Decision::SoldOut);
+    }
+
+    #[test]
+    fn a_subject_without_a_unit_is_sold_out_not_already_allocated() {
+        let none = HashSet::new();
+        let d = decide(&["winner", "loser", "loser"], &none, 1);
+        assert!(matches!(d[0], Decision::Allocated(_)));
+        assert_eq!(d[1], Decision::SoldOut);
+        assert_eq!(d[2], Decision::SoldOut);
     }
 
     #[test]

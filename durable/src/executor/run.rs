@@ -40,6 +40,8 @@ pub struct Executor {
     /// Leases are taken in this name; a result lands only while the row's lease is still ours.
     owner: Uuid,
     held: Mutex<HashMap<Uuid, Held>>,
+    /// The catalog the loop loaded last, shared with the sweepers.
+    catalog: std::sync::RwLock<Vec<Application>>,
     wake: Notify,
 }
 
@@ -52,6 +54,7 @@ impl Executor {
             config,
             owner: Uuid::now_v7(),
             held: Mutex::new(HashMap::new()),
+            catalog: std::sync::RwLock::new(Vec::new()),
             wake: Notify::new(),
         })
     }
@@ -78,15 +81,23 @@ impl Executor {
                     Ok(loaded) => {
                         apps = loaded;
                         refreshed = tokio::time::Instant::now();
+                        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
                     }
                     Err(error) => tracing::warn!(%error, "cannot load the catalog"),
                 }
             }
             let mut admitted = false;
             for app in &apps {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    break;
+                // A free batch slot, unless shutdown comes first: a draining executor admits
+                // nothing new.
+                let slot = tokio::select! {
+                    slot = slots.clone().acquire_owned() => slot,
+                    _ = shutdown.cancelled() => break,
                 };
+                let Ok(slot) = slot else { break };
+                if shutdown.is_cancelled() {
+                    break;
+                }
                 match self.admit(app).await {
                     Ok(heads) if !heads.is_empty() => {
                         admitted = true;
@@ -429,6 +440,22 @@ impl Executor {
             }
             if let Err(error) = sweep::prune(&self.pg, &self.redis, retention).await {
                 tracing::warn!(%error, "retention sweeper failed");
+            }
+            let apps = self
+                .catalog
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Err(error) = sweep::reconcile_lapsed_permits(
+                &self.pg,
+                &self.redis,
+                &self.scripts,
+                &apps,
+                retention,
+            )
+            .await
+            {
+                tracing::warn!(%error, "lapsed-permit sweeper failed");
             }
         }
     }

@@ -245,3 +245,107 @@ pub async fn prune(
     }
     Ok(rows.len())
 }
+
+const LOCK_LAPSED: i64 = 0x51_1CE0_0004;
+
+/// Permits whose lease lapsed in Redis, reconciled with PostgreSQL: a head admitted by an
+/// executor that died before claiming its row is still waiting in PostgreSQL, so it goes back in
+/// line with its original sequence; a finished one is mirrored; one still executing is left to
+/// its executor (or to [`rescue_expired_leases`] once its row's lease lapses too).
+pub async fn reconcile_lapsed_permits(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    apps: &[super::catalog::Application],
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let mut tx = pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_LAPSED)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(0);
+    }
+    let mut reconciled = 0;
+    for app in apps {
+        let keys = AppKeys::new(app.id);
+        for (namespace_id, command) in app.commands.keys() {
+            let lapsed = crate::projection::execution::lapsed_permits(
+                redis,
+                scripts,
+                &keys,
+                *namespace_id,
+                command,
+                BATCH,
+            )
+            .await?;
+            if lapsed.is_empty() {
+                continue;
+            }
+            let states = super::claim::current_state(pg, &lapsed).await?;
+            for row in &states {
+                match row.status.as_str() {
+                    "accepted" | "retry_wait" => {
+                        tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
+                        mirror_waiting(
+                            redis,
+                            scripts,
+                            &keys,
+                            Waiting {
+                                id: row.id,
+                                namespace_id: row.namespace_id,
+                                command: &row.command,
+                                resource_key: &row.resource_key,
+                                queue_seq: row.queue_seq,
+                                status: &row.status,
+                                updated_at: row.updated_at,
+                            },
+                        )
+                        .await;
+                    }
+                    "executing" | "running" => continue,
+                    _ => {
+                        mirror_terminal(
+                            redis,
+                            scripts,
+                            &keys,
+                            retention_seconds,
+                            Mirror {
+                                id: row.id,
+                                namespace_id: row.namespace_id,
+                                command: &row.command,
+                                resource_key: &row.resource_key,
+                                status: &row.status,
+                                updated_at: row.updated_at,
+                                result: row.result.as_ref(),
+                                error: row
+                                    .error_code
+                                    .as_deref()
+                                    .map(|c| (c, row.error_message.as_deref().unwrap_or(""))),
+                            },
+                        )
+                        .await;
+                    }
+                }
+                reconciled += 1;
+            }
+            // Permits of rows that no longer exist (pruned) are simply dropped.
+            let gone: Vec<String> = lapsed
+                .iter()
+                .filter(|id| !states.iter().any(|s| s.id == **id))
+                .map(Uuid::to_string)
+                .collect();
+            if !gone.is_empty() {
+                let _: i64 = fred::interfaces::SortedSetsInterface::zrem(
+                    redis.next(),
+                    keys.command_leases(*namespace_id, command),
+                    gone,
+                )
+                .await?;
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(reconciled)
+}

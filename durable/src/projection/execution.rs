@@ -215,3 +215,26 @@ pub async fn renew(
     }
     scripts.renew.call(redis, script_keys, args).await
 }
+
+/// Permits of a command whose lease lapsed (expiry ≤ Redis time): their holder died or stalled.
+pub async fn lapsed_permits(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    namespace_id: Uuid,
+    command: &str,
+    limit: i64,
+) -> Result<Vec<Uuid>, DurableError> {
+    let members: Vec<String> = scripts
+        .lapsed
+        .call(
+            redis,
+            vec![keys.command_leases(namespace_id, command)],
+            vec![limit.into()],
+        )
+        .await?;
+    Ok(members
+        .iter()
+        .filter_map(|m| Uuid::parse_str(m).ok())
+        .collect())
+}

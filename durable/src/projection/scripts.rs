@@ -17,6 +17,7 @@ pub struct Scripts {
     pub finish: NamedScript,
     pub requeue: NamedScript,
     pub renew: NamedScript,
+    pub lapsed: NamedScript,
 }
 
 #[derive(Clone)]
@@ -69,6 +70,7 @@ impl Scripts {
             finish: NamedScript::new("finish.lua", include_str!("../../../lua/finish.lua")),
             requeue: NamedScript::new("requeue.lua", include_str!("../../../lua/requeue.lua")),
             renew: NamedScript::new("renew.lua", include_str!("../../../lua/renew.lua")),
+            lapsed: NamedScript::new("lapsed.lua", include_str!("../../../lua/lapsed.lua")),
         }
     }
 }

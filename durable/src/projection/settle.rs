@@ -140,6 +140,7 @@ pub async fn finish_waiting(
         done.updated_at.clone().into(),
         code.into(),
         message.into(),
+        done.retention_ms.into(),
     ];
     let removed: i64 = scripts
         .finish_waiting

@@ -1,0 +1,347 @@
+//! Quota commands executed per second, batched versus one transaction each, measured in one run
+//! on one machine against the same PostgreSQL (fsync on, as it is configured) and Redis.
+//!
+//! Every round has its own command and quota pool (declared together up front), so each round
+//! starts with the full capacity. A round:
+//! 1. enqueues N commands over HTTP through an in-process gateway, spread over R resources, one
+//!    subject each, with no executor running;
+//! 2. starts an in-process executor and measures the time until every command of the round is
+//!    terminal in PostgreSQL (polled every 20 ms): commands/s = N / elapsed.
+//!
+//! Only the quota handler's strategy differs between the modes:
+//! - batched: the commands of one pool that were admitted together share one transaction
+//!   (`batch_quota: true`, the default);
+//! - one transaction each: `batch_quota: false`, one transaction per command.
+//!
+//! Capacity is below N, so both allocations and `SOLD_OUT` rejections are written; each round
+//! checks its outcome (exactly `capacity` allocations, the rest `SOLD_OUT`). Rounds alternate
+//! between the modes so drift of the shared machine hits both alike; medians are reported.
+//! Loopback only; the scratch database and the tenant's Redis keys are removed afterwards.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::Full;
+use hyper::Request;
+use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::outbox::GroupCommitConfig;
+use sluice_gateway::config::GatewayConfig;
+use sluice_loadtest::bench_stack::{
+    BoxError, RunningGateway, ScratchDatabase, Tenant, ensure_loopback,
+};
+use sluice_loadtest::driver::{http_client, run};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(about = "Quota commands executed per second: batched versus one transaction each")]
+struct Args {
+    /// Any database of the PostgreSQL server to measure; a scratch database is created beside it.
+    #[arg(
+        long,
+        env = "SLUICE_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    database_url: String,
+    #[arg(
+        long,
+        env = "SLUICE_BENCH_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis_url: String,
+    /// Commands per round.
+    #[arg(long, default_value_t = 5_000)]
+    commands: u64,
+    /// Resources (offers) the commands of a round are spread over.
+    #[arg(long, default_value_t = 32)]
+    resources: usize,
+    /// Capacity of each round's pool (below --commands, so some are SOLD_OUT).
+    #[arg(long, default_value_t = 2_500)]
+    capacity: u64,
+    /// Rounds per mode (alternating).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Heads per admission (the executor's batch size).
+    #[arg(long, default_value_t = 64)]
+    batch_size: u32,
+    /// Batches the executor handles at once.
+    #[arg(long, default_value_t = 4)]
+    parallel_batches: usize,
+    /// PostgreSQL connections (gateway and executor share them).
+    #[arg(long, default_value_t = 32)]
+    connections: u32,
+    /// Concurrent callers while enqueueing.
+    #[arg(long, default_value_t = 128)]
+    concurrency: usize,
+    /// Give up on a round after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    round_timeout_seconds: u64,
+}
+
+/// What one round measured.
+struct Round {
+    per_second: f64,
+    elapsed: Duration,
+    succeeded: i64,
+    sold_out: i64,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    ensure_loopback(&args.database_url)?;
+    ensure_loopback(&args.redis_url)?;
+    if args.rounds == 0 || args.commands == 0 || args.resources == 0 {
+        return Err("--rounds, --commands and --resources must be at least 1".into());
+    }
+    let scratch = ScratchDatabase::create(&args.database_url).await?;
+    let result = measure(&args, &scratch.url).await;
+    scratch.drop_now().await?;
+    result
+}
+
+/// One command and one pool per round (round 0 is the warm-up), identical but for their codes.
+fn declaration(args: &Args) -> String {
+    let mut toml = String::from("[namespace]\nmax_waiting = 100000000\n");
+    for k in 0..=2 * args.rounds {
+        toml.push_str(&format!(
+            r#"
+[[command]]
+code = "claim{k}"
+parameters = {{ offer = {{ type = "uuid" }} }}
+resource_key = {{ from = "input", field = "offer" }}
+intake = {{ per_second = 10000000, burst = 10000000, max_in_flight = 1000000 }}
+admission = {{ max_queue = 100000000, per_second = 10000000, max_in_flight = 1000000 }}
+handler = {{ kind = "quota", pool = "stock{k}", mode = "committed" }}
+
+[[quota_pool]]
+code = "stock{k}"
+capacity = {capacity}
+"#,
+            capacity = args.capacity
+        ));
+    }
+    toml
+}
+
+async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
+    let tenant = Tenant::create(
+        database_url,
+        &args.redis_url,
+        args.connections,
+        &declaration(args),
+    )
+    .await?;
+    let result = rounds(args, &tenant).await;
+    let forgotten = tenant.forget_redis().await;
+    tenant.pg.close().await;
+    forgotten?;
+    result
+}
+
+async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
+    let (fsync, synchronous_commit, version): (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+                current_setting('server_version')",
+    )
+    .fetch_one(&tenant.pg)
+    .await?;
+    let gateway = RunningGateway::start(
+        tenant,
+        GatewayConfig {
+            group_commit: GroupCommitConfig::default(),
+            ..GatewayConfig::default()
+        },
+    )
+    .await?;
+    println!(
+        "quota benchmark: {} commands per round over {} resources, pool capacity {}, batch size {}, \
+         {} parallel batches, {} rounds per mode; PostgreSQL {version} (fsync={fsync}, \
+         synchronous_commit={synchronous_commit})",
+        args.commands,
+        args.resources,
+        args.capacity,
+        args.batch_size,
+        args.parallel_batches,
+        args.rounds
+    );
+    // Warm-up: connections, caches, script load.
+    let warm = round(args, tenant, &gateway, 0, true, args.commands / 5).await?;
+    println!(
+        "warm-up (batched, {} commands): {:.0} commands/s",
+        args.commands / 5,
+        warm.per_second
+    );
+    let mut batched = Vec::new();
+    let mut single = Vec::new();
+    for r in 0..args.rounds {
+        let b = round(args, tenant, &gateway, 2 * r + 1, true, args.commands).await?;
+        println!(
+            "round {}: batched {:.0} commands/s ({:.2} s)",
+            r + 1,
+            b.per_second,
+            b.elapsed.as_secs_f64()
+        );
+        batched.push(b);
+        let s = round(args, tenant, &gateway, 2 * r + 2, false, args.commands).await?;
+        println!(
+            "round {}: one transaction each {:.0} commands/s ({:.2} s)",
+            r + 1,
+            s.per_second,
+            s.elapsed.as_secs_f64()
+        );
+        single.push(s);
+    }
+    let b = median(batched.iter().map(|r| r.per_second).collect());
+    let s = median(single.iter().map(|r| r.per_second).collect());
+    println!();
+    println!("| mode | commands/s (median) | rounds (commands/s) | succeeded | SOLD_OUT |");
+    println!("| --- | ---: | --- | ---: | ---: |");
+    print_row("batched (one transaction per pool and batch)", b, &batched);
+    print_row("one transaction each", s, &single);
+    println!();
+    println!("ratio batched / one transaction each: {:.2}x", b / s);
+    Ok(())
+}
+
+fn print_row(name: &str, median_rate: f64, rounds: &[Round]) {
+    let each: Vec<String> = rounds
+        .iter()
+        .map(|r| format!("{:.0}", r.per_second))
+        .collect();
+    let last = &rounds[rounds.len() / 2];
+    println!(
+        "| {name} | {median_rate:.0} | {} | {} | {} |",
+        each.join(", "),
+        last.succeeded,
+        last.sold_out
+    );
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Enqueues `n` commands of `claim{k}` with no executor running, then times one executor (in
+/// the given mode) until all of them are terminal.
+async fn round(
+    args: &Args,
+    tenant: &Tenant,
+    gateway: &RunningGateway,
+    k: usize,
+    batch_quota: bool,
+    n: u64,
+) -> Result<Round, BoxError> {
+    let command = format!("claim{k}");
+    let client = http_client(args.concurrency);
+    let uri = format!("{}/v1/commands/{command}:enqueue", gateway.base);
+    let bearer = format!("Bearer {}", tenant.creds.credential);
+    let offers: Vec<String> = (0..args.resources)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let resources = args.resources as u64;
+    let report = run(&client, n, args.concurrency, move |i| {
+        let body = format!(
+            r#"{{"request_key":"r{i}","subject":"user-{k}-{i}","input":{{"offer":"{}"}}}}"#,
+            offers[(i % resources) as usize]
+        );
+        Request::post(&uri)
+            .header("authorization", &bearer)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("a valid request")
+    })
+    .await;
+    if report.count(202) != n {
+        return Err(format!(
+            "{} of {n} enqueues were accepted: {:?}",
+            report.count(202),
+            report.by_status
+        )
+        .into());
+    }
+    let waiting = open_commands(tenant, &command).await?;
+    if waiting != n as i64 {
+        return Err(format!("{waiting} of {n} commands wait before the executor starts").into());
+    }
+
+    let shutdown = CancellationToken::new();
+    let executor = Executor::new(
+        tenant.pg.clone(),
+        tenant.redis.clone(),
+        ExecutorConfig {
+            batch_quota,
+            tick_ms: 5,
+            batch_size: args.batch_size,
+            parallel_batches: args.parallel_batches,
+            ..ExecutorConfig::default()
+        },
+    );
+    let started = Instant::now();
+    let running = tokio::spawn(executor.run(shutdown.clone()));
+    let deadline = started + Duration::from_secs(args.round_timeout_seconds);
+    let elapsed = loop {
+        let open = open_commands(tenant, &command).await?;
+        if open == 0 {
+            break started.elapsed();
+        }
+        if Instant::now() >= deadline {
+            shutdown.cancel();
+            return Err(format!("{open} of {n} commands still open after the timeout").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    shutdown.cancel();
+    running.await?;
+
+    let (succeeded, sold_out, other): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status = 'succeeded'),
+                count(*) FILTER (WHERE status = 'rejected' AND error_code = 'SOLD_OUT'),
+                count(*) FILTER (WHERE status NOT IN ('succeeded', 'rejected')
+                                    OR (status = 'rejected' AND error_code <> 'SOLD_OUT'))
+           FROM commands WHERE namespace_id = $1 AND command = $2",
+    )
+    .bind(tenant.creds.namespace_id)
+    .bind(&command)
+    .fetch_one(&tenant.pg)
+    .await?;
+    let allocated: i64 = sqlx::query_scalar(
+        "SELECT allocated FROM quota_pools WHERE namespace_id = $1 AND code = $2",
+    )
+    .bind(tenant.creds.namespace_id)
+    .bind(format!("stock{k}"))
+    .fetch_one(&tenant.pg)
+    .await?;
+    let expected = n.min(args.capacity) as i64;
+    if succeeded != expected
+        || allocated != expected
+        || sold_out != n as i64 - expected
+        || other != 0
+    {
+        return Err(format!(
+            "round {command}: {succeeded} succeeded, {allocated} allocated, {sold_out} SOLD_OUT, \
+             {other} other; expected {expected} allocations and the rest SOLD_OUT"
+        )
+        .into());
+    }
+    Ok(Round {
+        per_second: n as f64 / elapsed.as_secs_f64(),
+        elapsed,
+        succeeded,
+        sold_out,
+    })
+}
+
+/// Commands of the round that are not terminal yet.
+async fn open_commands(tenant: &Tenant, command: &str) -> Result<i64, BoxError> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM commands
+          WHERE namespace_id = $1 AND command = $2
+            AND status NOT IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')",
+    )
+    .bind(tenant.creds.namespace_id)
+    .bind(command)
+    .fetch_one(&tenant.pg)
+    .await?)
+}
