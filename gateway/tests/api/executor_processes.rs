@@ -433,7 +433,7 @@ async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
 /// The kill is pinned mid-batch: the test holds the quota pool's row lock, so the executor
 /// claims rows (they turn `executing`) and its quota transaction waits on the lock. Once all 8
 /// permits are held by claimed rows, no admission can be between `admit.lua` and its claim
-/// (that window is the bug of the next test), and the process is killed.
+/// (that window is the next test's), and the process is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
     let declaration = CLAIM_DECLARATION.replace(
@@ -563,12 +563,8 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
 ///
 /// The claim is held back by the test's row locks, the process is SIGKILLed while its claim
 /// waits, and the claim's backend is terminated, as if the process had died just before sending
-/// it.
+/// it. (Found stranding the heads until `max_wait`; fixed by the lapsed-permit sweeper.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an executor that dies between admit.lua and its claim strands the admitted \
-            heads: they stay `accepted` in PostgreSQL but are gone from their Redis queues \
-            (status hash `executing`), and nothing puts them back (the lease sweeper only \
-            rescues `executing` rows) until max_wait expires them"]
 async fn heads_admitted_by_an_executor_that_died_before_claiming_them_still_run() {
     let stack = Arc::new(Stack::start().await);
     let offer = offer();
