@@ -80,6 +80,15 @@ async fn main() -> Result<(), BoxError> {
 async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let tenant =
         Tenant::create(database_url, &args.redis_url, args.connections, DECLARATION).await?;
+    let result = rounds(args, &tenant).await;
+    // Leave nothing behind on a shared Redis, whatever the rounds did.
+    let forgotten = tenant.forget_redis().await;
+    tenant.pg.close().await;
+    forgotten?;
+    result
+}
+
+async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
     let group = GroupCommitConfig::default();
     let per_request = GroupCommitConfig {
         max_batch: 1,
@@ -91,16 +100,16 @@ async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
         args.requests, args.concurrency, args.connections, args.rounds
     );
     // Warm-up: connections, caches, script load.
-    round(args, &tenant, group.clone(), 0, args.requests / 5).await?;
+    round(args, tenant, group.clone(), 0, args.requests / 5).await?;
     let mut grouped = Vec::new();
     let mut single = Vec::new();
     for r in 0..args.rounds {
         let offset = (r as u64 + 1) * 2 * args.requests;
-        grouped.push(round(args, &tenant, group.clone(), offset, args.requests).await?);
+        grouped.push(round(args, tenant, group.clone(), offset, args.requests).await?);
         single.push(
             round(
                 args,
-                &tenant,
+                tenant,
                 per_request.clone(),
                 offset + args.requests,
                 args.requests,
