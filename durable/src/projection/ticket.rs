@@ -23,8 +23,8 @@ pub struct ProjectedStatus {
     pub error_message: Option<String>,
     /// Redis time of the observation, in Unix milliseconds.
     pub observed_at_ms: i64,
-    /// Completions per second of the command's queues over the last 10 seconds, when waiting
-    /// and something completed.
+    /// Completions per second of the command's queues over the last 10 seconds (or since the
+    /// first completion in them), when waiting and something completed.
     pub drain_per_second: Option<f64>,
 }
 
@@ -59,7 +59,7 @@ pub async fn read_status(
         observed_at_ms: answer[10].as_i64().unwrap_or_default(),
         drain_per_second: answer[11]
             .as_i64()
-            .filter(|drained| *drained > 0)
-            .map(|drained| drained as f64 / 10.0),
+            .filter(|millis| *millis > 0)
+            .map(|millis| millis as f64 / 1000.0),
     })
 }

@@ -978,3 +978,100 @@ async fn a_draining_executor_admits_nothing_new() {
         "commands were started after the shutdown token was cancelled"
     );
 }
+
+/// The drain rate measured from landed commands turns a waiting ticket's position into an ETA
+/// and a poll interval that grows with the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
+    let declaration = quota_command(
+        "slow",
+        "per_second = 4, burst = 1, max_queue = 1000",
+        "",
+        "stock",
+    ) + &pool("stock", 1000);
+    let stack = Stack::with_declaration(&declaration).await;
+    let resource = offer();
+    let mut tickets = Vec::new();
+    for i in 0..40 {
+        let reply = enqueue_command(&stack, "slow", &format!("s-{i}"), &key(), &resource).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        tickets.push(ticket_of(&reply));
+    }
+    let last = tickets.last().expect("a ticket").clone();
+    let before = stack.poll(&last).await;
+    assert_eq!(
+        before.data()["eta_seconds"],
+        serde_json::Value::Null,
+        "no drain measured yet"
+    );
+    let shutdown = start_executor(&stack, fast_executor());
+    let seen = std::sync::Mutex::new(None);
+    let measured = eventually(Duration::from_secs(10), || async {
+        let poll = stack.poll(&last).await;
+        let data = poll.data();
+        match (
+            data["eta_seconds"].as_u64(),
+            data["queue"]["position"].as_u64(),
+        ) {
+            (Some(eta), Some(position)) if position > 0 => {
+                let poll_after = data["poll_after_ms"].as_u64().unwrap_or(0);
+                *seen.lock().expect("lock") = Some((eta, position, poll_after));
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    assert!(measured, "an ETA appears once commands have landed");
+    let (eta, position, poll_after) = seen.lock().expect("lock").expect("observed");
+    // About 4 completions per second: an ETA of roughly position / 4 seconds.
+    assert!(
+        eta >= 1 && eta <= position + 1,
+        "eta {eta}s for position {position}"
+    );
+    assert!(poll_after >= 400, "poll_after_ms {poll_after}");
+    shutdown.cancel();
+}
+
+/// Retention: terminal rows older than the retention are pruned with their request keys; waiting
+/// ones are never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_old_terminal_rows_only() {
+    let stack = Stack::start().await;
+    let offer = offer();
+    let done_key = key();
+    let done = stack.enqueue("u-done", &done_key, &offer).await;
+    let cancelled = cancel(&stack, &id_of(&done)).await;
+    assert_eq!(cancelled.data()["status"], "cancelled");
+    let waiting = stack.enqueue("u-wait", &key(), &offer).await;
+    assert_eq!(waiting.status, StatusCode::ACCEPTED);
+
+    let kept = sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 3_600)
+        .await
+        .expect("prune");
+    assert_eq!(kept, 0, "nothing is older than an hour");
+    let pruned = eventually(Duration::from_secs(5), || async {
+        sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 0)
+            .await
+            .expect("prune")
+            == 1
+    })
+    .await;
+    assert!(
+        pruned,
+        "the finished row goes once it is older than the retention"
+    );
+    assert_eq!(stack.count_rows().await, 1, "the waiting command stays");
+    assert_eq!(
+        record(&stack, &id_of(&waiting)).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        record(&stack, &id_of(&done)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // The pruned key is forgotten: the same key is a new intent now.
+    let again = stack.enqueue("u-done", &done_key, &offer).await;
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{:?}", again.body);
+    assert_ne!(id_of(&again), id_of(&done));
+}
