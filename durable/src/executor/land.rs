@@ -74,3 +74,48 @@ pub async fn mirror_waiting(redis: &Pool, scripts: &Scripts, keys: &AppKeys, bac
         tracing::warn!(command_id = %back.id, %error, "requeue not mirrored; the reconciler will repair it");
     }
 }
+
+/// Mirrors what PostgreSQL says of a row whose Redis side is in doubt (admitted but not claimed,
+/// or its permit lapsed): waiting rows go back in line, finished ones are mirrored, executing ones
+/// belong to their executor and are left alone. Returns false for those left alone.
+pub async fn mirror_current(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    retention_seconds: i64,
+    row: &super::claim::Unclaimed,
+) -> bool {
+    match row.status.as_str() {
+        "accepted" | "retry_wait" => {
+            let back = Waiting {
+                id: row.id,
+                namespace_id: row.namespace_id,
+                command: &row.command,
+                resource_key: &row.resource_key,
+                queue_seq: row.queue_seq,
+                status: &row.status,
+                updated_at: row.updated_at,
+            };
+            mirror_waiting(redis, scripts, keys, back).await;
+            true
+        }
+        "executing" | "running" => false,
+        _ => {
+            let done = Mirror {
+                id: row.id,
+                namespace_id: row.namespace_id,
+                command: &row.command,
+                resource_key: &row.resource_key,
+                status: &row.status,
+                updated_at: row.updated_at,
+                result: row.result.as_ref(),
+                error: row
+                    .error_code
+                    .as_deref()
+                    .map(|c| (c, row.error_message.as_deref().unwrap_or(""))),
+            };
+            mirror_terminal(redis, scripts, keys, retention_seconds, done).await;
+            true
+        }
+    }
+}

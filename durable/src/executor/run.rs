@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::catalog::{self, Application, runnable};
 use super::claim::{self, Claimed};
 use super::config::ExecutorConfig;
-use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
+use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
 use super::quota::{self, Landed};
 use super::sweep;
 use crate::DurableError;
@@ -232,49 +232,14 @@ impl Executor {
             }
         };
         for row in &states {
-            match row.status.as_str() {
-                "accepted" | "retry_wait" => {
-                    mirror_waiting(
-                        &self.redis,
-                        &self.scripts,
-                        keys,
-                        Waiting {
-                            id: row.id,
-                            namespace_id: row.namespace_id,
-                            command: &row.command,
-                            resource_key: &row.resource_key,
-                            queue_seq: row.queue_seq,
-                            status: &row.status,
-                            updated_at: row.updated_at,
-                        },
-                    )
-                    .await
-                }
-                // Another executor holds it: its permits are its own business.
-                "executing" | "running" => {}
-                _ => {
-                    mirror_terminal(
-                        &self.redis,
-                        &self.scripts,
-                        keys,
-                        self.config.retention_seconds,
-                        Mirror {
-                            id: row.id,
-                            namespace_id: row.namespace_id,
-                            command: &row.command,
-                            resource_key: &row.resource_key,
-                            status: &row.status,
-                            updated_at: row.updated_at,
-                            result: row.result.as_ref(),
-                            error: row
-                                .error_code
-                                .as_deref()
-                                .map(|c| (c, row.error_message.as_deref().unwrap_or(""))),
-                        },
-                    )
-                    .await
-                }
-            }
+            mirror_current(
+                &self.redis,
+                &self.scripts,
+                keys,
+                self.config.retention_seconds,
+                row,
+            )
+            .await;
         }
     }
 

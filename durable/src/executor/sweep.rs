@@ -7,7 +7,7 @@ use fred::prelude::Pool;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
+use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
 use crate::DurableError;
 use crate::projection::{AppKeys, Scripts, request_key_field};
 
@@ -285,50 +285,12 @@ pub async fn reconcile_lapsed_permits(
             }
             let states = super::claim::current_state(pg, &lapsed).await?;
             for row in &states {
-                match row.status.as_str() {
-                    "accepted" | "retry_wait" => {
-                        tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
-                        mirror_waiting(
-                            redis,
-                            scripts,
-                            &keys,
-                            Waiting {
-                                id: row.id,
-                                namespace_id: row.namespace_id,
-                                command: &row.command,
-                                resource_key: &row.resource_key,
-                                queue_seq: row.queue_seq,
-                                status: &row.status,
-                                updated_at: row.updated_at,
-                            },
-                        )
-                        .await;
-                    }
-                    "executing" | "running" => continue,
-                    _ => {
-                        mirror_terminal(
-                            redis,
-                            scripts,
-                            &keys,
-                            retention_seconds,
-                            Mirror {
-                                id: row.id,
-                                namespace_id: row.namespace_id,
-                                command: &row.command,
-                                resource_key: &row.resource_key,
-                                status: &row.status,
-                                updated_at: row.updated_at,
-                                result: row.result.as_ref(),
-                                error: row
-                                    .error_code
-                                    .as_deref()
-                                    .map(|c| (c, row.error_message.as_deref().unwrap_or(""))),
-                            },
-                        )
-                        .await;
-                    }
+                if row.status == "accepted" || row.status == "retry_wait" {
+                    tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
                 }
-                reconciled += 1;
+                if mirror_current(redis, scripts, &keys, retention_seconds, row).await {
+                    reconciled += 1;
+                }
             }
             // Permits of rows that no longer exist (pruned) are simply dropped.
             let gone: Vec<String> = lapsed
