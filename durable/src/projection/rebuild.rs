@@ -28,12 +28,27 @@ pub struct RebuildReport {
     pub unfinished: usize,
 }
 
-/// Rebuilds unconditionally (an operator asked, or the projection was found missing).
+/// Rebuilds unconditionally (an operator asked).
 pub async fn rebuild(
     pg: &PgPool,
     redis: &Pool,
     application_id: Uuid,
 ) -> Result<RebuildReport, DurableError> {
+    rebuild_unless_ready(pg, redis, application_id, true)
+        .await?
+        .ok_or_else(|| DurableError::script("rebuild", "a forced rebuild did not run"))
+}
+
+/// The rebuild itself. Unless `force`, it re-checks readiness once it holds the lock: callers
+/// that found the projection missing at the same moment queue up on the lock, and only the first
+/// rebuilds (a second rebuild right after would flip the projection to not-ready again under the
+/// requests the first one just unblocked).
+async fn rebuild_unless_ready(
+    pg: &PgPool,
+    redis: &Pool,
+    application_id: Uuid,
+    force: bool,
+) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
     let mut tx = pg.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -54,6 +69,9 @@ pub async fn rebuild(
     let next_generation = generation + 1;
 
     let client = redis.next();
+    if !force && redis_is_ready(client, &keys, generation).await? {
+        return Ok(None);
+    }
     let _: () = client.hset(keys.meta(), ("ready", "0")).await?;
     clear_application(client, &keys).await?;
 
@@ -182,11 +200,11 @@ pub async fn rebuild(
         .await?;
     tx.commit().await?;
     tracing::info!(%application_id, generation = next_generation, waiting, unfinished, "projection rebuilt");
-    Ok(RebuildReport {
+    Ok(Some(RebuildReport {
         generation: next_generation,
         waiting,
         unfinished,
-    })
+    }))
 }
 
 /// Rebuilds only if the projection is missing, not ready or older than PostgreSQL's generation.
@@ -199,8 +217,7 @@ pub async fn ensure_ready(
     if is_ready(pg, redis, application_id).await? {
         return Ok(None);
     }
-    let report = rebuild(pg, redis, application_id).await?;
-    Ok(Some(report))
+    rebuild_unless_ready(pg, redis, application_id, false).await
 }
 
 /// True when Redis holds a ready projection at least as new as PostgreSQL's generation.
@@ -209,17 +226,29 @@ pub async fn is_ready(
     redis: &Pool,
     application_id: Uuid,
 ) -> Result<bool, DurableError> {
-    let keys = AppKeys::new(application_id);
-    let (ready, generation): (Option<String>, Option<i64>) = redis
-        .next()
-        .hmget(keys.meta(), vec!["ready", "generation"])
-        .await?;
     let stored: Option<i64> =
         sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
             .bind(application_id)
             .fetch_optional(pg)
             .await?;
-    Ok(ready.as_deref() == Some("1") && generation.unwrap_or(-1) >= stored.unwrap_or(0))
+    redis_is_ready(
+        redis.next(),
+        &AppKeys::new(application_id),
+        stored.unwrap_or(0),
+    )
+    .await
+}
+
+/// Redis holds a ready projection of at least `generation`.
+async fn redis_is_ready(
+    client: &Client,
+    keys: &AppKeys,
+    generation: i64,
+) -> Result<bool, DurableError> {
+    let (ready, stored): (Option<String>, Option<i64>) = client
+        .hmget(keys.meta(), vec!["ready", "generation"])
+        .await?;
+    Ok(ready.as_deref() == Some("1") && stored.unwrap_or(-1) >= generation)
 }
 
 /// Deletes every key of the application except `meta` (which says "not ready" meanwhile).

@@ -195,3 +195,118 @@ fn serve_needs_ticket_keys_and_keygen_makes_them() {
         "{spec}"
     );
 }
+
+/// `sluice dev` with nothing reachable starts its own Redis and PostgreSQL, bootstraps the demo
+/// namespace and runs gateway and executor: a claim enqueued over HTTP ends `succeeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_runs_a_whole_stack_in_one_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    /// Kills the dev stack (and so its own servers) when the test ends, pass or fail.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _dev = Kill(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "dev",
+                "--listen",
+                &listen,
+                "--dir",
+                dir.path().to_str().expect("path"),
+            ])
+            .env("SLUICE_REDIS_URL", "redis://127.0.0.1:1")
+            .env(
+                "SLUICE_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:1/none",
+            )
+            .env("SLUICE_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sluice dev"),
+    );
+    let creds_path = dir.path().join("credentials.json");
+    let up = crate::support::eventually(std::time::Duration::from_secs(60), || async {
+        creds_path.exists() && tokio::net::TcpStream::connect(&listen).await.is_ok()
+    })
+    .await;
+    assert!(up, "sluice dev serves within a minute");
+    let creds: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&creds_path).expect("read")).expect("json");
+    let credential = creds["credential"]
+        .as_str()
+        .expect("credential")
+        .to_string();
+    let client = DevClient;
+    let body = serde_json::json!({"request_key": "order-1", "subject": "user-42",
+        "input": {"offer": "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10"}})
+    .to_string();
+    let enqueue = client
+        .post(
+            format!("http://{listen}/v1/commands/claim:enqueue"),
+            &credential,
+            body,
+        )
+        .await;
+    assert_eq!(enqueue["data"]["status"], "accepted", "{enqueue}");
+    let ticket = enqueue["data"]["ticket"]
+        .as_str()
+        .expect("ticket")
+        .to_string();
+    let done = crate::support::eventually(std::time::Duration::from_secs(20), || async {
+        let poll = client
+            .get(format!("http://{listen}/v1/tickets/{ticket}"))
+            .await;
+        poll["data"]["status"] == "succeeded"
+    })
+    .await;
+    assert!(done, "the executor of the dev stack ran the claim");
+}
+
+/// A minimal HTTP client for the dev test (the stack helpers talk to an in-process gateway).
+struct DevClient;
+
+impl DevClient {
+    async fn send(
+        &self,
+        request: hyper::Request<http_body_util::Full<bytes::Bytes>>,
+    ) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(hyper_util::client::legacy::connect::HttpConnector::new());
+        let response = client.request(request).await.expect("HTTP");
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+    }
+
+    async fn post(&self, url: String, bearer: &str, body: String) -> serde_json::Value {
+        let request = hyper::Request::post(url)
+            .header("authorization", format!("Bearer {bearer}"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("request");
+        self.send(request).await
+    }
+
+    async fn get(&self, url: String) -> serde_json::Value {
+        let request = hyper::Request::get(url)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("request");
+        self.send(request).await
+    }
+}
