@@ -1,0 +1,235 @@
+//! Waiting commands: max_wait, deadlines, ETAs, retention.
+
+use super::*;
+
+/// A command that waits longer than its max_wait expires with MAX_WAIT_EXCEEDED (ticket and
+/// record), leaves the queue (the next command moves up) and gives its counts back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_past_its_max_wait_expires() {
+    use sluice_durable::executor::sweep::expire_waiting;
+    use sluice_durable::projection::Scripts;
+    let declaration = quota_command(
+        "claim",
+        "max_wait_seconds = 2, max_queue = 1000",
+        "deadline_seconds = 600",
+        "stock",
+    ) + &pool("stock", 100);
+    let stack = Stack::with_declaration(&declaration).await;
+    let offer = offer();
+    let first = stack.enqueue("early", &key(), &offer).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+    let (first_id, first_ticket) = (id_of(&first), ticket_of(&first));
+    let scripts = Scripts::new();
+    let retention = 3_600;
+    // Not due yet: the sweeper leaves it alone.
+    assert_eq!(
+        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+            .await
+            .expect("sweep"),
+        0
+    );
+    // Real time passes beyond the first command's max_wait (no executor runs anything).
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let later = stack.enqueue("late", &key(), &offer).await;
+    assert_eq!(later.status, StatusCode::ACCEPTED);
+    let later_ticket = ticket_of(&later);
+    assert_eq!(
+        stack.poll(&later_ticket).await.data()["queue"]["position"],
+        1
+    );
+    let expired = eventually(Duration::from_secs(3), || async {
+        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+            .await
+            .expect("sweep")
+            >= 1
+    })
+    .await;
+    assert!(expired, "the sweeper expires the overdue command");
+
+    let poll = stack.poll(&first_ticket).await;
+    assert_eq!(poll.data()["status"], "expired", "{:?}", poll.body);
+    assert_eq!(poll.data()["error"]["code"], "MAX_WAIT_EXCEEDED");
+    let full = record(&stack, &first_id).await;
+    assert_eq!(full.status, StatusCode::OK);
+    assert_eq!(full.data()["status"], "expired");
+    assert_eq!(full.data()["error"]["code"], "MAX_WAIT_EXCEEDED");
+    assert!(full.data()["finished_at"].is_string());
+
+    let moved = stack.poll(&later_ticket).await;
+    assert_eq!(moved.data()["status"], "accepted", "{:?}", moved.body);
+    assert_eq!(
+        moved.data()["queue"]["position"],
+        0,
+        "the later command moved up"
+    );
+    let ns = stack.creds.namespace_id;
+    assert_eq!(counter(&stack, "unfinished").await, 1);
+    assert_eq!(counter(&stack, &format!("waiting:{ns}")).await, 1);
+    assert_eq!(counter(&stack, &format!("queued:{ns}:claim")).await, 1);
+
+    // The later one expires in its turn; then everything is back to zero.
+    let expired = eventually(Duration::from_secs(5), || async {
+        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+            .await
+            .expect("sweep")
+            >= 1
+    })
+    .await;
+    assert!(expired);
+    assert_eq!(stack.poll(&later_ticket).await.data()["status"], "expired");
+    assert_counters_settle_at_zero(&stack, &["claim"]).await;
+}
+
+/// A waiting command past its deadline expires with DEADLINE_EXCEEDED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_command_past_its_deadline_expires() {
+    use sluice_durable::executor::sweep::expire_waiting;
+    use sluice_durable::projection::Scripts;
+    let declaration = quota_command(
+        "claim",
+        "max_wait_seconds = 1, max_queue = 1000",
+        "deadline_seconds = 1",
+        "stock",
+    ) + &pool("stock", 100);
+    let stack = Stack::with_declaration(&declaration).await;
+    let reply = stack.enqueue("someone", &key(), &offer()).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    let (id, ticket) = (id_of(&reply), ticket_of(&reply));
+    let scripts = Scripts::new();
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let expired = eventually(Duration::from_secs(3), || async {
+        expire_waiting(&stack.pg, &stack.redis, &scripts, 3_600)
+            .await
+            .expect("sweep")
+            >= 1
+    })
+    .await;
+    assert!(expired, "the sweeper expires it");
+    let poll = stack.poll(&ticket).await;
+    assert_eq!(poll.data()["status"], "expired", "{:?}", poll.body);
+    assert_eq!(poll.data()["error"]["code"], "DEADLINE_EXCEEDED");
+    let full = record(&stack, &id).await;
+    assert_eq!(full.data()["status"], "expired");
+    assert_eq!(full.data()["error"]["code"], "DEADLINE_EXCEEDED");
+    assert_eq!(full.data()["attempts"], 0, "it never ran");
+    assert_counters_settle_at_zero(&stack, &["claim"]).await;
+}
+
+/// The drain rate measured from landed commands turns a waiting ticket's position into an ETA
+/// and a poll interval that grows with the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
+    let declaration = quota_command(
+        "slow",
+        "per_second = 4, burst = 1, max_queue = 1000",
+        "",
+        "stock",
+    ) + &pool("stock", 1000);
+    let stack = Stack::with_declaration(&declaration).await;
+    let resource = offer();
+    let mut tickets = Vec::new();
+    for i in 0..40 {
+        let reply = enqueue_command(&stack, "slow", &format!("s-{i}"), &key(), &resource).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        tickets.push(ticket_of(&reply));
+    }
+    let last = tickets.last().expect("a ticket").clone();
+    let before = stack.poll(&last).await;
+    assert_eq!(
+        before.data()["eta_seconds"],
+        serde_json::Value::Null,
+        "no drain measured yet"
+    );
+    let shutdown = start_executor(&stack, fast_executor());
+    let seen = std::sync::Mutex::new(None);
+    let measured = eventually(Duration::from_secs(10), || async {
+        let poll = stack.poll(&last).await;
+        let data = poll.data();
+        match (
+            data["eta_seconds"].as_u64(),
+            data["queue"]["position"].as_u64(),
+        ) {
+            (Some(eta), Some(position)) if position > 0 => {
+                let poll_after = data["poll_after_ms"].as_u64().unwrap_or(0);
+                *seen.lock().expect("lock") = Some((eta, position, poll_after));
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    assert!(measured, "an ETA appears once commands have landed");
+    let (eta, position, poll_after) = seen.lock().expect("lock").expect("observed");
+    // About 4 completions per second: an ETA of roughly position / 4 seconds.
+    assert!(
+        eta >= 1 && eta <= position + 1,
+        "eta {eta}s for position {position}"
+    );
+    assert!(poll_after >= 400, "poll_after_ms {poll_after}");
+    shutdown.cancel();
+}
+
+/// Retention: terminal rows older than the retention are pruned with their request keys; waiting
+/// ones are never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_old_terminal_rows_only() {
+    let stack = Stack::start().await;
+    let offer = offer();
+    let done_key = key();
+    let done = stack.enqueue("u-done", &done_key, &offer).await;
+    let cancelled = cancel(&stack, &id_of(&done)).await;
+    assert_eq!(cancelled.data()["status"], "cancelled");
+    let waiting = stack.enqueue("u-wait", &key(), &offer).await;
+    assert_eq!(waiting.status, StatusCode::ACCEPTED);
+
+    let kept = sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 3_600)
+        .await
+        .expect("prune");
+    assert_eq!(kept, 0, "nothing is older than an hour");
+    let pruned = eventually(Duration::from_secs(5), || async {
+        sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 0)
+            .await
+            .expect("prune")
+            == 1
+    })
+    .await;
+    assert!(
+        pruned,
+        "the finished row goes once it is older than the retention"
+    );
+    assert_eq!(stack.count_rows().await, 1, "the waiting command stays");
+    assert_eq!(
+        record(&stack, &id_of(&waiting)).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        record(&stack, &id_of(&done)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // The pruned key is forgotten: the same key is a new intent now.
+    let again = stack.enqueue("u-done", &done_key, &offer).await;
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{:?}", again.body);
+    assert_ne!(id_of(&again), id_of(&done));
+}
+
+/// A command that ends while waiting (cancelled, expired) keeps its status hash in Redis for
+/// the retention period, like one that ran (`finish.lua` sets the same PEXPIRE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_ends_waiting_keeps_its_status_for_the_retention() {
+    let stack = Stack::start().await;
+    let reply = stack.enqueue("someone", &key(), &offer()).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    let id = id_of(&reply);
+    let answer = cancel(&stack, &id).await;
+    assert_eq!(answer.data()["status"], "cancelled");
+    let ttl_ms: i64 = stack
+        .redis
+        .next()
+        .pttl(stack.keys().command(id.parse().expect("uuid")))
+        .await
+        .expect("pttl");
+    assert!(
+        ttl_ms > 0,
+        "the cancelled command's status hash expires with the retention (PTTL {ttl_ms})"
+    );
+}
