@@ -12,7 +12,7 @@ local m = redis.call('HMGET', KEYS[1], 'ready', 'generation')
 local h = redis.call('HMGET', KEYS[2], 'status', 'q', 'updated_at', 'accepted_at', 'deadline_at',
   'result', 'error_code', 'error_message', 'ns', 'cmd')
 local rank = false
-if h[1] == 'accepted' and h[2] then
+if (h[1] == 'accepted' or h[1] == 'retry_wait') and h[2] then
   rank = redis.call('ZRANK', h[2], string.match(KEYS[2], ':cmd:(.+)$'))
 end
 local t = redis.call('TIME')

@@ -159,3 +159,26 @@ async fn pause_flag_in_redis_refuses_and_replays_still_answer() {
     );
     assert_eq!(stack.count_rows().await, 1);
 }
+
+/// A command back in line after a lapsed lease (`retry_wait`) still shows its queue position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_command_shows_its_position() {
+    let stack = Stack::start().await;
+    let offer = offer();
+    let first = stack.enqueue("u1", &key(), &offer).await;
+    let second = stack.enqueue("u2", &key(), &offer).await;
+    let id = second.data()["command_id"].as_str().expect("id");
+    let id = uuid::Uuid::parse_str(id).expect("uuid");
+    let _: () = stack
+        .redis
+        .next()
+        .hset(stack.keys().command(id), ("status", "retry_wait"))
+        .await
+        .expect("requeued status");
+    let poll = stack
+        .poll(second.data()["ticket"].as_str().expect("ticket"))
+        .await;
+    assert_eq!(poll.data()["status"], "retry_wait");
+    assert_eq!(poll.data()["queue"]["position"], 1);
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+}
