@@ -60,10 +60,12 @@ pub async fn claim(
         .collect()
 }
 
-/// The current state of a row that could not be claimed.
+/// What PostgreSQL says of a row whose Redis side is in doubt: a head that could not be claimed,
+/// a permit that lapsed, a row a sweeper just changed.
 #[derive(Debug, Clone)]
-pub struct Unclaimed {
+pub struct RowState {
     pub id: Uuid,
+    pub application_id: Uuid,
     pub namespace_id: Uuid,
     pub command: String,
     pub resource_key: String,
@@ -75,31 +77,37 @@ pub struct Unclaimed {
     pub error_message: Option<String>,
 }
 
-pub async fn current_state(pg: &PgPool, ids: &[Uuid]) -> Result<Vec<Unclaimed>, DurableError> {
+impl RowState {
+    pub fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            application_id: row.try_get("application_id")?,
+            namespace_id: row.try_get("namespace_id")?,
+            command: row.try_get("command")?,
+            resource_key: row.try_get("resource_key")?,
+            queue_seq: row.try_get("queue_seq")?,
+            status: row.try_get("status")?,
+            updated_at: row.try_get("updated_at")?,
+            result: row.try_get("result")?,
+            error_code: row.try_get("error_code")?,
+            error_message: row.try_get("error_message")?,
+        })
+    }
+}
+
+pub async fn current_state(pg: &PgPool, ids: &[Uuid]) -> Result<Vec<RowState>, DurableError> {
     let rows = sqlx::query(
-        "SELECT id, namespace_id, command, resource_key, queue_seq, status, updated_at, result,
-                error_code, error_message
+        "SELECT id, application_id, namespace_id, command, resource_key, queue_seq, status,
+                updated_at, result, error_code, error_message
            FROM commands WHERE id = ANY($1)",
     )
     .bind(ids)
     .fetch_all(pg)
     .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(Unclaimed {
-                id: row.try_get("id")?,
-                namespace_id: row.try_get("namespace_id")?,
-                command: row.try_get("command")?,
-                resource_key: row.try_get("resource_key")?,
-                queue_seq: row.try_get("queue_seq")?,
-                status: row.try_get("status")?,
-                updated_at: row.try_get("updated_at")?,
-                result: row.try_get("result")?,
-                error_code: row.try_get("error_code")?,
-                error_message: row.try_get("error_message")?,
-            })
-        })
-        .collect()
+    Ok(rows
+        .iter()
+        .map(RowState::from_row)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Gives claimed rows back to their queues (the handler could not run, e.g. PostgreSQL failed

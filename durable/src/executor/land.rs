@@ -83,7 +83,7 @@ pub async fn mirror_current(
     scripts: &Scripts,
     keys: &AppKeys,
     retention_seconds: i64,
-    row: &super::claim::Unclaimed,
+    row: &super::claim::RowState,
 ) -> bool {
     match row.status.as_str() {
         "accepted" | "retry_wait" => {

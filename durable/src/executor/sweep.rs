@@ -2,12 +2,12 @@
 //! lock first (one sweeper of a kind at a time; the others skip the round), works in bounded
 //! batches with `FOR UPDATE SKIP LOCKED`, and mirrors what it changed into Redis after commit.
 
-use chrono::{DateTime, Utc};
 use fred::prelude::Pool;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
+use super::claim::RowState;
+use super::land::mirror_current;
 use crate::DurableError;
 use crate::projection::{AppKeys, Scripts, request_key_field};
 
@@ -18,41 +18,12 @@ const LOCK_LEASES: i64 = 0x51_1CE0_0001;
 const LOCK_WAITING: i64 = 0x51_1CE0_0002;
 const LOCK_RETENTION: i64 = 0x51_1CE0_0003;
 
-/// A row a sweeper changed.
-struct Swept {
-    id: Uuid,
-    application_id: Uuid,
-    namespace_id: Uuid,
-    command: String,
-    resource_key: String,
-    queue_seq: i64,
-    status: String,
-    updated_at: DateTime<Utc>,
-    error_code: Option<String>,
-    error_message: Option<String>,
-}
-
-fn swept(row: &sqlx::postgres::PgRow) -> Result<Swept, sqlx::Error> {
-    Ok(Swept {
-        id: row.try_get("id")?,
-        application_id: row.try_get("application_id")?,
-        namespace_id: row.try_get("namespace_id")?,
-        command: row.try_get("command")?,
-        resource_key: row.try_get("resource_key")?,
-        queue_seq: row.try_get("queue_seq")?,
-        status: row.try_get("status")?,
-        updated_at: row.try_get("updated_at")?,
-        error_code: row.try_get("error_code")?,
-        error_message: row.try_get("error_message")?,
-    })
-}
-
 /// Runs `statement` under the advisory lock `key`; None when another executor holds it.
 async fn locked(
     pg: &PgPool,
     key: i64,
     statement: &'static str,
-) -> Result<Option<Vec<Swept>>, DurableError> {
+) -> Result<Option<Vec<RowState>>, DurableError> {
     let mut tx = pg.begin().await?;
     let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(key)
@@ -65,7 +36,10 @@ async fn locked(
         .bind(BATCH)
         .fetch_all(&mut *tx)
         .await?;
-    let rows = rows.iter().map(swept).collect::<Result<Vec<_>, _>>()?;
+    let rows = rows
+        .iter()
+        .map(RowState::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
     tx.commit().await?;
     Ok(Some(rows))
 }
@@ -95,59 +69,20 @@ pub async fn rescue_expired_leases(
              lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
            FROM due WHERE c.id = due.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.error_code, c.error_message",
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
     )
     .await?
     else {
         return Ok(0);
     };
     for row in &rows {
-        let keys = AppKeys::new(row.application_id);
         if row.status == "retry_wait" {
             tracing::info!(command_id = %row.id, "lease expired; command requeued");
-            mirror_waiting(
-                redis,
-                scripts,
-                &keys,
-                Waiting {
-                    id: row.id,
-                    namespace_id: row.namespace_id,
-                    command: &row.command,
-                    resource_key: &row.resource_key,
-                    queue_seq: row.queue_seq,
-                    status: &row.status,
-                    updated_at: row.updated_at,
-                },
-            )
-            .await;
-        } else {
-            mirror_terminal(
-                redis,
-                scripts,
-                &keys,
-                retention_seconds,
-                terminal_mirror(row),
-            )
-            .await;
         }
+        let keys = AppKeys::new(row.application_id);
+        mirror_current(redis, scripts, &keys, retention_seconds, row).await;
     }
     Ok(rows.len())
-}
-
-fn terminal_mirror(row: &Swept) -> Mirror<'_> {
-    Mirror {
-        id: row.id,
-        namespace_id: row.namespace_id,
-        command: &row.command,
-        resource_key: &row.resource_key,
-        status: &row.status,
-        updated_at: row.updated_at,
-        result: None,
-        error: row
-            .error_code
-            .as_deref()
-            .map(|code| (code, row.error_message.as_deref().unwrap_or(""))),
-    }
 }
 
 /// Waiting commands past their `max_wait` or their deadline become `expired`.
@@ -174,7 +109,7 @@ pub async fn expire_waiting(
                                   ELSE 'the command waited longer than its max_wait' END
            FROM due WHERE c.id = due.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.error_code, c.error_message",
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
     )
     .await?
     else {
