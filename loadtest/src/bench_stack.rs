@@ -14,6 +14,32 @@ use tokio_util::sync::CancellationToken;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The servers a benchmark measures, loopback only.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Servers {
+    /// Any database of the PostgreSQL server to measure; a scratch database is created beside it.
+    #[arg(
+        long,
+        env = "SLUICE_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    pub database_url: String,
+    #[arg(
+        long,
+        env = "SLUICE_BENCH_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+}
+
+impl Servers {
+    /// Refuses anything but loopback: benchmarks only ever load this machine.
+    pub fn check(&self) -> Result<(), BoxError> {
+        ensure_loopback(&self.database_url)?;
+        ensure_loopback(&self.redis_url)
+    }
+}
+
 /// A database created for one benchmark run and dropped afterwards.
 pub struct ScratchDatabase {
     admin_url: String,

@@ -18,25 +18,14 @@ use http_body_util::Full;
 use hyper::Request;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Tenant};
+use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
 use sluice_loadtest::driver::{RunReport, http_client, run};
 
 #[derive(Debug, Parser)]
 #[command(about = "Group commit versus one transaction per request")]
 struct Args {
-    /// Any database of the PostgreSQL server to measure; a scratch database is created beside it.
-    #[arg(
-        long,
-        env = "SLUICE_BENCH_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
-    )]
-    database_url: String,
-    #[arg(
-        long,
-        env = "SLUICE_BENCH_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    redis_url: String,
+    #[command(flatten)]
+    servers: Servers,
     /// Enqueues per round.
     #[arg(long, default_value_t = 6_000)]
     requests: u64,
@@ -71,15 +60,21 @@ capacity = 100
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    let scratch = ScratchDatabase::create(&args.database_url).await?;
+    args.servers.check()?;
+    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
     let result = measure(&args, &scratch.url).await;
     scratch.drop_now().await?;
     result
 }
 
 async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
-    let tenant =
-        Tenant::create(database_url, &args.redis_url, args.connections, DECLARATION).await?;
+    let tenant = Tenant::create(
+        database_url,
+        &args.servers.redis_url,
+        args.connections,
+        DECLARATION,
+    )
+    .await?;
     let result = rounds(args, &tenant).await;
     // Leave nothing behind on a shared Redis, whatever the rounds did.
     let forgotten = tenant.forget_redis().await;

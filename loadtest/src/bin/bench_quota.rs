@@ -27,28 +27,15 @@ use hyper::Request;
 use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{
-    BoxError, RunningGateway, ScratchDatabase, Tenant, ensure_loopback,
-};
+use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
 use sluice_loadtest::driver::{http_client, run};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(about = "Quota commands executed per second: batched versus one transaction each")]
 struct Args {
-    /// Any database of the PostgreSQL server to measure; a scratch database is created beside it.
-    #[arg(
-        long,
-        env = "SLUICE_BENCH_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
-    )]
-    database_url: String,
-    #[arg(
-        long,
-        env = "SLUICE_BENCH_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    redis_url: String,
+    #[command(flatten)]
+    servers: Servers,
     /// Commands per round.
     #[arg(long, default_value_t = 5_000)]
     commands: u64,
@@ -89,12 +76,11 @@ struct Round {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    ensure_loopback(&args.database_url)?;
-    ensure_loopback(&args.redis_url)?;
+    args.servers.check()?;
     if args.rounds == 0 || args.commands == 0 || args.resources == 0 {
         return Err("--rounds, --commands and --resources must be at least 1".into());
     }
-    let scratch = ScratchDatabase::create(&args.database_url).await?;
+    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
     let result = measure(&args, &scratch.url).await;
     scratch.drop_now().await?;
     result
@@ -127,7 +113,7 @@ capacity = {capacity}
 async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let tenant = Tenant::create(
         database_url,
-        &args.redis_url,
+        &args.servers.redis_url,
         args.connections,
         &declaration(args),
     )
