@@ -114,6 +114,14 @@ impl Tenant {
 }
 
 impl Tenant {
+    /// Deletes the tenant's Redis keys and closes its connections; a benchmark calls it whatever
+    /// its rounds did, so nothing is left behind on a shared Redis.
+    pub async fn close(&self) -> Result<(), BoxError> {
+        let forgotten = self.forget_redis().await;
+        self.pg.close().await;
+        forgotten.map(|_| ())
+    }
+
     /// Deletes every Redis key of the tenant's application (they share one hash tag), so a
     /// benchmark leaves nothing behind on a shared Redis.
     pub async fn forget_redis(&self) -> Result<u64, BoxError> {

@@ -21,12 +21,12 @@ use sluice_durable::tenancy::NamespaceConfig;
 use uuid::Uuid;
 
 use super::Handled;
+use super::record::sign_ticket;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object, validate_request_key, validate_subject};
-use crate::ticket::TicketClaims;
 
 /// A parsed, validated enqueue body.
 struct EnqueueRequest {
@@ -426,13 +426,14 @@ impl Attempt<'_> {
     }
 
     fn ticket(&self, command_id: Uuid, generation: i64, deadline_unix: i64) -> String {
-        self.gateway.tickets.sign(&TicketClaims {
-            application_id: self.namespace.application_id,
-            namespace_id: self.namespace.namespace_id,
+        sign_ticket(
+            self.gateway,
+            self.namespace.application_id,
+            self.namespace.namespace_id,
             command_id,
-            generation: u64::try_from(generation).unwrap_or(0),
-            expires_at_unix: deadline_unix + self.gateway.config.ticket_retention_seconds,
-        })
+            generation,
+            deadline_unix,
+        )
     }
 }
 

@@ -3,6 +3,8 @@
 use serde_json::{Value, json};
 use sluice_durable::outbox::{CommandRecord, rfc3339};
 
+use uuid::Uuid;
+
 use crate::state::Gateway;
 use crate::ticket::TicketClaims;
 
@@ -29,12 +31,32 @@ pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) 
 }
 
 pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) -> String {
+    sign_ticket(
+        gateway,
+        record.application_id,
+        record.namespace_id,
+        record.id,
+        generation,
+        record.deadline_at.timestamp(),
+    )
+}
+
+/// A ticket for one command, valid for the retention period after the command's deadline (as
+/// long as its result can be read).
+pub fn sign_ticket(
+    gateway: &Gateway,
+    application_id: Uuid,
+    namespace_id: Uuid,
+    command_id: Uuid,
+    generation: i64,
+    deadline_unix: i64,
+) -> String {
     gateway.tickets.sign(&TicketClaims {
-        application_id: record.application_id,
-        namespace_id: record.namespace_id,
-        command_id: record.id,
+        application_id,
+        namespace_id,
+        command_id,
         generation: u64::try_from(generation).unwrap_or(0),
-        expires_at_unix: record.deadline_at.timestamp() + gateway.config.ticket_retention_seconds,
+        expires_at_unix: deadline_unix + gateway.config.ticket_retention_seconds,
     })
 }
 

@@ -76,10 +76,7 @@ async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     )
     .await?;
     let result = rounds(args, &tenant).await;
-    // Leave nothing behind on a shared Redis, whatever the rounds did.
-    let forgotten = tenant.forget_redis().await;
-    tenant.pg.close().await;
-    forgotten?;
+    tenant.close().await?;
     result
 }
 

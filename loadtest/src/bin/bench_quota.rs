@@ -119,9 +119,7 @@ async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     )
     .await?;
     let result = rounds(args, &tenant).await;
-    let forgotten = tenant.forget_redis().await;
-    tenant.pg.close().await;
-    forgotten?;
+    tenant.close().await?;
     result
 }
 
