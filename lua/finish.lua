@@ -6,6 +6,9 @@
 -- ARGV: 1 id  2 status  3 updated_at  4 result (JSON text or "")  5 error_code  6 error_message
 --       7 retention_ms
 --
+-- ARGV[2] may also be `needs_review`: the outcome is unknown, the permits go back, but the
+-- command keeps its share of `unfinished` until an authoritative result (or an operator) ends it.
+--
 -- Exactly-once counting without trusting the lease: `unfinished` drops only on the transition of
 -- the status hash from a non-terminal status to a terminal one. A missing hash means the command
 -- was not counted (a rebuild after its commit did not project it), so nothing is taken back.
@@ -17,7 +20,7 @@ local id = ARGV[1]
 local terminal = {succeeded = true, rejected = true, failed = true, expired = true, cancelled = true}
 local current = redis.call('HGET', cmdkey, 'status')
 local counted = 0
-if current and not terminal[current] then
+if current and not terminal[current] and terminal[ARGV[2]] then
   redis.call('HINCRBY', count, 'unfinished', -1)
   redis.call('INCR', drain)
   redis.call('EXPIRE', drain, 30)
@@ -25,6 +28,12 @@ if current and not terminal[current] then
 end
 redis.call('ZREM', lease, id)
 redis.call('ZREM', res_lease, id)
+-- Every permit it holds, as admit.lua (or a rebuild) recorded them in `held`.
+local held = redis.call('HGET', cmdkey, 'held')
+if held then
+  for _, lease in ipairs(cjson.decode(held)) do redis.call('ZREM', lease, id) end
+  redis.call('HDEL', cmdkey, 'held')
+end
 if current then
   redis.call('HSET', cmdkey, 'status', ARGV[2], 'updated_at', ARGV[3])
   if ARGV[4] ~= '' then redis.call('HSET', cmdkey, 'result', ARGV[4]) end

@@ -6,6 +6,10 @@
 -- ARGV: 1 id  2 ns  3 cmd  4 status  5 updated_at  6 error_code (optional)  7 error_message (optional)
 --       8 retention_ms
 --
+-- A command between two webhook attempts (retry_wait held by its executor) still holds its
+-- permits: they go back here. ARGV[4] may be `needs_review` (a retry_wait whose earlier attempt
+-- may have reached the backend, past its deadline): it keeps its share of `unfinished`.
+--
 -- Exactly-once counting, whoever mirrors first: the waiting counts drop with the queue entry
 -- (ZREM), `unfinished` drops with the status hash's move from non-terminal to terminal (an
 -- executor that popped the command concurrently counts it out through finish.lua instead).
@@ -19,8 +23,14 @@ if removed == 1 then
   redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
   redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, -1)
 end
+-- Every permit it holds, as admit.lua (or a rebuild) recorded them in `held`.
+local held = redis.call('HGET', cmdkey, 'held')
+if held then
+  for _, lease in ipairs(cjson.decode(held)) do redis.call('ZREM', lease, id) end
+  redis.call('HDEL', cmdkey, 'held')
+end
 local current = redis.call('HGET', cmdkey, 'status')
-if current and not terminal[current] then
+if current and not terminal[current] and terminal[ARGV[4]] then
   redis.call('HINCRBY', count, 'unfinished', -1)
 end
 if current then

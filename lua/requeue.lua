@@ -12,6 +12,12 @@ local count, q, cmdkey, lease, res_lease, ready = KEYS[1], KEYS[2], KEYS[3], KEY
 local id = ARGV[1]
 redis.call('ZREM', lease, id)
 redis.call('ZREM', res_lease, id)
+-- Every permit it holds, as admit.lua (or a rebuild) recorded them in `held`.
+local held = redis.call('HGET', cmdkey, 'held')
+if held then
+  for _, lease in ipairs(cjson.decode(held)) do redis.call('ZREM', lease, id) end
+  redis.call('HDEL', cmdkey, 'held')
+end
 local added = redis.call('ZADD', q, 'NX', ARGV[2], id)
 if added == 1 then
   redis.call('HINCRBY', count, 'waiting:' .. ARGV[3], 1)

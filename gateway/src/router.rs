@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::auth::authenticate;
 use crate::cors;
 use crate::error::ApiError;
-use crate::handlers::{self, Handled, commands, enqueue, tickets};
+use crate::handlers::{self, Handled, commands, complete, enqueue, tickets};
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
 use crate::state::Gateway;
 use crate::url::{decode_segment, parse_query};
@@ -79,7 +79,7 @@ async fn route(
             let action = decode_segment(action, "path")?;
             let (target, verb) = action.rsplit_once(':').ok_or_else(|| {
                 ApiError::not_found(
-                    "POST /v1/commands/{command}:enqueue or /v1/commands/{id}:cancel",
+                    "POST /v1/commands/{command}:enqueue, /v1/commands/{id}:cancel or /v1/commands/{id}:complete",
                 )
             })?;
             match verb {
@@ -98,6 +98,16 @@ async fn route(
                     let caller = authenticate(gateway, request.headers()).await?;
                     *namespace = Some(caller.namespace_id);
                     json(commands::cancel(gateway, &caller, id).await)
+                }
+                "complete" => {
+                    let id = commands::parse_command_id(target)?;
+                    let caller = authenticate(gateway, request.headers()).await?;
+                    *namespace = Some(caller.namespace_id);
+                    let (parts, body) = request.into_parts();
+                    let body =
+                        handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes)
+                            .await?;
+                    json(complete::complete(gateway, &caller, id, body).await)
                 }
                 other => Err(ApiError::not_found(format!("no custom method :{other}"))),
             }

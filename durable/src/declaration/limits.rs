@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::budget::{BURST_RANGE, MAX_IN_FLIGHT_RANGE, PER_SECOND_RANGE};
 use super::input::render_value;
-use super::model::{LimitDecl, ParamDecl};
+use super::model::{CommandDecl, LimitDecl, ParamDecl};
 use super::names::first_duplicate;
 use super::walk::{Obj, Result, char_len};
 use crate::field_error::FieldError;
@@ -67,6 +67,43 @@ impl LimitDecl {
         }
         key
     }
+}
+
+/// The limit keys an input renders to, `[[template, key], …]`: what a command's row and status
+/// hash carry from acceptance on. The template names the declared numbers; the key names the
+/// shared budget.
+pub fn render_limit_keys(limits: &[LimitDecl], input: &Map<String, Value>) -> Vec<[String; 2]> {
+    limits
+        .iter()
+        .map(|limit| [limit.key.clone(), limit.render_key(input)])
+        .collect()
+}
+
+/// A limit template names one budget shared by every command of the namespace that names it, so
+/// every command that names it must declare the same numbers.
+pub(crate) fn check_shared_limits(commands: &[CommandDecl]) -> Result<()> {
+    let mut first: BTreeMap<&str, &LimitDecl> = BTreeMap::new();
+    for (c, command) in commands.iter().enumerate() {
+        for (l, limit) in command.limits.iter().enumerate() {
+            match first.get(limit.key.as_str()) {
+                Some(seen) if *seen != limit => {
+                    return Err(FieldError::new(
+                        format!("command[{c}].limits[{l}]"),
+                        format!(
+                            "limit key \"{}\" is declared by another command with other numbers; \
+                             a limit key is one budget shared by every command that names it",
+                            limit.key
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    first.insert(&limit.key, limit);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses the optional `limits` array; two limits of one command may not share a template.

@@ -20,6 +20,7 @@ mod walk;
 #[cfg(test)]
 mod tests;
 
+pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
     NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ResourceKeyDecl,
@@ -49,6 +50,7 @@ pub fn parse(text: &str) -> Result<Declaration, FieldError> {
     let namespace = namespace::parse_namespace(&root)?;
     let quota_pools = namespace::parse_pools(&root)?;
     let commands = command::parse_commands(&root, &quota_pools)?;
+    limits::check_shared_limits(&commands)?;
     Ok(Declaration {
         namespace,
         commands,

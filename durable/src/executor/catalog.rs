@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
 use crate::projection::AppKeys;
-use crate::projection::execution::{admission_spec, write_admission_config};
+use crate::projection::execution::{admission_spec, limit_specs, write_admission_config};
 
 /// One application as the executor sees it.
 #[derive(Debug, Clone)]
@@ -20,6 +20,15 @@ pub struct Application {
     pub generation: i64,
     /// Commands by (namespace, code).
     pub commands: HashMap<(Uuid, String), CommandDecl>,
+    /// Namespaces by id: what a webhook request names and signs with.
+    pub namespaces: HashMap<Uuid, NamespaceInfo>,
+}
+
+/// What a webhook request needs of its namespace.
+#[derive(Debug, Clone)]
+pub struct NamespaceInfo {
+    pub name: String,
+    pub webhook_secret: String,
 }
 
 /// Whether this executor has a handler for the command.
@@ -29,14 +38,15 @@ pub fn runnable(decl: &CommandDecl) -> bool {
         HandlerDecl::Quota {
             mode: QuotaMode::Committed,
             ..
-        }
+        } | HandlerDecl::Webhook { .. }
     )
 }
 
 /// Loads every application and its newest declarations, and writes the admission specs.
 pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, DurableError> {
     let rows = sqlx::query(
-        "SELECT p.application_id, p.generation, n.id AS namespace_id, d.document
+        "SELECT p.application_id, p.generation, n.id AS namespace_id, n.name, n.webhook_secret,
+                d.document
            FROM projections p
            JOIN namespaces n ON n.application_id = p.application_id
            LEFT JOIN LATERAL (
@@ -52,9 +62,17 @@ pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, Durable
             id,
             generation: 0,
             commands: HashMap::new(),
+            namespaces: HashMap::new(),
         });
         app.generation = row.try_get("generation")?;
         let namespace_id: Uuid = row.try_get("namespace_id")?;
+        app.namespaces.insert(
+            namespace_id,
+            NamespaceInfo {
+                name: row.try_get("name")?,
+                webhook_secret: row.try_get("webhook_secret")?,
+            },
+        );
         let Some(document) = row.try_get::<Option<serde_json::Value>, _>("document")? else {
             continue;
         };
@@ -72,12 +90,11 @@ pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, Durable
     }
     let apps: Vec<Application> = apps.into_values().collect();
     for app in &apps {
-        let specs = app
-            .commands
-            .iter()
-            .filter(|(_, decl)| runnable(decl))
-            .map(|((ns, code), decl)| (format!("{ns}:{code}"), admission_spec(decl)))
-            .collect();
+        let mut specs = Vec::new();
+        for ((ns, code), decl) in app.commands.iter().filter(|(_, decl)| runnable(decl)) {
+            specs.push((format!("{ns}:{code}"), admission_spec(decl)));
+            specs.extend(limit_specs(*ns, decl));
+        }
         write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
     }
     Ok(apps)

@@ -18,33 +18,49 @@ pub struct Claimed {
     pub resource_key: String,
     pub queue_seq: i64,
     pub input: serde_json::Value,
+    pub accepted_at: DateTime<Utc>,
     pub deadline_at: DateTime<Utc>,
     pub attempts: i32,
+    /// Rendered limit keys, `[[template, key], …]`.
+    pub limit_keys: Vec<[String; 2]>,
+    /// Whether an earlier attempt may have reached the backend without a decisive answer.
+    pub was_in_doubt: bool,
 }
 
-/// Claims the waiting rows among `ids` for `owner` with a lease of `lease_ms`.
+/// Claims the waiting rows among `ids` for `owner` with a lease of `lease_ms`. Rows in
+/// `external` (their handler reaches outside, e.g. a webhook) are marked in doubt from here on:
+/// if this executor dies mid-request, nobody knows whether the backend acted.
 pub async fn claim(
     pg: &PgPool,
     ids: &[Uuid],
+    external: &[Uuid],
     owner: Uuid,
     lease_ms: u64,
 ) -> Result<Vec<Claimed>, DurableError> {
     let rows = sqlx::query(
-        "UPDATE commands
-            SET status = 'executing', attempts = attempts + 1, lease_owner = $2,
+        "WITH old AS (
+             SELECT id, in_doubt FROM commands
+              WHERE id = ANY($1) AND status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
+              FOR UPDATE)
+         UPDATE commands c
+            SET status = 'executing', attempts = c.attempts + 1, lease_owner = $2,
                 lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),
-                updated_at = now()
-          WHERE id = ANY($1) AND status IN ('accepted', 'retry_wait')
-         RETURNING id, namespace_id, command, subject, resource_key, queue_seq, input,
-                   deadline_at, attempts",
+                updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($4)
+           FROM old
+          WHERE c.id = old.id
+         RETURNING c.id, c.namespace_id, c.command, c.subject, c.resource_key, c.queue_seq,
+                   c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
+                   old.in_doubt AS was_in_doubt",
     )
     .bind(ids)
     .bind(owner)
     .bind(lease_ms as f64)
+    .bind(external)
     .fetch_all(pg)
     .await?;
     rows.iter()
         .map(|row| {
+            let limit_keys: serde_json::Value = row.try_get("limit_keys")?;
             Ok(Claimed {
                 id: row.try_get("id")?,
                 namespace_id: row.try_get("namespace_id")?,
@@ -53,8 +69,11 @@ pub async fn claim(
                 resource_key: row.try_get("resource_key")?,
                 queue_seq: row.try_get("queue_seq")?,
                 input: row.try_get("input")?,
+                accepted_at: row.try_get("accepted_at")?,
                 deadline_at: row.try_get("deadline_at")?,
                 attempts: row.try_get("attempts")?,
+                limit_keys: serde_json::from_value(limit_keys).unwrap_or_default(),
+                was_in_doubt: row.try_get("was_in_doubt")?,
             })
         })
         .collect()
@@ -135,7 +154,7 @@ pub async fn renew(
     Ok(sqlx::query(
         "UPDATE commands
             SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)
-          WHERE id = ANY($1) AND lease_owner = $2 AND status IN ('executing', 'running')",
+          WHERE id = ANY($1) AND lease_owner = $2 AND status IN ('executing', 'retry_wait')",
     )
     .bind(ids)
     .bind(owner)

@@ -22,6 +22,11 @@ pub struct ExecutorConfig {
     /// Quota commands of one pool that are ready together share one transaction. Off: one
     /// transaction per command (the baseline of the benchmark).
     pub batch_quota: bool,
+    /// Commands of one resource looked at when its head waits only on its own limit keys.
+    pub lookahead: u32,
+    /// First webhook retry delay; doubles per attempt (with jitter) up to `retry_max_ms`.
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -36,6 +41,9 @@ impl Default for ExecutorConfig {
             retention_seconds: 7 * 86_400,
             catalog_refresh_ms: 2_000,
             batch_quota: true,
+            lookahead: 16,
+            retry_base_ms: 500,
+            retry_max_ms: 30_000,
         }
     }
 }
@@ -47,6 +55,14 @@ impl ExecutorConfig {
         }
         if self.lease_ms < 1_000 {
             return Err("lease_ms must be at least 1000".into());
+        }
+        if self.lookahead == 0 {
+            return Err("lookahead must be at least 1".into());
+        }
+        if self.retry_base_ms == 0 || self.retry_max_ms < self.retry_base_ms {
+            return Err(
+                "retry_base_ms must be at least 1 and retry_max_ms at least retry_base_ms".into(),
+            );
         }
         if self.tick_ms == 0 || self.sweep_interval_ms == 0 {
             return Err("tick_ms and sweep_interval_ms must be at least 1".into());

@@ -6,6 +6,7 @@
 //!   commands, refreshed into Redis for `admit.lua`.
 //! - [`claim`]: admitted heads become `executing` rows leased to this executor.
 //! - [`quota`]: the built-in quota handler; one transaction per pool and batch.
+//! - [`webhook`]: the webhook handler: signed requests, retries, `running`, `needs_review`.
 //! - [`land`]: mirrors terminal states into Redis and releases permits.
 //! - [`sweep`]: expired leases, overdue waiting commands, retention (advisory-locked).
 //! - [`run`]: the loop that ties them together, woken by `LISTEN` or a tick.
@@ -17,6 +18,7 @@ pub mod land;
 pub mod quota;
 pub mod run;
 pub mod sweep;
+pub mod webhook;
 
 pub use config::ExecutorConfig;
 pub use run::Executor;

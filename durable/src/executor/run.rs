@@ -20,17 +20,22 @@ use super::config::ExecutorConfig;
 use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
 use super::quota::{self, Landed};
 use super::sweep;
+use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
-use crate::declaration::HandlerDecl;
+use crate::declaration::{CommandDecl, HandlerDecl};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
 use crate::outbox::rfc3339;
 use crate::projection::execution::{
-    Admission, AdmitLimits, AdmittedHead, Requeued, admit, renew, requeue,
+    Admission, AdmitLimits, AdmittedHead, RateKey, Requeued, admit, renew, requeue,
 };
 use crate::projection::{AppKeys, Scripts, rebuild};
 
-/// A permit this executor holds: (application, namespace, command, queue suffix).
-type Held = (Uuid, Uuid, String, String);
+/// A row this executor holds, and the lease zsets of its permits (renewed with the row).
+#[derive(Debug, Clone)]
+struct Held {
+    application_id: Uuid,
+    leases: Vec<String>,
+}
 
 pub struct Executor {
     pg: PgPool,
@@ -43,6 +48,9 @@ pub struct Executor {
     /// The catalog the loop loaded last, shared with the sweepers.
     catalog: std::sync::RwLock<Vec<Application>>,
     wake: Notify,
+    webhooks: WebhookClient,
+    /// Webhook commands in hand; a draining executor waits for them.
+    in_hand: TaskTracker,
 }
 
 impl Executor {
@@ -56,6 +64,8 @@ impl Executor {
             held: Mutex::new(HashMap::new()),
             catalog: std::sync::RwLock::new(Vec::new()),
             wake: Notify::new(),
+            webhooks: WebhookClient::new(),
+            in_hand: TaskTracker::new(),
         })
     }
 
@@ -103,8 +113,9 @@ impl Executor {
                         admitted = true;
                         let this = self.clone();
                         let app = app.clone();
+                        let shutdown = shutdown.clone();
                         batches.spawn(async move {
-                            this.process(&app, heads).await;
+                            this.process(&app, heads, &shutdown).await;
                             drop(slot);
                             this.wake.notify_one();
                         });
@@ -126,6 +137,8 @@ impl Executor {
         tracing::info!("executor draining");
         batches.close();
         batches.wait().await;
+        self.in_hand.close();
+        self.in_hand.wait().await;
         helpers.close();
         helpers.wait().await;
         tracing::info!("executor stopped");
@@ -138,6 +151,7 @@ impl Executor {
             max_heads: self.config.batch_size,
             scan_limit: self.config.scan_limit,
             lease_ms: self.config.lease_ms,
+            lookahead: self.config.lookahead,
         };
         match admit(&self.redis, &self.scripts, &keys, limits).await? {
             Admission::Heads(heads) => Ok(heads),
@@ -149,21 +163,36 @@ impl Executor {
     }
 
     /// Claims, handles and lands one admitted batch.
-    async fn process(&self, app: &Application, heads: Vec<AdmittedHead>) {
+    async fn process(
+        self: &Arc<Self>,
+        app: &Application,
+        heads: Vec<AdmittedHead>,
+        shutdown: &CancellationToken,
+    ) {
         let keys = AppKeys::new(app.id);
         let ids: Vec<Uuid> = heads.iter().map(|h| h.command_id).collect();
-        let claimed = match claim::claim(&self.pg, &ids, self.owner, self.config.lease_ms).await {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
-                // their queues in their original places.
-                tracing::warn!(%error, "claim failed; heads go back to their queues");
-                self.requeue_heads(&keys, &heads).await;
-                return;
-            }
-        };
+        let external: Vec<Uuid> = heads
+            .iter()
+            .filter(|h| {
+                parse_suffix(&h.queue_suffix)
+                    .and_then(|(ns, cmd)| app.commands.get(&(ns, cmd.to_string())))
+                    .is_some_and(|decl| matches!(decl.handler, HandlerDecl::Webhook { .. }))
+            })
+            .map(|h| h.command_id)
+            .collect();
+        let claimed =
+            match claim::claim(&self.pg, &ids, &external, self.owner, self.config.lease_ms).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
+                    // their queues in their original places.
+                    tracing::warn!(%error, "claim failed; heads go back to their queues");
+                    self.requeue_heads(&keys, &heads).await;
+                    return;
+                }
+            };
         self.give_back_unclaimed(app, &keys, &heads, &claimed).await;
-        self.hold(app.id, &claimed);
+        self.hold(app, &keys, &claimed);
         let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
             let handler = app
@@ -177,6 +206,9 @@ impl Executor {
                         .entry((row.namespace_id, pool))
                         .or_default()
                         .push(row);
+                }
+                Some(HandlerDecl::Webhook { url, timeout_ms }) => {
+                    self.start_webhook(app, &keys, row, url, timeout_ms, shutdown);
                 }
                 _ => self.requeue_claimed(&keys, &[row]).await,
             }
@@ -322,20 +354,74 @@ impl Executor {
         }
     }
 
-    fn hold(&self, application_id: Uuid, rows: &[Claimed]) {
+    fn hold(&self, app: &Application, keys: &AppKeys, rows: &[Claimed]) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         for row in rows {
-            let suffix = AppKeys::queue_suffix(row.namespace_id, &row.command, &row.resource_key);
+            let leases = app
+                .commands
+                .get(&(row.namespace_id, row.command.clone()))
+                .map(|decl| leases_of(keys, row, decl))
+                .unwrap_or_default();
             held.insert(
                 row.id,
-                (
-                    application_id,
-                    row.namespace_id,
-                    row.command.clone(),
-                    suffix,
-                ),
+                Held {
+                    application_id: app.id,
+                    leases,
+                },
             );
         }
+    }
+
+    /// Runs one webhook command to its end on its own task: its retries may wait for seconds
+    /// and must not hold a batch slot.
+    fn start_webhook(
+        self: &Arc<Self>,
+        app: &Application,
+        keys: &AppKeys,
+        row: Claimed,
+        url: String,
+        timeout_ms: u32,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(decl) = app.commands.get(&(row.namespace_id, row.command.clone())) else {
+            return;
+        };
+        let Some(namespace) = app.namespaces.get(&row.namespace_id) else {
+            tracing::error!(namespace_id = %row.namespace_id, "namespace missing from the catalog; its lease lapses and it is retried");
+            return;
+        };
+        let target = Target {
+            url,
+            timeout: Duration::from_millis(u64::from(timeout_ms)),
+            secret: namespace.webhook_secret.clone(),
+            namespace: namespace.name.clone(),
+            leases: leases_of(keys, &row, decl),
+            rate_keys: rate_keys_of(keys, &row, decl),
+        };
+        let this = self.clone();
+        let keys = keys.clone();
+        let shutdown = shutdown.clone();
+        self.in_hand.spawn(async move {
+            let deps = Deps {
+                pg: &this.pg,
+                redis: &this.redis,
+                scripts: &this.scripts,
+                client: &this.webhooks,
+                owner: this.owner,
+                keys,
+                retention_seconds: this.config.retention_seconds,
+                retry_base: Duration::from_millis(this.config.retry_base_ms),
+                retry_max: Duration::from_millis(this.config.retry_max_ms),
+            };
+            match webhook::run(&deps, &row, &target, &shutdown).await {
+                Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
+                // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
+                // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
+                Err(error) => tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over"),
+            }
+            this.release(std::slice::from_ref(&row));
+            this.wake.notify_one();
+        });
     }
 
     fn release(&self, rows: &[Claimed]) {
@@ -365,19 +451,14 @@ impl Executor {
             {
                 tracing::warn!(%error, "lease renewal failed in PostgreSQL");
             }
-            let mut by_app: HashMap<Uuid, Vec<(Uuid, String, String, Uuid)>> = HashMap::new();
-            for (id, (app, ns, cmd, suffix)) in snapshot {
-                by_app.entry(app).or_default().push((ns, cmd, suffix, id));
+            let mut by_app: HashMap<Uuid, Vec<(String, Uuid)>> = HashMap::new();
+            for (id, held) in snapshot {
+                let leases = by_app.entry(held.application_id).or_default();
+                leases.extend(held.leases.into_iter().map(|lease| (lease, id)));
             }
-            for (app, held) in by_app {
-                if let Err(error) = renew(
-                    &self.redis,
-                    &self.scripts,
-                    &AppKeys::new(app),
-                    &held,
-                    self.config.lease_ms,
-                )
-                .await
+            for held in by_app.into_values() {
+                if let Err(error) =
+                    renew(&self.redis, &self.scripts, &held, self.config.lease_ms).await
                 {
                     tracing::warn!(%error, "lease renewal failed in Redis");
                 }
@@ -397,6 +478,11 @@ impl Executor {
                 sweep::rescue_expired_leases(&self.pg, &self.redis, &self.scripts, retention).await
             {
                 tracing::warn!(%error, "lease sweeper failed");
+            }
+            if let Err(error) =
+                sweep::review_overdue_running(&self.pg, &self.redis, &self.scripts, retention).await
+            {
+                tracing::warn!(%error, "running-deadline sweeper failed");
             }
             if let Err(error) =
                 sweep::expire_waiting(&self.pg, &self.redis, &self.scripts, retention).await
@@ -453,6 +539,42 @@ impl Executor {
             }
         }
     }
+}
+
+/// The lease zsets of every permit `row` holds: its command's, its resource's, and each limit
+/// key's with a concurrency limit.
+fn leases_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<String> {
+    let suffix = AppKeys::queue_suffix(row.namespace_id, &row.command, &row.resource_key);
+    let mut leases = vec![
+        keys.command_leases(row.namespace_id, &row.command),
+        keys.resource_leases(&suffix),
+    ];
+    for [template, key] in &row.limit_keys {
+        if decl
+            .limits
+            .iter()
+            .any(|l| &l.key == template && l.max_in_flight.is_some())
+        {
+            leases.push(keys.limit_leases(row.namespace_id, key));
+        }
+    }
+    leases
+}
+
+/// The start buckets of `row`'s rate-limited limit keys.
+fn rate_keys_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<RateKey> {
+    row.limit_keys
+        .iter()
+        .filter_map(|[template, key]| {
+            let limit = decl.limits.iter().find(|l| &l.key == template)?;
+            let per_second = limit.per_second?;
+            Some(RateKey {
+                bucket: keys.limit_bucket(row.namespace_id, key),
+                per_second,
+                burst: limit.burst.unwrap_or(per_second),
+            })
+        })
+        .collect()
 }
 
 /// `"<namespace uuid>:<command>:<resource>"` → (namespace, command).

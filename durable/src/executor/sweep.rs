@@ -17,6 +17,7 @@ const BATCH: i64 = 500;
 const LOCK_LEASES: i64 = 0x51_1CE0_0001;
 const LOCK_WAITING: i64 = 0x51_1CE0_0002;
 const LOCK_RETENTION: i64 = 0x51_1CE0_0003;
+const LOCK_RUNNING: i64 = 0x51_1CE0_0005;
 
 /// Runs `statement` under the advisory lock `key`; None when another executor holds it.
 async fn locked(
@@ -44,8 +45,10 @@ async fn locked(
     Ok(Some(rows))
 }
 
-/// Executing rows whose lease lapsed (their executor died or stalled): back to their queue in
-/// their original place, or `expired` once their deadline has passed. Their permits go back.
+/// Rows whose executor's lease lapsed (it died or stalled: `executing`, or `retry_wait` between
+/// two webhook attempts): back to their queue in their original place. Past their deadline they
+/// end: `expired`, or `needs_review` when an attempt may have reached a backend unanswered.
+/// Their permits go back either way.
 pub async fn rescue_expired_leases(
     pg: &PgPool,
     redis: &Pool,
@@ -57,17 +60,28 @@ pub async fn rescue_expired_leases(
         LOCK_LEASES,
         "WITH due AS (
              SELECT id FROM commands
-              WHERE status = 'executing' AND lease_expires_at < now()
-              ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+              WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
+                AND status IN ('executing', 'retry_wait')
+              ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+         decided AS (
+             SELECT c.id,
+                    CASE WHEN c.deadline_at > now() THEN 'retry_wait'
+                         WHEN c.in_doubt THEN 'needs_review'
+                         ELSE 'expired' END AS status
+               FROM commands c JOIN due ON due.id = c.id)
          UPDATE commands c SET
-             status = CASE WHEN c.deadline_at <= now() THEN 'expired' ELSE 'retry_wait' END,
-             finished_at = CASE WHEN c.deadline_at <= now() THEN now() END,
-             error_code = CASE WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED' ELSE c.error_code END,
-             error_message = CASE WHEN c.deadline_at <= now()
-                                  THEN 'the deadline passed before the command could finish'
-                                  ELSE c.error_message END,
-             lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-           FROM due WHERE c.id = due.id
+             status = d.status,
+             finished_at = CASE WHEN d.status = 'expired' THEN now() END,
+             error_code = CASE d.status WHEN 'expired' THEN 'DEADLINE_EXCEEDED'
+                                        WHEN 'needs_review' THEN 'OUTCOME_UNKNOWN'
+                                        ELSE c.error_code END,
+             error_message = CASE d.status
+                 WHEN 'expired' THEN 'the deadline passed before the command could finish'
+                 WHEN 'needs_review' THEN 'the executor stopped mid-request and the deadline passed: the backend may have acted'
+                 ELSE c.error_message END,
+             lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
+             updated_at = now()
+           FROM decided d WHERE c.id = d.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
                    c.status, c.updated_at, c.result, c.error_code, c.error_message",
     )
@@ -85,7 +99,50 @@ pub async fn rescue_expired_leases(
     Ok(rows.len())
 }
 
-/// Waiting commands past their `max_wait` or their deadline become `expired`.
+/// Running commands (a webhook answered `202`) with no `:complete` by their deadline: the
+/// backend has the task and nobody knows its outcome, so `needs_review`. Their permits go back;
+/// their share of `max_unfinished` stays until a late `:complete` or an operator ends them.
+pub async fn review_overdue_running(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let Some(rows) = locked(
+        pg,
+        LOCK_RUNNING,
+        "WITH due AS (
+             SELECT id FROM commands
+              WHERE status = 'running' AND deadline_at <= now()
+              ORDER BY deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+         UPDATE commands c SET
+             status = 'needs_review', error_code = 'OUTCOME_UNKNOWN',
+             error_message = 'the backend accepted the command (202) and reported no result by the deadline',
+             updated_at = now()
+           FROM due WHERE c.id = due.id
+         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
+    )
+    .await?
+    else {
+        return Ok(0);
+    };
+    for row in &rows {
+        tracing::warn!(command_id = %row.id, "running command reached its deadline without a result: needs_review");
+        mirror_current(
+            redis,
+            scripts,
+            &AppKeys::new(row.application_id),
+            retention_seconds,
+            row,
+        )
+        .await;
+    }
+    Ok(rows.len())
+}
+
+/// Waiting commands past their `max_wait` or their deadline become `expired` (`needs_review`
+/// when an earlier attempt may have reached a backend unanswered).
 pub async fn expire_waiting(
     pg: &PgPool,
     redis: &Pool,
@@ -97,14 +154,19 @@ pub async fn expire_waiting(
         LOCK_WAITING,
         "WITH due AS (
              SELECT id FROM commands
-              WHERE status IN ('accepted', 'retry_wait')
+              WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
                 AND (max_wait_at <= now() OR deadline_at <= now())
               ORDER BY max_wait_at LIMIT $1 FOR UPDATE SKIP LOCKED)
          UPDATE commands c SET
-             status = 'expired', finished_at = now(), updated_at = now(),
-             error_code = CASE WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED'
+             status = CASE WHEN c.in_doubt THEN 'needs_review' ELSE 'expired' END,
+             finished_at = CASE WHEN c.in_doubt THEN NULL ELSE now() END,
+             updated_at = now(),
+             error_code = CASE WHEN c.in_doubt THEN 'OUTCOME_UNKNOWN'
+                               WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED'
                                ELSE 'MAX_WAIT_EXCEEDED' END,
-             error_message = CASE WHEN c.deadline_at <= now()
+             error_message = CASE WHEN c.in_doubt
+                                  THEN 'an earlier attempt may have reached the backend unanswered and the command ran out of time'
+                                  WHEN c.deadline_at <= now()
                                   THEN 'the deadline passed while the command was waiting'
                                   ELSE 'the command waited longer than its max_wait' END
            FROM due WHERE c.id = due.id
@@ -122,7 +184,7 @@ pub async fn expire_waiting(
             namespace_id: row.namespace_id,
             command: &row.command,
             resource_key: &row.resource_key,
-            status: "expired",
+            status: &row.status,
             updated_at: crate::outbox::rfc3339(row.updated_at),
             error: row
                 .error_code

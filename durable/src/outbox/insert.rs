@@ -25,6 +25,8 @@ pub struct NewCommand {
     pub queue_seq: i64,
     pub deadline_seconds: i32,
     pub max_wait_seconds: i32,
+    /// Rendered limit keys, `[[template, key], …]` (see `render_limit_keys`).
+    pub limit_keys: serde_json::Value,
 }
 
 /// The row PostgreSQL already holds for a request key.
@@ -71,16 +73,17 @@ pub async fn insert_batch(
     let inserted = sqlx::query(
         "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
                                content_sha256, input, resource_key, queue_seq, status,
-                               accepted_at, deadline_at, max_wait_at, updated_at)
+                               accepted_at, deadline_at, max_wait_at, updated_at, limit_keys)
          SELECT i.id, i.application_id, i.namespace_id, i.command, i.subject, i.request_key,
                 i.content_sha256, i.input, i.resource_key, i.queue_seq, 'accepted',
                 now(), now() + make_interval(secs => i.deadline_seconds),
-                now() + make_interval(secs => i.max_wait_seconds), now()
+                now() + make_interval(secs => i.max_wait_seconds), now(), i.limit_keys
            FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-                       $7::bytea[], $8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::int[])
+                       $7::bytea[], $8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::int[],
+                       $13::jsonb[])
                 AS i(id, application_id, namespace_id, command, subject, request_key,
                      content_sha256, input, resource_key, queue_seq, deadline_seconds,
-                     max_wait_seconds)
+                     max_wait_seconds, limit_keys)
           WHERE NOT EXISTS (
                 SELECT 1 FROM controls c
                  WHERE c.namespace_id = i.namespace_id AND c.paused
@@ -100,6 +103,7 @@ pub async fn insert_batch(
     .bind(&columns.queue_seq)
     .bind(&columns.deadline_seconds)
     .bind(&columns.max_wait_seconds)
+    .bind(&columns.limit_keys)
     .fetch_all(&mut *conn)
     .await?;
 
@@ -195,6 +199,7 @@ struct Columns {
     queue_seq: Vec<i64>,
     deadline_seconds: Vec<i32>,
     max_wait_seconds: Vec<i32>,
+    limit_keys: Vec<serde_json::Value>,
 }
 
 impl Columns {
@@ -212,6 +217,7 @@ impl Columns {
             queue_seq: batch.iter().map(|c| c.queue_seq).collect(),
             deadline_seconds: batch.iter().map(|c| c.deadline_seconds).collect(),
             max_wait_seconds: batch.iter().map(|c| c.max_wait_seconds).collect(),
+            limit_keys: batch.iter().map(|c| c.limit_keys.clone()).collect(),
         }
     }
 }

@@ -73,6 +73,8 @@ impl CommandRecord {
 
 /// The columns [`CommandRecord`] reads, spliced into statements at compile time with `concat!`
 /// (SQL is never built at run time).
+#[macro_export]
+#[doc(hidden)]
 macro_rules! record_columns {
     ($p:literal) => {
         concat!(
@@ -201,7 +203,10 @@ pub struct Cancelled {
 }
 
 /// Cancel: waiting → `cancelled` at once; executing/running → only the intent is recorded (the
-/// handler's authoritative result or the deadline decides); terminal → unchanged.
+/// handler's authoritative result or the deadline decides); terminal → unchanged. A command
+/// between two webhook attempts whose earlier attempt may have reached the backend unanswered
+/// (`retry_wait`, in doubt) is not waiting but executing in all but name: intent only, and the
+/// next attempt, with the same idempotency key, learns the authoritative result.
 pub async fn cancel(
     pg: &PgPool,
     namespace_id: Uuid,
@@ -209,20 +214,25 @@ pub async fn cancel(
 ) -> Result<Option<Cancelled>, DurableError> {
     const SQL: &str = concat!(
         "WITH old AS (
-             SELECT id, status FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE)
+             SELECT id, status, (status = 'accepted' OR (status = 'retry_wait' AND NOT in_doubt))
+                        AS now_cancelled
+               FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE)
          UPDATE commands c SET
-             status = CASE WHEN old.status IN ('accepted', 'retry_wait') THEN 'cancelled'
-                           ELSE c.status END,
-             finished_at = CASE WHEN old.status IN ('accepted', 'retry_wait') THEN now()
-                                ELSE c.finished_at END,
-             cancel_requested = c.cancel_requested OR old.status IN ('executing', 'running'),
+             status = CASE WHEN old.now_cancelled THEN 'cancelled' ELSE c.status END,
+             finished_at = CASE WHEN old.now_cancelled THEN now() ELSE c.finished_at END,
+             error_code = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_code END,
+             error_message = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_message END,
+             lease_owner = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_owner END,
+             lease_expires_at = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_expires_at END,
+             cancel_requested = c.cancel_requested
+                 OR old.status IN ('executing', 'running', 'retry_wait') AND NOT old.now_cancelled,
              updated_at = CASE WHEN old.status IN ('accepted', 'retry_wait', 'executing', 'running')
                                THEN now() ELSE c.updated_at END
            FROM old
           WHERE c.id = old.id
          RETURNING ",
         record_columns!("c."),
-        ", old.status AS previous_status"
+        ", old.now_cancelled"
     );
     let Some(row) = sqlx::query(SQL)
         .bind(id)
@@ -232,10 +242,9 @@ pub async fn cancel(
     else {
         return Ok(None);
     };
-    let previous: String = row.try_get("previous_status")?;
     let record = CommandRecord::from_row(&row)?;
     Ok(Some(Cancelled {
-        left_queue: matches!(previous.as_str(), "accepted" | "retry_wait"),
+        left_queue: row.try_get("now_cancelled")?,
         record,
     }))
 }

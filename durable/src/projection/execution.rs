@@ -29,6 +29,8 @@ pub struct AdmitLimits {
     /// Resources looked at per call; bounds the script's work.
     pub scan_limit: u32,
     pub lease_ms: u64,
+    /// Commands looked at per resource when the head waits only on its own limit keys.
+    pub lookahead: u32,
 }
 
 pub async fn admit(
@@ -49,6 +51,7 @@ pub async fn admit(
         i64::from(limits.max_heads).into(),
         i64::from(limits.scan_limit).into(),
         i64::try_from(limits.lease_ms).unwrap_or(i64::MAX).into(),
+        i64::from(limits.lookahead.max(1)).into(),
     ];
     let answer: Vec<Value> = scripts.admit.call(redis, script_keys, args).await?;
     let bad = |detail: &str| DurableError::script("admit.lua", detail.to_string());
@@ -88,6 +91,25 @@ pub fn admission_spec(decl: &CommandDecl) -> String {
         decl.admission.burst,
         decl.admission.max_in_flight_per_resource.unwrap_or(0)
     )
+}
+
+/// The `cfg` entries of a command's limit templates: `(field, "max_in_flight per_second burst")`,
+/// 0 meaning unlimited.
+pub fn limit_specs(namespace_id: Uuid, decl: &CommandDecl) -> Vec<(String, String)> {
+    decl.limits
+        .iter()
+        .map(|limit| {
+            (
+                AppKeys::limit_config_field(namespace_id, &limit.key),
+                format!(
+                    "{} {} {}",
+                    limit.max_in_flight.unwrap_or(0),
+                    limit.per_second.unwrap_or(0),
+                    limit.burst.or(limit.per_second).unwrap_or(0)
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Replaces the admission specs of an application: commands that no longer exist (or whose
@@ -194,26 +216,51 @@ pub async fn requeue(
     Ok(added == 1)
 }
 
-/// Extends held permits: `(namespace, command, queue suffix, id)` each.
+/// Extends held permits: `(lease zset, member)` each, to `lease_ms` from Redis time.
 pub async fn renew(
     redis: &Pool,
     scripts: &Scripts,
-    keys: &AppKeys,
-    held: &[(Uuid, String, String, Uuid)],
+    held: &[(String, Uuid)],
     lease_ms: u64,
 ) -> Result<i64, DurableError> {
     if held.is_empty() {
         return Ok(0);
     }
-    let mut script_keys = Vec::with_capacity(held.len() * 2);
-    let mut args: Vec<Value> = vec![i64::try_from(lease_ms).unwrap_or(i64::MAX).into()];
-    for (namespace_id, command, suffix, id) in held {
-        script_keys.push(keys.command_leases(*namespace_id, command));
-        args.push(id.to_string().into());
-        script_keys.push(keys.resource_leases(suffix));
+    let mut script_keys = Vec::with_capacity(held.len());
+    let mut args: Vec<Value> = Vec::with_capacity(held.len() + 1);
+    args.push(i64::try_from(lease_ms).unwrap_or(i64::MAX).into());
+    for (lease, id) in held {
+        script_keys.push(lease.clone());
         args.push(id.to_string().into());
     }
     scripts.renew.call(redis, script_keys, args).await
+}
+
+/// One rate-limited limit key a retry must take a token from.
+#[derive(Debug, Clone)]
+pub struct RateKey {
+    pub bucket: String,
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+/// Takes one start token from every bucket, or none; `Ok(None)` when taken, otherwise the wait
+/// until all of them have one.
+pub async fn retake(
+    redis: &Pool,
+    scripts: &Scripts,
+    buckets: &[RateKey],
+) -> Result<Option<std::time::Duration>, DurableError> {
+    if buckets.is_empty() {
+        return Ok(None);
+    }
+    let keys = buckets.iter().map(|b| b.bucket.clone()).collect();
+    let args = buckets
+        .iter()
+        .flat_map(|b| [i64::from(b.per_second).into(), i64::from(b.burst).into()])
+        .collect();
+    let wait_ms: i64 = scripts.retake.call(redis, keys, args).await?;
+    Ok((wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms as u64)))
 }
 
 /// Permits of a command whose lease lapsed (expiry ≤ Redis time): their holder died or stalled.

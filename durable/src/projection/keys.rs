@@ -78,6 +78,22 @@ impl AppKeys {
         format!("{}:lease:res:{queue_suffix}", self.prefix)
     }
 
+    /// Executing permits of one limit key (its `max_in_flight`), e.g. `account:gitee:a`. Limit
+    /// keys live in their namespace: namespaces never share a budget by accident.
+    pub fn limit_leases(&self, namespace_id: Uuid, key: &str) -> String {
+        format!("{}:lease:lim:{namespace_id}:{key}", self.prefix)
+    }
+
+    /// The start bucket of one limit key (its `per_second` and `burst`).
+    pub fn limit_bucket(&self, namespace_id: Uuid, key: &str) -> String {
+        format!("{}:bucket:lim:{namespace_id}:{key}", self.prefix)
+    }
+
+    /// The `cfg` field holding the numbers of one declared limit template.
+    pub fn limit_config_field(namespace_id: Uuid, template: &str) -> String {
+        format!("lim:{namespace_id}:{template}")
+    }
+
     /// Completions of a command during one Unix second (the drain rate behind ETAs).
     pub fn drain(&self, namespace_id: Uuid, command: &str, unix_second: i64) -> String {
         format!(

@@ -82,7 +82,8 @@ async fn rebuild_unless_ready(
     loop {
         let rows = sqlx::query(
             "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
-                    queue_seq, status, accepted_at, deadline_at, updated_at,
+                    queue_seq, status, accepted_at, deadline_at, updated_at, limit_keys,
+                    lease_owner IS NOT NULL AS held,
                     coalesce(lease_expires_at, deadline_at) AS permit_expires_at
                FROM commands
               WHERE application_id = $1
@@ -137,28 +138,19 @@ async fn rebuild_unless_ready(
                     )
                     .await?;
             } else if projected.holds_permits() {
-                // Executing work keeps its permits until its lease runs out, as it did before
-                // the loss: a rebuild never frees a limit that is still in use.
+                // Work in hand keeps its permits until its lease (or, running, its deadline)
+                // runs out, as it did before the loss: a rebuild never frees a limit that is
+                // still in use.
                 let member = (projected.permit_expires_ms as f64, projected.id.to_string());
+                let leases = projected.leases(&keys);
+                for lease in &leases {
+                    let _: () = pipe
+                        .zadd(lease.as_str(), None, None, false, false, member.clone())
+                        .await?;
+                }
+                let held = serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into());
                 let _: () = pipe
-                    .zadd(
-                        keys.command_leases(projected.namespace_id, &projected.command),
-                        None,
-                        None,
-                        false,
-                        false,
-                        member.clone(),
-                    )
-                    .await?;
-                let _: () = pipe
-                    .zadd(
-                        keys.resource_leases(&projected.queue_suffix()),
-                        None,
-                        None,
-                        false,
-                        false,
-                        member,
-                    )
+                    .hset(keys.command(projected.id), ("held", held))
                     .await?;
             }
             projected.write(&pipe, &keys).await?;
@@ -314,6 +306,10 @@ struct ProjectedRow {
     deadline_at: String,
     updated_at: String,
     permit_expires_ms: i64,
+    /// Rendered limit keys, `[[template, key], …]`.
+    limit_keys: Vec<[String; 2]>,
+    /// An executor holds it (executing, or retry_wait between two webhook attempts).
+    held: bool,
 }
 
 impl ProjectedRow {
@@ -338,15 +334,31 @@ impl ProjectedRow {
             permit_expires_ms: row
                 .try_get::<chrono::DateTime<chrono::Utc>, _>("permit_expires_at")?
                 .timestamp_millis(),
+            limit_keys: serde_json::from_value(row.try_get("limit_keys")?).unwrap_or_default(),
+            held: row.try_get("held")?,
         })
     }
 
     fn is_waiting(&self) -> bool {
-        matches!(self.status.as_str(), "accepted" | "retry_wait")
+        !self.held && matches!(self.status.as_str(), "accepted" | "retry_wait")
     }
 
     fn holds_permits(&self) -> bool {
-        matches!(self.status.as_str(), "executing" | "running")
+        self.held || self.status == "running"
+    }
+
+    /// The lease zsets of every permit it holds: command, resource, each limit key.
+    fn leases(&self, keys: &AppKeys) -> Vec<String> {
+        let mut leases = vec![
+            keys.command_leases(self.namespace_id, &self.command),
+            keys.resource_leases(&self.queue_suffix()),
+        ];
+        leases.extend(
+            self.limit_keys
+                .iter()
+                .map(|[_, key]| keys.limit_leases(self.namespace_id, key)),
+        );
+        leases
     }
 
     fn queue_suffix(&self) -> String {
@@ -368,6 +380,11 @@ impl ProjectedRow {
             ("deadline_at", self.deadline_at.clone()),
             ("updated_at", self.updated_at.clone()),
         ];
+        let mut fields = fields;
+        if !self.limit_keys.is_empty() {
+            let lim = serde_json::to_string(&self.limit_keys).unwrap_or_default();
+            fields.push(("lim", lim));
+        }
         let _: () = pipe.hset(keys.command(self.id), fields).await?;
         let value = format!("{} {} c", self.id, hex::encode(&self.content_sha256));
         let _: () = pipe

@@ -18,6 +18,7 @@ pub struct Scripts {
     pub requeue: NamedScript,
     pub renew: NamedScript,
     pub lapsed: NamedScript,
+    pub retake: NamedScript,
 }
 
 #[derive(Clone)]
@@ -71,6 +72,7 @@ impl Scripts {
             requeue: NamedScript::new("requeue.lua", include_str!("../../../lua/requeue.lua")),
             renew: NamedScript::new("renew.lua", include_str!("../../../lua/renew.lua")),
             lapsed: NamedScript::new("lapsed.lua", include_str!("../../../lua/lapsed.lua")),
+            retake: NamedScript::new("retake.lua", include_str!("../../../lua/retake.lua")),
         }
     }
 }

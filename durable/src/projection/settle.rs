@@ -19,6 +19,8 @@ pub struct Accepted {
     pub queue_seq: i64,
     pub accepted_at: String,
     pub deadline_at: String,
+    /// Rendered limit keys as JSON `[[template, key], …]`, or "" when the command has none.
+    pub limit_keys: String,
 }
 
 /// Queue positions right after acceptance, observed at one Redis time.
@@ -37,7 +39,7 @@ pub async fn accept(
     batch: &[Accepted],
 ) -> Result<AcceptedPositions, DurableError> {
     let mut script_keys = Vec::with_capacity(2 + 4 * batch.len());
-    let mut args: Vec<Value> = Vec::with_capacity(8 * batch.len());
+    let mut args: Vec<Value> = Vec::with_capacity(9 * batch.len());
     script_keys.push(keys.count());
     script_keys.push(keys.ready());
     for a in batch {
@@ -54,6 +56,7 @@ pub async fn accept(
             a.command.clone().into(),
             a.accepted_at.clone().into(),
             a.deadline_at.clone().into(),
+            a.limit_keys.clone().into(),
         ]);
     }
     let answer: Vec<Value> = scripts.accept.call(redis, script_keys, args).await?;

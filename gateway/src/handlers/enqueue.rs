@@ -11,6 +11,7 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
+use sluice_durable::declaration::render_limit_keys;
 use sluice_durable::outbox::{ExistingCommand, InsertOutcome, NewCommand, rfc3339};
 use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
 use sluice_durable::projection::settle::{Accepted, Release, accept, release};
@@ -97,6 +98,8 @@ struct Attempt<'a> {
     keys: AppKeys,
     request: EnqueueRequest,
     resource_key: String,
+    /// Rendered limit keys, fixed at acceptance like the deadline.
+    limit_keys: Vec<[String; 2]>,
     field: String,
     digest_hex: String,
     digest: [u8; 32],
@@ -121,6 +124,7 @@ pub async fn enqueue(gateway: &Gateway, command: &str, caller: Caller, body: Byt
         decl,
         keys: AppKeys::new(namespace.application_id),
         resource_key: decl.resource_key_for(&request.input),
+        limit_keys: render_limit_keys(&decl.limits, &request.input),
         field: request_key_field(&request.subject, &request.request_key),
         digest_hex: hex::encode(digest),
         digest,
@@ -235,6 +239,7 @@ impl Attempt<'_> {
             deadline_seconds: i32::try_from(self.decl.deadline_seconds).unwrap_or(i32::MAX),
             max_wait_seconds: i32::try_from(self.decl.admission.max_wait_seconds)
                 .unwrap_or(i32::MAX),
+            limit_keys: serde_json::json!(self.limit_keys),
         };
         match self.gateway.committer.submit(new).await {
             Ok(InsertOutcome::Inserted {
@@ -293,6 +298,11 @@ impl Attempt<'_> {
             queue_seq,
             accepted_at: accepted_at.clone(),
             deadline_at: deadline_at.clone(),
+            limit_keys: if self.limit_keys.is_empty() {
+                String::new()
+            } else {
+                serde_json::json!(self.limit_keys).to_string()
+            },
         };
         let queue = match accept(
             &self.gateway.redis,

@@ -2,6 +2,7 @@
 //! the router wraps both in the envelope.
 
 pub mod commands;
+pub mod complete;
 pub mod enqueue;
 pub mod record;
 pub mod tickets;

@@ -133,6 +133,7 @@ impl Bench {
                 max_heads,
                 scan_limit: 256,
                 lease_ms,
+                lookahead: 16,
             },
         )
         .await

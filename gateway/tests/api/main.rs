@@ -17,3 +17,5 @@ mod openapi;
 mod postgres_outage;
 mod projection;
 mod strict_bodies;
+mod webhook_backend;
+mod webhooks;

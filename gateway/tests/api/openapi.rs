@@ -21,6 +21,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/v1/commands/{command}/requests/{request_key}"),
     ("GET", "/v1/commands/{command}/mine"),
     ("POST", "/v1/commands/{command_id}:cancel"),
+    ("POST", "/v1/commands/{command_id}:complete"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
 ];

@@ -1,0 +1,293 @@
+//! One webhook request and what its answer means. The classification is the contract of
+//! API.md: `200` decides, `202` means running, `429`/`5xx`/timeouts/connection errors are worth
+//! another attempt, any other status fails the command.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request, StatusCode};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::signature::sign;
+
+/// Largest answer body read from a backend; a longer one is a broken answer.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// A decisive result from a backend (its `200`, or a `:complete`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    /// `succeeded`, `rejected` or `failed`.
+    pub status: &'static str,
+    pub result: Option<Value>,
+    pub error: Option<(String, String)>,
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Decided(Decided),
+    /// `202`: the backend runs it and reports through `:complete`.
+    Running,
+    /// Worth another attempt. `in_doubt`: the request may have reached the backend and nobody
+    /// knows what it did (a timeout, a connection lost after sending).
+    Retry {
+        retry_after: Option<Duration>,
+        in_doubt: bool,
+        reason: String,
+    },
+}
+
+/// One request: where, signed with what, and how long it may take.
+pub struct Delivery<'a> {
+    pub url: &'a str,
+    pub secret: &'a str,
+    pub command_id: Uuid,
+    pub body: Bytes,
+    pub timeout: Duration,
+}
+
+/// A pooled HTTP/1.1 client for `http://` and `https://` (rustls, Mozilla's roots).
+#[derive(Clone)]
+pub struct WebhookClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl Default for WebhookClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WebhookClient {
+    pub fn new() -> Self {
+        let connector = HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build(connector),
+        }
+    }
+
+    /// Sends one signed attempt and classifies its answer; never fails: every failure is an
+    /// answer.
+    pub async fn deliver(&self, delivery: Delivery<'_>) -> Answer {
+        let request = match build_request(&delivery) {
+            Ok(request) => request,
+            Err(reason) => {
+                return Answer::Decided(failed("WEBHOOK_URL_INVALID", reason));
+            }
+        };
+        let exchange = async {
+            let response = self.client.request(request).await?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(hyper::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after);
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map(|b| b.to_bytes());
+            Ok::<_, hyper_util::client::legacy::Error>((status, retry_after, body))
+        };
+        match tokio::time::timeout(delivery.timeout, exchange).await {
+            Err(_) => Answer::Retry {
+                retry_after: None,
+                in_doubt: true,
+                reason: format!("no answer within {} ms", delivery.timeout.as_millis()),
+            },
+            Ok(Err(error)) => Answer::Retry {
+                retry_after: None,
+                // A connection that never opened carried nothing; any later failure may have
+                // delivered the request.
+                in_doubt: !error.is_connect(),
+                reason: format!("request failed: {error}"),
+            },
+            Ok(Ok((status, retry_after, body))) => classify(status, retry_after, body),
+        }
+    }
+}
+
+fn build_request(delivery: &Delivery<'_>) -> Result<Request<Full<Bytes>>, String> {
+    let signature = sign(
+        delivery.secret,
+        chrono::Utc::now().timestamp(),
+        &delivery.body,
+    );
+    Request::builder()
+        .method(Method::POST)
+        .uri(delivery.url)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header("Idempotency-Key", delivery.command_id.to_string())
+        .header("Sluice-Signature", signature)
+        .body(Full::new(delivery.body.clone()))
+        .map_err(|e| format!("cannot build a request to {}: {e}", delivery.url))
+}
+
+fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Result<Bytes, Box<dyn std::error::Error + Send + Sync>>,
+) -> Answer {
+    match status.as_u16() {
+        200 => match body {
+            Ok(body) => Answer::Decided(decision_of(&body)),
+            // The backend decided but its answer could not be read whole: nobody knows what.
+            Err(error) => Answer::Retry {
+                retry_after: None,
+                in_doubt: true,
+                reason: format!("200 answer unreadable: {error}"),
+            },
+        },
+        202 => Answer::Running,
+        429 => Answer::Retry {
+            retry_after,
+            in_doubt: false,
+            reason: "backend answered 429".into(),
+        },
+        500..=599 => Answer::Retry {
+            retry_after,
+            in_doubt: false,
+            reason: format!("backend answered {}", status.as_u16()),
+        },
+        code => Answer::Decided(failed(
+            "WEBHOOK_REFUSED",
+            format!("backend answered {code}"),
+        )),
+    }
+}
+
+/// The `200` body: `{"outcome": "succeeded"|"rejected", "result": {…}?, "error_code": "…"?,
+/// "invalidate": [...]?}`. A body that says neither is a failed command: the backend broke the
+/// contract, and guessing would be worse.
+fn decision_of(body: &[u8]) -> Decided {
+    #[derive(Deserialize)]
+    struct Body {
+        outcome: String,
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        error_code: Option<String>,
+    }
+    let Ok(parsed) = serde_json::from_slice::<Body>(body) else {
+        return failed(
+            "WEBHOOK_BAD_ANSWER",
+            "backend answered 200 with a body that is not {\"outcome\": …}".into(),
+        );
+    };
+    let result = parsed.result.filter(Value::is_object);
+    match parsed.outcome.as_str() {
+        "succeeded" => Decided {
+            status: "succeeded",
+            result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
+            error: None,
+        },
+        "rejected" => Decided {
+            status: "rejected",
+            error: Some((
+                parsed.error_code.unwrap_or_else(|| "REJECTED".into()),
+                "the backend rejected the command".into(),
+            )),
+            result,
+        },
+        other => failed(
+            "WEBHOOK_BAD_ANSWER",
+            format!("backend answered 200 with outcome {other:?}"),
+        ),
+    }
+}
+
+fn failed(code: &str, message: String) -> Decided {
+    Decided {
+        status: "failed",
+        result: None,
+        error: Some((code.into(), message)),
+    }
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_in_seconds_and_as_a_date() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn answers_are_classified_as_the_contract_says() {
+        let ok = |s: &str| Ok(Bytes::from(s.to_owned()));
+        assert_eq!(
+            classify(
+                StatusCode::OK,
+                None,
+                ok(r#"{"outcome":"succeeded","result":{"a":1}}"#)
+            ),
+            Answer::Decided(Decided {
+                status: "succeeded",
+                result: Some(serde_json::json!({"a": 1})),
+                error: None
+            })
+        );
+        let Answer::Decided(rejected) = classify(
+            StatusCode::OK,
+            None,
+            ok(r#"{"outcome":"rejected","error_code":"NO_CREDIT"}"#),
+        ) else {
+            panic!("a 200 decides")
+        };
+        assert_eq!(rejected.status, "rejected");
+        assert_eq!(rejected.error.map(|e| e.0).as_deref(), Some("NO_CREDIT"));
+        let Answer::Decided(bad) = classify(StatusCode::OK, None, ok("[]")) else {
+            panic!("a 200 decides")
+        };
+        assert_eq!(bad.status, "failed");
+        assert_eq!(
+            classify(StatusCode::ACCEPTED, None, ok("")),
+            Answer::Running
+        );
+        assert!(matches!(
+            classify(StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(2)), ok("")),
+            Answer::Retry { retry_after: Some(d), in_doubt: false, .. } if d == Duration::from_secs(2)
+        ));
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, None, ok("")),
+            Answer::Retry {
+                in_doubt: false,
+                ..
+            }
+        ));
+        let Answer::Decided(refused) = classify(StatusCode::NOT_FOUND, None, ok("")) else {
+            panic!("a 4xx decides")
+        };
+        assert_eq!(refused.status, "failed");
+    }
+}

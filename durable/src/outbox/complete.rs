@@ -1,0 +1,95 @@
+//! `:complete`: the authoritative result of a webhook command, reported by its backend after it
+//! answered `202` (or before that answer reached the executor, or after the deadline made the
+//! command `needs_review`). The first authoritative result wins; a repeat of it changes nothing;
+//! a different one is a conflict.
+
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::queries::CommandRecord;
+use crate::DurableError;
+
+/// A result as the backend reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reported {
+    /// `succeeded`, `rejected` or `failed`.
+    pub status: &'static str,
+    pub result: Option<Value>,
+    pub error: Option<(String, String)>,
+}
+
+/// What a `:complete` came to.
+#[derive(Debug, Clone)]
+pub enum Completion {
+    /// This call decided the command; `was` is the status it left.
+    Landed {
+        record: CommandRecord,
+        was: String,
+    },
+    /// The same result had already landed: nothing changed.
+    Repeated(CommandRecord),
+    /// Another result (or a cancel, or expiry) decided it already.
+    Conflict(CommandRecord),
+    /// No request was ever sent for it: there is nothing a backend could complete.
+    NotStarted(CommandRecord),
+    NotFound,
+}
+
+/// Lands `reported` on command `id` of `namespace_id` in one statement under the row lock.
+pub async fn complete(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    id: Uuid,
+    reported: &Reported,
+) -> Result<Completion, DurableError> {
+    let mut tx = pg.begin().await?;
+    let current: Option<CommandRecord> = sqlx::query_as(concat!(
+        "SELECT ",
+        crate::record_columns!(""),
+        " FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE"
+    ))
+    .bind(id)
+    .bind(namespace_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(current) = current else {
+        return Ok(Completion::NotFound);
+    };
+    let (code, message) = reported.error.clone().unzip();
+    if current.is_terminal() {
+        let same = current.status == reported.status
+            && current.result == reported.result
+            && current.error_code == code;
+        return Ok(if same {
+            Completion::Repeated(current)
+        } else {
+            Completion::Conflict(current)
+        });
+    }
+    if current.attempts == 0 {
+        return Ok(Completion::NotStarted(current));
+    }
+    let row = sqlx::query(concat!(
+        "UPDATE commands
+            SET status = $2, result = $3, error_code = $4, error_message = $5,
+                finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                next_attempt_at = NULL, updated_at = now()
+          WHERE id = $1
+         RETURNING ",
+        crate::record_columns!("")
+    ))
+    .bind(id)
+    .bind(reported.status)
+    .bind(&reported.result)
+    .bind(code)
+    .bind(message)
+    .fetch_one(&mut *tx)
+    .await?;
+    let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    tx.commit().await?;
+    Ok(Completion::Landed {
+        record,
+        was: current.status,
+    })
+}

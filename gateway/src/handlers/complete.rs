@@ -1,0 +1,175 @@
+//! `POST /v1/commands/{command_id}:complete`: a webhook backend reports the authoritative result
+//! of a command it answered `202` for. The first result wins; its repeat is a no-op; another is
+//! `409 STATE_CONFLICT`.
+
+use bytes::Bytes;
+use hyper::StatusCode;
+use serde_json::json;
+use sluice_durable::declaration::HandlerDecl;
+use sluice_durable::executor::land::{Mirror, mirror_terminal};
+use sluice_durable::outbox::complete::{Completion, Reported, complete as land_result};
+use sluice_durable::outbox::queries::{self, CommandRecord};
+use sluice_durable::outbox::rfc3339;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
+use uuid::Uuid;
+
+use super::Handled;
+use super::record::command_json;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorCode};
+use crate::state::Gateway;
+use crate::strict_json::{ObjectReader, parse_object};
+
+/// Longest `error_code` a backend may report.
+const MAX_ERROR_CODE_CHARS: usize = 64;
+
+pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes) -> Handled {
+    caller.require_scope("commands:complete")?;
+    let reported = parse_report(&body)?;
+    let record = queries::by_id(&gateway.pg, caller.namespace_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    let is_webhook = namespace
+        .declaration
+        .command(&record.command)
+        .is_some_and(|decl| matches!(decl.handler, HandlerDecl::Webhook { .. }));
+    if !is_webhook {
+        return Err(conflict(
+            &record,
+            format!(
+                "command {:?} is not run by a webhook; only its backend's results can be completed",
+                record.command
+            ),
+        ));
+    }
+    let record = match land_result(&gateway.pg, caller.namespace_id, id, &reported).await? {
+        Completion::NotFound => {
+            return Err(ApiError::not_found("no such command in this namespace"));
+        }
+        Completion::NotStarted(record) => {
+            return Err(conflict(
+                &record,
+                "no request was sent for this command yet; there is nothing to complete".into(),
+            ));
+        }
+        Completion::Conflict(record) => {
+            return Err(conflict(
+                &record,
+                format!(
+                    "the command already ended {} with another result",
+                    record.status
+                ),
+            ));
+        }
+        Completion::Repeated(record) => record,
+        Completion::Landed { record, was } => {
+            mirror(gateway, &record, &was).await;
+            record
+        }
+    };
+    Ok((
+        StatusCode::OK,
+        command_json(gateway, &record, namespace.generation),
+    ))
+}
+
+/// `{"outcome": "succeeded"|"rejected"|"failed", "result": {…}?, "error_code": "…"?}`.
+fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
+    let mut reader = ObjectReader::new(parse_object(body)?, "");
+    let outcome = reader.required_string("outcome")?;
+    let status: &'static str = match outcome.as_str() {
+        "succeeded" => "succeeded",
+        "rejected" => "rejected",
+        "failed" => "failed",
+        _ => {
+            return Err(ApiError::invalid(
+                "outcome",
+                "must be one of succeeded, rejected, failed",
+            ));
+        }
+    };
+    let result = reader.optional_object("result")?;
+    let error_code = reader.optional_string("error_code")?;
+    reader.finish()?;
+    if let Some(code) = &error_code {
+        if status == "succeeded" {
+            return Err(ApiError::invalid(
+                "error_code",
+                "only allowed with outcome rejected or failed",
+            ));
+        }
+        let printable = code.chars().all(|c| c.is_ascii_graphic());
+        if code.is_empty() || code.chars().count() > MAX_ERROR_CODE_CHARS || !printable {
+            return Err(ApiError::invalid(
+                "error_code",
+                format!("must be 1 to {MAX_ERROR_CODE_CHARS} printable ASCII characters"),
+            ));
+        }
+    }
+    let result = result.map(serde_json::Value::Object);
+    Ok(match status {
+        "succeeded" => Reported {
+            status,
+            result: Some(result.unwrap_or_else(|| json!({}))),
+            error: None,
+        },
+        _ => Reported {
+            status,
+            error: Some((
+                error_code.unwrap_or_else(|| status.to_ascii_uppercase()),
+                format!("the backend reported the command {status}"),
+            )),
+            result,
+        },
+    })
+}
+
+fn conflict(record: &CommandRecord, message: String) -> ApiError {
+    ApiError::new(ErrorCode::StateConflict, message).with_detail("status", record.status.clone())
+}
+
+/// PostgreSQL has decided: take the command out of its queue if it was waiting there, release
+/// its permits, count it out, and show its result to ticket polls. A Redis failure here leaves
+/// the permits to lapse with their leases (running ones at the deadline).
+async fn mirror(gateway: &Gateway, record: &CommandRecord, was: &str) {
+    let keys = AppKeys::new(record.application_id);
+    let retention_ms = gateway.config.ticket_retention_seconds * 1_000;
+    let error = record
+        .error_code
+        .as_deref()
+        .map(|code| (code, record.error_message.as_deref().unwrap_or("")));
+    if matches!(was, "accepted" | "retry_wait") {
+        let done = FinishedWaiting {
+            command_id: record.id,
+            namespace_id: record.namespace_id,
+            command: &record.command,
+            resource_key: &record.resource_key,
+            status: &record.status,
+            updated_at: rfc3339(record.updated_at),
+            error,
+            retention_ms,
+        };
+        if let Err(error) = finish_waiting(&gateway.redis, &gateway.scripts, &keys, &done).await {
+            tracing::warn!(command_id = %record.id, %error, "completion not mirrored to its queue");
+        }
+    }
+    mirror_terminal(
+        &gateway.redis,
+        &gateway.scripts,
+        &keys,
+        gateway.config.ticket_retention_seconds,
+        Mirror {
+            id: record.id,
+            namespace_id: record.namespace_id,
+            command: &record.command,
+            resource_key: &record.resource_key,
+            status: &record.status,
+            updated_at: record.updated_at,
+            result: record.result.as_ref(),
+            error,
+        },
+    )
+    .await;
+}

@@ -1,0 +1,221 @@
+//! A real HTTP backend for webhook tests: it verifies every request's `Sluice-Signature` with the
+//! namespace's webhook secret (independently of the executor's code), records every arrival, and
+//! answers whatever the test's handler decides, after whatever delay it chooses.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hmac::{Hmac, KeyInit, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use sha2::Sha256;
+use tokio_util::sync::CancellationToken;
+
+/// One request as the backend saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub path: String,
+    pub idempotency_key: String,
+    pub signature_valid: bool,
+    pub body: Value,
+    pub at: Instant,
+}
+
+/// What the backend answers.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(status: u16, body: Value) -> Answer {
+        Answer {
+            status,
+            headers: vec![],
+            body: body.to_string(),
+        }
+    }
+
+    pub fn succeeded(result: Value) -> Answer {
+        Answer::json(
+            200,
+            serde_json::json!({"outcome": "succeeded", "result": result}),
+        )
+    }
+
+    pub fn status(status: u16) -> Answer {
+        Answer {
+            status,
+            headers: vec![],
+            body: String::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Answer {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+pub type Handler =
+    Arc<dyn Fn(Arrival) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync>;
+
+/// Wraps an async closure as a [`Handler`].
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Arrival) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
+    Arc::new(move |arrival| Box::pin(f(arrival)))
+}
+
+pub struct Backend {
+    pub base: String,
+    secret: Arc<Mutex<String>>,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+    shutdown: CancellationToken,
+}
+
+impl Backend {
+    /// Serves on `127.0.0.1:0`; signatures verify once [`set_secret`](Self::set_secret) named
+    /// the namespace's webhook secret (the backend must exist before the declaration naming
+    /// its URL, which comes before the namespace's secret is known to the test).
+    pub async fn start(handle: Handler) -> Backend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the backend");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let shutdown = CancellationToken::new();
+        let secret = Arc::new(Mutex::new(String::new()));
+        let (recorded, stop, key) = (arrivals.clone(), shutdown.clone(), secret.clone());
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(_) => continue,
+                    },
+                    _ = stop.cancelled() => return,
+                };
+                let (secret, recorded, handle) = (key.clone(), recorded.clone(), handle.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let (secret, recorded, handle) =
+                            (secret.clone(), recorded.clone(), handle.clone());
+                        async move {
+                            let key = secret.lock().expect("secret lock").clone();
+                            let arrival = read_arrival(request, &key).await;
+                            recorded
+                                .lock()
+                                .expect("arrivals lock")
+                                .push(arrival.clone());
+                            let answer = handle(arrival).await;
+                            let mut response = Response::builder().status(
+                                StatusCode::from_u16(answer.status).expect("a status code"),
+                            );
+                            for (name, value) in &answer.headers {
+                                response = response.header(name, value);
+                            }
+                            Ok::<_, Infallible>(
+                                response
+                                    .body(Full::new(Bytes::from(answer.body)))
+                                    .expect("a response"),
+                            )
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Backend {
+            base,
+            secret,
+            arrivals,
+            shutdown,
+        }
+    }
+
+    pub fn set_secret(&self, secret: &str) {
+        *self.secret.lock().expect("secret lock") = secret.to_string();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.lock().expect("arrivals lock").clone()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
+    let at = Instant::now();
+    let path = request.uri().path().to_string();
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let idempotency_key = header("idempotency-key");
+    let signature = header("sluice-signature");
+    let raw = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Arrival {
+        path,
+        idempotency_key,
+        signature_valid: verify(secret, &signature, &raw),
+        body: serde_json::from_slice(&raw).unwrap_or(Value::Null),
+        at,
+    }
+}
+
+/// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, within five minutes of now.
+fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
+    let mut t = None;
+    let mut v1 = None;
+    for part in header.split(',') {
+        match part.split_once('=') {
+            Some(("t", value)) => t = value.parse::<i64>().ok(),
+            Some(("v1", value)) => v1 = hex::decode(value).ok(),
+            _ => {}
+        }
+    }
+    let (Some(t), Some(v1)) = (t, v1) else {
+        return false;
+    };
+    if (chrono::Utc::now().timestamp() - t).abs() > 300 {
+        return false;
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    mac.verify_slice(&v1).is_ok()
+}
