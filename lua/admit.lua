@@ -85,7 +85,13 @@ local function limit_state(ns, template, key)
   local f = numbers(spec)
   st = {max = f[1], rate = f[2], burst = f[3], lease = prefix .. ':lease:lim:' .. id,
         bucket = prefix .. ':bucket:lim:' .. id, took = false, held = 0, tokens = 0}
-  if st.max > 0 then st.held = live(st.lease) end
+  if st.max > 0 then
+    -- Members lapsed for an hour belong to commands whose status hash is gone (nothing else
+    -- could release them); every other lapsed member is also in its command's lease zset,
+    -- where the sweeper reconciles it. They are not counted either way.
+    redis.call('ZREMRANGEBYSCORE', st.lease, '-inf', now - 3600000)
+    st.held = live(st.lease)
+  end
   if st.rate > 0 then st.tokens = tokens_now(st.bucket, st.rate, st.burst) end
   limits[id] = st
   return st

@@ -38,6 +38,7 @@ if current then
   redis.call('HSET', cmdkey, 'status', ARGV[2], 'updated_at', ARGV[3])
   if ARGV[4] ~= '' then redis.call('HSET', cmdkey, 'result', ARGV[4]) end
   if ARGV[5] ~= '' then redis.call('HSET', cmdkey, 'error_code', ARGV[5], 'error_message', ARGV[6]) end
-  redis.call('PEXPIRE', cmdkey, tonumber(ARGV[7]))
+  -- A needs_review command is not over: its status stays readable until it is.
+  if terminal[ARGV[2]] then redis.call('PEXPIRE', cmdkey, tonumber(ARGV[7])) end
 end
 return counted

@@ -38,6 +38,7 @@ if current then
   if ARGV[6] and ARGV[6] ~= '' then
     redis.call('HSET', cmdkey, 'error_code', ARGV[6], 'error_message', ARGV[7] or '')
   end
-  redis.call('PEXPIRE', cmdkey, tonumber(ARGV[8]))
+  -- A needs_review command is not over: its status stays readable until it is.
+  if terminal[ARGV[4]] then redis.call('PEXPIRE', cmdkey, tonumber(ARGV[8])) end
 end
 return removed

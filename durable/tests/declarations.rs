@@ -219,3 +219,164 @@ async fn bootstrap_joins_and_refuses_duplicates() {
         .expect("hash");
     assert_ne!(hash, fifth.credential.as_bytes(), "only the hash is stored");
 }
+
+/// Two webhook commands that both name the limit template `account:{provider}:{account}`, with
+/// the given limit tables.
+fn shared_limits(first: &str, second: &str) -> String {
+    let command = |code: &str, limits: &str| {
+        format!(
+            r#"
+[[command]]
+code = "{code}"
+parameters = {{ provider = {{ type = "string", max_length = 16 }}, account = {{ type = "string", max_length = 64 }} }}
+resource_key = {{ from = "input", field = "account" }}
+handler = {{ kind = "webhook", url = "http://127.0.0.1:9000/{code}", timeout_ms = 10000 }}
+limits = [ {limits} ]
+"#
+        )
+    };
+    format!(
+        "{}{}{}",
+        VALID,
+        command("ocr", first),
+        command("translate", second)
+    )
+}
+
+/// A limit template is one budget per namespace: a second command declaring it with other
+/// numbers is refused naming that command's limit, and nothing is applied; the same numbers
+/// (written out or defaulted) are accepted; another namespace may declare other numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_limit_template_must_carry_the_same_numbers() {
+    let (pg, ns) = namespace().await;
+    tenancy::apply_declaration(&pg, ns, VALID, "test", None)
+        .await
+        .expect("apply");
+    let account = r#"{ key = "account:{provider}:{account}", max_in_flight = 2 }"#;
+    let provider = r#"{ key = "provider:{provider}", per_second = 5 }"#;
+    let cases = [
+        (
+            shared_limits(
+                account,
+                r#"{ key = "account:{provider}:{account}", max_in_flight = 3 }"#,
+            ),
+            "command[2].limits[0]",
+        ),
+        (
+            shared_limits(
+                &format!("{provider}, {account}"),
+                &format!(
+                    r#"{account}, {{ key = "provider:{{provider}}", per_second = 5, burst = 6 }}"#
+                ),
+            ),
+            "command[2].limits[1]",
+        ),
+        (
+            shared_limits(
+                account,
+                r#"{ key = "account:{provider}:{account}", max_in_flight = 2, per_second = 1 }"#,
+            ),
+            "command[2].limits[0]",
+        ),
+    ];
+    for (text, field) in cases {
+        match tenancy::apply_declaration(&pg, ns, &text, "test", None).await {
+            Err(DurableError::Invalid(error)) => {
+                assert_eq!(error.field, field, "{error}");
+                assert!(error.message.contains("limit key"), "{error}");
+            }
+            other => panic!("{field}: expected a field error, got {other:?}"),
+        }
+    }
+    assert_eq!(revisions(&pg, ns).await, 1, "nothing applied");
+
+    // The same numbers, one of them with its default burst spelt out.
+    let same = shared_limits(
+        &format!("{account}, {provider}"),
+        &format!(r#"{{ key = "provider:{{provider}}", per_second = 5, burst = 5 }}, {account}"#),
+    );
+    assert_eq!(
+        tenancy::apply_declaration(&pg, ns, &same, "test", None)
+            .await
+            .expect("same numbers are one budget"),
+        2
+    );
+    let config = tenancy::namespace_config(&pg, ns)
+        .await
+        .expect("load")
+        .expect("exists");
+    let ocr = config.declaration.command("ocr").expect("ocr");
+    let translate = config.declaration.command("translate").expect("translate");
+    assert_eq!(ocr.limits[0], translate.limits[1]);
+    assert_eq!(ocr.limits[1], translate.limits[0]);
+
+    // Another namespace of the application has its own budgets.
+    let application_id: Uuid =
+        sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1")
+            .bind(ns)
+            .fetch_one(&pg)
+            .await
+            .expect("application");
+    let other = tenancy::bootstrap(
+        &pg,
+        &BootstrapRequest {
+            application: "app".into(),
+            namespace: "other".into(),
+            application_id: Some(application_id),
+            scopes: vec![],
+            resource_access: false,
+        },
+    )
+    .await
+    .expect("second namespace");
+    let different = shared_limits(
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 7 }"#,
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 7 }"#,
+    );
+    assert_eq!(
+        tenancy::apply_declaration(&pg, other.namespace_id, &different, "test", None)
+            .await
+            .expect("other numbers in another namespace"),
+        1
+    );
+}
+
+/// `render_limit_keys` renders each template with the input: `[[template, key], …]` in declared
+/// order.
+#[test]
+fn render_limit_keys_renders_each_template() {
+    let declaration = sluice_durable::declaration::parse(&shared_limits(
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 2 }, { key = "provider:{provider}", per_second = 5 }, { key = "all", max_in_flight = 9 }"#,
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 2 }"#,
+    ))
+    .expect("parse");
+    let ocr = declaration.command("ocr").expect("ocr");
+    let serde_json::Value::Object(input) =
+        serde_json::json!({"provider": "gitee", "account": "acc-7"})
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        sluice_durable::declaration::render_limit_keys(&ocr.limits, &input),
+        vec![
+            [
+                "account:{provider}:{account}".to_string(),
+                "account:gitee:acc-7".to_string()
+            ],
+            [
+                "provider:{provider}".to_string(),
+                "provider:gitee".to_string()
+            ],
+            ["all".to_string(), "all".to_string()],
+        ]
+    );
+    assert_eq!(
+        serde_json::to_string(&sluice_durable::declaration::render_limit_keys(
+            &ocr.limits,
+            &input
+        ))
+        .expect("json"),
+        r#"[["account:{provider}:{account}","account:gitee:acc-7"],["provider:{provider}","provider:gitee"],["all","all"]]"#,
+        "the `lim` field as admit.lua reads it"
+    );
+}

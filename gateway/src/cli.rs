@@ -154,6 +154,14 @@ pub struct ExecuteArgs {
     /// How long terminal commands are kept.
     #[arg(long, env = "SLUICE_RETENTION_SECONDS", default_value_t = 7 * 86_400)]
     pub retention_seconds: i64,
+    /// Commands of one queue looked at when its head waits only on its own limit keys.
+    #[arg(long, env = "SLUICE_EXECUTOR_LOOKAHEAD", default_value_t = 16)]
+    pub lookahead: u32,
+    /// First webhook retry delay; doubles per attempt, with jitter, up to the maximum.
+    #[arg(long, env = "SLUICE_WEBHOOK_RETRY_BASE_MS", default_value_t = 500)]
+    pub retry_base_ms: u64,
+    #[arg(long, env = "SLUICE_WEBHOOK_RETRY_MAX_MS", default_value_t = 30_000)]
+    pub retry_max_ms: u64,
     #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
     pub pg_pool_size: u32,
 }
@@ -166,6 +174,9 @@ impl ExecuteArgs {
             lease_ms: self.lease_ms,
             tick_ms: self.tick_ms,
             retention_seconds: self.retention_seconds,
+            lookahead: self.lookahead,
+            retry_base_ms: self.retry_base_ms,
+            retry_max_ms: self.retry_max_ms,
             ..ExecutorConfig::default()
         }
     }

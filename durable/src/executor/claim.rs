@@ -94,6 +94,8 @@ pub struct RowState {
     pub result: Option<serde_json::Value>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
+    /// An executor holds it (executing, or `retry_wait` between two webhook attempts).
+    pub held: bool,
 }
 
 impl RowState {
@@ -110,6 +112,7 @@ impl RowState {
             result: row.try_get("result")?,
             error_code: row.try_get("error_code")?,
             error_message: row.try_get("error_message")?,
+            held: row.try_get("held")?,
         })
     }
 }
@@ -117,7 +120,7 @@ impl RowState {
 pub async fn current_state(pg: &PgPool, ids: &[Uuid]) -> Result<Vec<RowState>, DurableError> {
     let rows = sqlx::query(
         "SELECT id, application_id, namespace_id, command, resource_key, queue_seq, status,
-                updated_at, result, error_code, error_message
+                updated_at, result, error_code, error_message, lease_owner IS NOT NULL AS held
            FROM commands WHERE id = ANY($1)",
     )
     .bind(ids)

@@ -76,8 +76,9 @@ pub async fn mirror_waiting(redis: &Pool, scripts: &Scripts, keys: &AppKeys, bac
 }
 
 /// Mirrors what PostgreSQL says of a row whose Redis side is in doubt (admitted but not claimed,
-/// or its permit lapsed): waiting rows go back in line, finished ones are mirrored, executing ones
-/// belong to their executor and are left alone. Returns false for those left alone.
+/// or its permit lapsed): waiting rows go back in line, finished ones are mirrored, executing,
+/// running and held ones belong to their executor (or backend) and are left alone. Returns false
+/// for those left alone.
 pub async fn mirror_current(
     redis: &Pool,
     scripts: &Scripts,
@@ -86,6 +87,8 @@ pub async fn mirror_current(
     row: &super::claim::RowState,
 ) -> bool {
     match row.status.as_str() {
+        // Held between two webhook attempts: its executor decides, like an executing one.
+        "retry_wait" if row.held => false,
         "accepted" | "retry_wait" => {
             let back = Waiting {
                 id: row.id,

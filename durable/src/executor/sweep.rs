@@ -83,7 +83,8 @@ pub async fn rescue_expired_leases(
              updated_at = now()
            FROM decided d WHERE c.id = d.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
+                   c.lease_owner IS NOT NULL AS held",
     )
     .await?
     else {
@@ -121,7 +122,8 @@ pub async fn review_overdue_running(
              updated_at = now()
            FROM due WHERE c.id = due.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
+                   c.lease_owner IS NOT NULL AS held",
     )
     .await?
     else {
@@ -171,7 +173,8 @@ pub async fn expire_waiting(
                                   ELSE 'the command waited longer than its max_wait' END
            FROM due WHERE c.id = due.id
          RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message",
+                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
+                   c.lease_owner IS NOT NULL AS held",
     )
     .await?
     else {

@@ -4,7 +4,7 @@
 //! a different one is a conflict.
 
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use super::queries::CommandRecord;
@@ -31,7 +31,8 @@ pub enum Completion {
     Repeated(CommandRecord),
     /// Another result (or a cancel, or expiry) decided it already.
     Conflict(CommandRecord),
-    /// No request was ever sent for it: there is nothing a backend could complete.
+    /// No backend holds it (never sent, or waiting again after attempts that certainly did
+    /// not reach one or were refused): there is nothing a backend could complete.
     NotStarted(CommandRecord),
     NotFound,
 }
@@ -44,10 +45,10 @@ pub async fn complete(
     reported: &Reported,
 ) -> Result<Completion, DurableError> {
     let mut tx = pg.begin().await?;
-    let current: Option<CommandRecord> = sqlx::query_as(concat!(
+    let current = sqlx::query(concat!(
         "SELECT ",
         crate::record_columns!(""),
-        " FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE"
+        ", in_doubt FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE"
     ))
     .bind(id)
     .bind(namespace_id)
@@ -56,6 +57,8 @@ pub async fn complete(
     let Some(current) = current else {
         return Ok(Completion::NotFound);
     };
+    let in_doubt: bool = current.try_get("in_doubt")?;
+    let current = <CommandRecord as sqlx::FromRow<_>>::from_row(&current)?;
     let (code, message) = reported.error.clone().unzip();
     if current.is_terminal() {
         let same = current.status == reported.status
@@ -67,7 +70,10 @@ pub async fn complete(
             Completion::Conflict(current)
         });
     }
-    if current.attempts == 0 {
+    // Waiting and not in doubt: every attempt so far certainly left the backend without the
+    // command (a connection that never opened, an explicit 429 or 5xx), so no backend holds
+    // it. Counting attempts alone would take a refused connection for a delivered request.
+    if current.attempts == 0 || (current.is_waiting() && !in_doubt) {
         return Ok(Completion::NotStarted(current));
     }
     let row = sqlx::query(concat!(

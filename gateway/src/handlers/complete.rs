@@ -51,7 +51,8 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
         Completion::NotStarted(record) => {
             return Err(conflict(
                 &record,
-                "no request was sent for this command yet; there is nothing to complete".into(),
+                "no backend holds this command (none reached, or refused): nothing to complete"
+                    .into(),
             ));
         }
         Completion::Conflict(record) => {

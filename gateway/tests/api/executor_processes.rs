@@ -25,7 +25,7 @@ const TERMINAL: &str = "('succeeded', 'rejected', 'failed', 'expired', 'cancelle
 
 /// One `sluice execute` process, killed (SIGKILL) and reaped when dropped. Its stdout and
 /// stderr (JSON logs) go to `log`.
-struct ExecutorProcess {
+pub(crate) struct ExecutorProcess {
     child: Child,
     log: PathBuf,
 }
@@ -33,7 +33,7 @@ struct ExecutorProcess {
 impl ExecutorProcess {
     /// Starts `sluice execute --lease-ms 1500 --tick-ms 20` against the stack's database and
     /// the shared Redis, logging to `dir/<name>.log`.
-    fn spawn(stack: &Stack, dir: &Path, name: &str) -> ExecutorProcess {
+    pub(crate) fn spawn(stack: &Stack, dir: &Path, name: &str) -> ExecutorProcess {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("create the executor log");
         let err = out.try_clone().expect("clone the log handle");
@@ -63,7 +63,7 @@ impl ExecutorProcess {
         self.child.id()
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -79,7 +79,7 @@ impl ExecutorProcess {
     }
 
     /// Waits until the process logged "executor running"; returns its owner id.
-    async fn running(&mut self) -> Uuid {
+    pub(crate) async fn running(&mut self) -> Uuid {
         let mut owner = None;
         let started = eventually(Duration::from_secs(15), || {
             owner = self.owner();
@@ -95,7 +95,7 @@ impl ExecutorProcess {
         owner.expect("owner logged")
     }
 
-    fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
@@ -114,7 +114,7 @@ impl ExecutorProcess {
     }
 
     /// SIGKILL, then reap.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the executor");
         self.child.wait().expect("reap the executor");
     }

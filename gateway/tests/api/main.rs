@@ -12,6 +12,7 @@ mod execution;
 mod executor_processes;
 mod idempotency;
 mod lua_admit;
+mod lua_limits;
 mod lua_scripts;
 mod openapi;
 mod postgres_outage;

@@ -2,6 +2,10 @@
 //! `200` / `202` + `:complete`, retries, deadlines, limit keys, cancels.
 
 mod basics;
+mod complete;
+mod life_cycle;
+mod processes;
+mod retries;
 
 use std::time::Duration;
 
@@ -100,4 +104,75 @@ pub async fn complete(stack: &Stack, id: &str, body: Value) -> Reply {
             &body.to_string(),
         )
         .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by life_cycle.rs, retries.rs and complete.rs.
+// ---------------------------------------------------------------------------------------------
+
+/// One command in flight per provider account.
+pub const ACCOUNT_LIMIT: &str = r#"{ key = "account:{provider}:{account}", max_in_flight = 1 }"#;
+
+/// The arrivals of command `id` at `backend`, in order.
+pub fn arrivals_of(backend: &Backend, id: &str) -> Vec<crate::webhook_backend::Arrival> {
+    backend
+        .arrivals()
+        .into_iter()
+        .filter(|a| a.body["command_id"] == id)
+        .collect()
+}
+
+/// Waits until command `id` reached `backend`.
+pub async fn arrives(backend: &Backend, id: &str, within: Duration) -> bool {
+    eventually(within, || async { !arrivals_of(backend, id).is_empty() }).await
+}
+
+/// Watches `backend` for `period` (a bounded wait proving that something does NOT happen):
+/// true when command `id` never reached it.
+pub async fn never_arrives(backend: &Backend, id: &str, period: Duration) -> bool {
+    let until = tokio::time::Instant::now() + period;
+    while tokio::time::Instant::now() < until {
+        if !arrivals_of(backend, id).is_empty() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    arrivals_of(backend, id).is_empty()
+}
+
+/// Whether command `id` holds a permit of limit key `key` (e.g. `account:gitee:a`).
+pub async fn holds_limit(stack: &Stack, key: &str, id: &str) -> bool {
+    use fred::interfaces::SortedSetsInterface;
+    let score: Option<f64> = stack
+        .redis
+        .next()
+        .zscore(stack.keys().limit_leases(stack.creds.namespace_id, key), id)
+        .await
+        .expect("zscore");
+    score.is_some()
+}
+
+/// The status a ticket poll shows (Redis, the projection), through the ticket of the record.
+pub async fn polled_status(stack: &Stack, id: &str) -> Value {
+    let record = crate::execution::record(stack, id).await;
+    let ticket = record.data()["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_string();
+    stack.poll(&ticket).await.data()["status"].clone()
+}
+
+/// Waits until the application's `unfinished` counter is `n` (mirrored just after PostgreSQL).
+pub async fn unfinished_becomes(stack: &Stack, n: i64) -> bool {
+    let settled = eventually(Duration::from_secs(5), || async {
+        crate::execution::counter(stack, "unfinished").await == n
+    })
+    .await;
+    if !settled {
+        eprintln!(
+            "unfinished is {}, not {n}",
+            crate::execution::counter(stack, "unfinished").await
+        );
+    }
+    settled
 }
