@@ -1,6 +1,6 @@
 -- admit.lua: pick up to N queued commands whose permits are all free, and take those permits.
 --
--- KEYS[1] meta  KEYS[2] ready (zset of queue suffixes "<ns>:<cmd>:<resource>", score = turn)
+-- KEYS[1] meta (ready, generation, app:max_concurrency, app:rate_per_second)  KEYS[2] ready (zset of queue suffixes "<ns>:<cmd>:<resource>", score = turn)
 -- KEYS[3] cfg (hash: "<ns>:<cmd>" -> "max_in_flight per_second burst per_resource";
 --              "lim:<ns>:<template>" -> "max_in_flight per_second burst", 0 = unlimited)
 -- KEYS[4] count  KEYS[5] turn (string counter for round-robin turns)
@@ -13,17 +13,21 @@
 -- lets the next of the first `lookahead` commands with other keys go, so a saturated provider
 -- account never blocks another account's work. Commands with the same keys keep their order.
 --
+-- The application's budgets come first: when its executing permits (`max_concurrency`, every
+-- namespace together) or its starts per second are used up, nothing starts at all.
+--
 -- Permits are leases: zset members scored by expiry, so a crashed executor's permits lapse by
 -- themselves: only live members (expiry > now) are counted. Lapsed members stay until the
 -- executors' sweeper has put their commands back in line. Taking a command: every permit
--- (command, resource, each limit key) and every start token (command, each rate-limited key), or
--- none; out of its queue; status executing; the lease keys it holds in field `held`, so whoever
--- ends it releases exactly those.
+-- (application, command, resource, each limit key) and every start token (application, command,
+-- each rate-limited key), or none; out of its queue; status executing; the lease keys it holds
+-- in field `held`, so whoever ends it releases exactly those.
 --
 -- Returns {"NOT_READY"} or {"OK", id, suffix, seq, id, suffix, seq, ...}.
 
 local meta, ready, cfg, count, turn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local m = redis.call('HMGET', meta, 'ready', 'generation')
+local m = redis.call('HMGET', meta, 'ready', 'generation', 'app:max_concurrency',
+  'app:rate_per_second')
 if m[1] ~= '1' or tonumber(m[2] or '-1') < tonumber(ARGV[1]) then
   return {'NOT_READY'}
 end
@@ -116,16 +120,29 @@ local function free_limits(ns, cmdkey)
   return states
 end
 
+-- The application's shared budgets (all namespaces): executing permits and starts per second,
+-- stored by app_limits.lua (a rebuild, the configure call, every executor's catalog refresh).
+-- A projection that has none yet (built before they existed) limits at the command level only.
+local app = {max = tonumber(m[3] or '1e15'), rate = tonumber(m[4] or '1e15'),
+             lease = prefix .. ':lease:app', bucket = prefix .. ':bucket:app', took = false}
+app.burst = app.rate
+app.held = live(app.lease)
+app.tokens = tokens_now(app.bucket, app.rate, app.burst)
+
 local candidates = redis.call('ZRANGE', ready, 0, scan_limit - 1)
 local answer = {'OK'}
 local taken = 0
 local active = {}
 for _, suffix in ipairs(candidates) do active[#active + 1] = suffix end
 
-while taken < max_heads and #active > 0 do
+local function app_room()
+  return app.held < app.max and app.tokens >= 1
+end
+
+while taken < max_heads and #active > 0 and app_room() do
   local still = {}
   for _, suffix in ipairs(active) do
-    if taken >= max_heads then break end
+    if taken >= max_heads or not app_room() then break end
     local ns = string.sub(suffix, 1, 36)
     local cmd_end = string.find(suffix, ':', 38, true)
     local nscmd = string.sub(suffix, 1, cmd_end - 1)
@@ -143,7 +160,11 @@ while taken < max_heads and #active > 0 do
         local keyed = free_limits(ns, cmdkey)
         if keyed then
           local expiry = now + lease_ms
-          local held = {st.lease}
+          local held = {app.lease, st.lease}
+          redis.call('ZADD', app.lease, expiry, id)
+          app.held = app.held + 1
+          app.tokens = app.tokens - 1
+          app.took = true
           redis.call('ZADD', st.lease, expiry, id)
           if st.per_resource > 0 then
             redis.call('ZADD', res_lease, expiry, id)
@@ -194,4 +215,5 @@ end
 for _, st in pairs(limits) do
   if st and st.took then persist(st) end
 end
+if app.took and m[4] then persist(app) end
 return answer

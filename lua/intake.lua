@@ -1,6 +1,6 @@
 -- intake.lua: one admission decision for one enqueue, atomically.
 --
--- KEYS[1] meta      hash  generation, ready, paused:<ns>, paused:<ns>:<cmd>
+-- KEYS[1] meta      hash  generation, ready, paused:<ns>, paused:<ns>:<cmd>, app:max_unfinished
 -- KEYS[2] count     hash  unfinished, waiting:<ns>, queued:<ns>:<cmd>
 -- KEYS[3] bucket    hash  intake token bucket of the command: tokens, ts (ms)
 -- KEYS[4] resv      zset  reservations (= intake in-flight) of the command, score = expiry ms
@@ -28,7 +28,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- 1. The projection must exist and be at least as new as PostgreSQL's generation.
-local m = redis.call('HMGET', meta, 'ready', 'generation', 'paused:' .. ns, 'paused:' .. ns .. ':' .. cmd)
+local m = redis.call('HMGET', meta, 'ready', 'generation', 'paused:' .. ns, 'paused:' .. ns .. ':' .. cmd,
+  'app:max_unfinished')
 if m[1] ~= '1' or tonumber(m[2] or '-1') < tonumber(ARGV[1]) then
   return {'NOT_READY'}
 end
@@ -68,7 +69,9 @@ if m[4] == '1' then return {'PAUSED', 'command'} end
 
 -- 5. Backlog caps, outermost first. Reservations are already inside these counts.
 local c = redis.call('HMGET', count, 'unfinished', waiting_field, queued_field)
-if tonumber(c[1] or '0') >= tonumber(ARGV[7]) then return {'APPLICATION_FULL'} end
+-- The application's limit as last configured (app_limits.lua); the caller's copy until then.
+local max_unfinished = tonumber(m[5] or ARGV[7])
+if tonumber(c[1] or '0') >= max_unfinished then return {'APPLICATION_FULL'} end
 if tonumber(c[2] or '0') >= tonumber(ARGV[8]) then return {'QUEUE_FULL'} end
 if tonumber(c[3] or '0') >= tonumber(ARGV[9]) then return {'QUEUE_FULL'} end
 

@@ -20,6 +20,12 @@ pub enum DurableError {
     /// A revision mismatch or a state that forbids the action.
     #[error("{0}")]
     StateConflict(String),
+    /// A dependency is not ready to answer (a projection being rebuilt); retry shortly.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The same idempotency key was used before with other content.
+    #[error("{0}")]
+    IdempotencyConflict(String),
     /// A script answered something this code does not understand: a deployment mismatch between
     /// `lua/` and the binary, never a caller's fault.
     #[error("unexpected answer from {script}: {detail}")]

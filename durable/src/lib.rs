@@ -8,11 +8,13 @@
 //! - [`declaration`]: TOML declarations of commands and quota pools, parsed and validated.
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
+//! - [`application`]: the budgets all namespaces of an application share, and their configure.
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
 //! - [`executor`]: drains the outbox under permits: admit, claim, handle, land, sweep.
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
 
+pub mod application;
 pub mod db;
 pub mod declaration;
 pub mod error;

@@ -106,12 +106,25 @@ pub async fn bootstrap(
     let mut tx = pg.begin().await?;
     let application_id = match req.application_id {
         Some(id) => {
-            let found: Option<Uuid> =
-                sqlx::query_scalar("SELECT id FROM applications WHERE id = $1 FOR UPDATE")
+            let found: Option<String> =
+                sqlx::query_scalar("SELECT name FROM applications WHERE id = $1 FOR UPDATE")
                     .bind(id)
                     .fetch_optional(&mut *tx)
                     .await?;
-            found.ok_or_else(|| DurableError::NotFound(format!("no application {id}")))?
+            let name =
+                found.ok_or_else(|| DurableError::NotFound(format!("no application {id}")))?;
+            // The name must agree: a mistyped id never silently joins someone else's application.
+            if name != req.application {
+                return Err(FieldError::new(
+                    "application",
+                    format!(
+                        "application {id} is named {name:?}, not {:?}",
+                        req.application
+                    ),
+                )
+                .into());
+            }
+            id
         }
         None => {
             let id = Uuid::now_v7();

@@ -84,6 +84,8 @@ pub async fn run(args: DevArgs) -> CliResult {
     };
     let revision =
         tenancy::apply_declaration(&pg, creds.namespace_id, DEMO_DECLARATION, "dev", None).await?;
+    // Ready before the port opens: the first enqueue must not find the projection missing.
+    sluice_durable::projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
 
     let tickets = match std::env::var("SLUICE_TICKET_KEYS") {
         Ok(spec) => TicketKeys::parse(&spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,

@@ -145,6 +145,10 @@ impl From<DurableError> for ApiError {
             DurableError::Invalid(field) => field.into(),
             DurableError::NotFound(message) => Self::not_found(message),
             DurableError::StateConflict(message) => Self::new(ErrorCode::StateConflict, message),
+            DurableError::Unavailable(message) => Self::unavailable(message),
+            DurableError::IdempotencyConflict(message) => {
+                Self::new(ErrorCode::IdempotencyConflict, message)
+            }
             DurableError::Postgres(_) | DurableError::CommitFailed(_) => {
                 tracing::warn!(%error, "PostgreSQL unavailable");
                 Self::unavailable(

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::auth::authenticate;
 use crate::cors;
 use crate::error::ApiError;
-use crate::handlers::{self, Handled, commands, complete, enqueue, tickets};
+use crate::handlers::{self, Handled, application, commands, complete, enqueue, tickets};
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
 use crate::state::Gateway;
 use crate::url::{decode_segment, parse_query};
@@ -132,6 +132,20 @@ async fn route(
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             json(commands::mine(gateway, &caller, command, &query).await)
+        }
+        (&Method::GET, ["v1", "application", "resources"]) => {
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(application::read(gateway, &caller).await)
+        }
+        (&Method::POST, ["v1", "application", "resources:configure"]) => {
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body =
+                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            json(application::configure(gateway, &caller, &parts.headers, &body).await)
         }
         _ => Err(ApiError::not_found(format!("no endpoint {method} {path}"))),
     }

@@ -1,5 +1,5 @@
 //! What the executor serves: every application with a projection, the generation it must see in
-//! Redis, and the admission specs of the commands it can run (only those get a `cfg` entry, so
+//! Redis, its shared budgets, and the admission specs of the commands it can run (only those get a `cfg` entry, so
 //! `admit.lua` leaves the others waiting).
 
 use std::collections::HashMap;
@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::DurableError;
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
-use crate::projection::AppKeys;
 use crate::projection::execution::{admission_spec, limit_specs, write_admission_config};
+use crate::projection::{AppKeys, Scripts};
 
 /// One application as the executor sees it.
 #[derive(Debug, Clone)]
@@ -43,7 +43,11 @@ pub fn runnable(decl: &CommandDecl) -> bool {
 }
 
 /// Loads every application and its newest declarations, and writes the admission specs.
-pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, DurableError> {
+pub async fn load(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+) -> Result<Vec<Application>, DurableError> {
     let rows = sqlx::query(
         "SELECT p.application_id, p.generation, n.id AS namespace_id, n.name, n.webhook_secret,
                 d.document
@@ -96,6 +100,8 @@ pub async fn load(pg: &PgPool, redis: &Pool) -> Result<Vec<Application>, Durable
             specs.extend(limit_specs(*ns, decl));
         }
         write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
+        // The shared budgets too: a configure whose own Redis write failed converges here.
+        crate::application::refresh_in_redis(pg, redis, scripts, app.id).await?;
     }
     Ok(apps)
 }

@@ -87,7 +87,7 @@ impl Executor {
         tracing::info!(owner = %self.owner, "executor running");
         while !shutdown.is_cancelled() {
             if refreshed.elapsed() >= refresh {
-                match catalog::load(&self.pg, &self.redis).await {
+                match catalog::load(&self.pg, &self.redis, &self.scripts).await {
                     Ok(loaded) => {
                         apps = loaded;
                         refreshed = tokio::time::Instant::now();
@@ -541,11 +541,12 @@ impl Executor {
     }
 }
 
-/// The lease zsets of every permit `row` holds: its command's, its resource's, and each limit
-/// key's with a concurrency limit.
+/// The lease zsets of every permit `row` holds: its application's, its command's, its
+/// resource's, and each limit key's with a concurrency limit.
 fn leases_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<String> {
     let suffix = AppKeys::queue_suffix(row.namespace_id, &row.command, &row.resource_key);
     let mut leases = vec![
+        keys.application_leases(),
         keys.command_leases(row.namespace_id, &row.command),
         keys.resource_leases(&suffix),
     ];

@@ -78,6 +78,16 @@ impl AppKeys {
         format!("{}:lease:res:{queue_suffix}", self.prefix)
     }
 
+    /// Executing permits of the whole application (its `max_concurrency`), all namespaces.
+    pub fn application_leases(&self) -> String {
+        format!("{}:lease:app", self.prefix)
+    }
+
+    /// The application's start bucket (its `rate_per_second`).
+    pub fn application_bucket(&self) -> String {
+        format!("{}:bucket:app", self.prefix)
+    }
+
     /// Executing permits of one limit key (its `max_in_flight`), e.g. `account:gitee:a`. Limit
     /// keys live in their namespace: namespaces never share a budget by accident.
     pub fn limit_leases(&self, namespace_id: Uuid, key: &str) -> String {

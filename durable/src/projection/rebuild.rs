@@ -159,6 +159,7 @@ async fn rebuild_unless_ready(
     }
 
     write_controls(&mut tx, client, &keys, application_id).await?;
+    write_budgets(&mut tx, client, &keys, application_id).await?;
     let max_seq: Option<i64> =
         sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
             .bind(application_id)
@@ -262,6 +263,36 @@ async fn clear_application(client: &Client, keys: &AppKeys) -> Result<(), Durabl
     }
 }
 
+/// The application's shared budgets, where intake.lua and admit.lua read them (the values
+/// app_limits.lua would store, written directly: the rebuild holds the application's lock).
+async fn write_budgets(
+    tx: &mut sqlx::PgConnection,
+    client: &Client,
+    keys: &AppKeys,
+    application_id: Uuid,
+) -> Result<(), DurableError> {
+    let (revision, max_unfinished, max_concurrency, rate_per_second): (i64, i64, i64, i64) =
+        sqlx::query_as(
+            "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
+               FROM applications WHERE id = $1",
+        )
+        .bind(application_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let _: () = client
+        .hset(
+            keys.meta(),
+            [
+                ("app:revision", revision),
+                ("app:max_unfinished", max_unfinished),
+                ("app:max_concurrency", max_concurrency),
+                ("app:rate_per_second", rate_per_second),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 async fn write_controls(
     tx: &mut sqlx::PgConnection,
     client: &Client,
@@ -347,9 +378,10 @@ impl ProjectedRow {
         self.held || self.status == "running"
     }
 
-    /// The lease zsets of every permit it holds: command, resource, each limit key.
+    /// The lease zsets of every permit it holds: application, command, resource, each limit key.
     fn leases(&self, keys: &AppKeys) -> Vec<String> {
         let mut leases = vec![
+            keys.application_leases(),
             keys.command_leases(self.namespace_id, &self.command),
             keys.resource_leases(&self.queue_suffix()),
         ];

@@ -19,6 +19,8 @@ pub struct Scripts {
     pub renew: NamedScript,
     pub lapsed: NamedScript,
     pub retake: NamedScript,
+    pub app_limits: NamedScript,
+    pub usage: NamedScript,
 }
 
 #[derive(Clone)]
@@ -73,6 +75,11 @@ impl Scripts {
             renew: NamedScript::new("renew.lua", include_str!("../../../lua/renew.lua")),
             lapsed: NamedScript::new("lapsed.lua", include_str!("../../../lua/lapsed.lua")),
             retake: NamedScript::new("retake.lua", include_str!("../../../lua/retake.lua")),
+            app_limits: NamedScript::new(
+                "app_limits.lua",
+                include_str!("../../../lua/app_limits.lua"),
+            ),
+            usage: NamedScript::new("usage.lua", include_str!("../../../lua/usage.lua")),
         }
     }
 }

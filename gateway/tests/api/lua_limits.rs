@@ -815,7 +815,12 @@ async fn held_lists_the_leases_taken_and_finish_releases_them() {
     for (id, resource) in [(a, "ra"), (b, "rb")] {
         let held = bench.held(id).await.expect("held recorded");
         let res_lease = bench.keys.resource_leases(&bench.suffix("job", resource));
-        let expected = vec![command_lease.clone(), res_lease.clone(), acct_lease.clone()];
+        let expected = vec![
+            bench.keys.application_leases(),
+            command_lease.clone(),
+            res_lease.clone(),
+            acct_lease.clone(),
+        ];
         assert_eq!(held.len(), expected.len(), "no duplicates: {held:?}");
         assert_eq!(set(&held), set(&expected));
         for lease in &held {
@@ -1088,7 +1093,10 @@ async fn undeclared_templates_limit_nothing_and_unknown_commands_wait() {
     assert!(!bench.exists(&bench.limit_bucket("gone:1")).await);
     assert_eq!(
         bench.held(free[0]).await,
-        Some(vec![bench.command_leases("job")])
+        Some(vec![
+            bench.keys.application_leases(),
+            bench.command_leases("job")
+        ])
     );
 
     let acct = ("acct:{a}", "acct:1");

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod application;
 mod auth;
 mod cli;
 mod commands;

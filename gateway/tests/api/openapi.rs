@@ -22,6 +22,8 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/v1/commands/{command}/mine"),
     ("POST", "/v1/commands/{command_id}:cancel"),
     ("POST", "/v1/commands/{command_id}:complete"),
+    ("GET", "/v1/application/resources"),
+    ("POST", "/v1/application/resources:configure"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
 ];

@@ -1,0 +1,159 @@
+//! `GET /v1/application/resources` and `POST /v1/application/resources:configure`: the budgets
+//! every namespace of the caller's application shares. The application is the caller's
+//! credential's; no URL or body can name another. Both need their own application scope, which
+//! no other scope implies.
+
+use hyper::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use sluice_durable::application::{
+    self, Budgets, Configure, MAX_CONCURRENCY_RANGE, MAX_UNFINISHED_RANGE, RATE_PER_SECOND_RANGE,
+    Snapshot,
+};
+
+use super::Handled;
+use crate::auth::{Caller, Principal};
+use crate::error::ApiError;
+use crate::state::Gateway;
+use crate::strict_json::{ObjectReader, parse_object};
+
+/// Longest `reason`, in characters.
+const MAX_REASON_CHARS: usize = 1024;
+/// Longest `Idempotency-Key`.
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
+    caller.require_scope("application:resources:read")?;
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    let snapshot = application::read(
+        &gateway.pg,
+        &gateway.redis,
+        &gateway.scripts,
+        namespace.application_id,
+    )
+    .await?;
+    Ok((StatusCode::OK, snapshot_json(&snapshot)))
+}
+
+pub async fn configure(
+    gateway: &Gateway,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Handled {
+    caller.require_scope("application:resources:manage")?;
+    let key = idempotency_key(headers)?;
+    let request = ConfigureRequest::parse(body)?;
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    let actor = match &caller.principal {
+        Principal::Credential { id, .. } => format!("credential:{id}"),
+        Principal::Subject { subject } => format!("subject:{subject}"),
+    };
+    let configured = application::configure(
+        &gateway.pg,
+        &gateway.redis,
+        &gateway.scripts,
+        &Configure {
+            application_id: namespace.application_id,
+            namespace_id: caller.namespace_id,
+            actor: &actor,
+            idempotency_key: &key,
+            expected_revision: request.expected_revision,
+            reason: &request.reason,
+            budgets: request.budgets,
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::OK,
+        json!({
+            "resources": snapshot_json(&configured.snapshot),
+            "deduplicated": configured.deduplicated,
+        }),
+    ))
+}
+
+/// Limits are JSON integers; revisions and usage decimal strings (they may pass 2^53).
+fn snapshot_json(snapshot: &Snapshot) -> Value {
+    json!({
+        "application_id": snapshot.application_id,
+        "revision": snapshot.revision.to_string(),
+        "max_unfinished_tasks": snapshot.budgets.max_unfinished_tasks,
+        "unfinished_tasks": snapshot.usage.unfinished_tasks.to_string(),
+        "max_concurrency": snapshot.budgets.max_concurrency,
+        "active_attempts": snapshot.usage.active_attempts.to_string(),
+        "pending_starts": snapshot.usage.pending_starts.to_string(),
+        "rate_per_second": snapshot.budgets.rate_per_second,
+    })
+}
+
+/// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.
+fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let value = values
+        .next()
+        .ok_or_else(|| ApiError::invalid("Idempotency-Key", "the header is required"))?;
+    if values.next().is_some() {
+        return Err(ApiError::invalid("Idempotency-Key", "must be sent once"));
+    }
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| {
+            !k.is_empty()
+                && k.len() <= MAX_IDEMPOTENCY_KEY
+                && k.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "Idempotency-Key",
+                format!(
+                    "must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
+                ),
+            )
+        })?;
+    Ok(key.to_string())
+}
+
+/// The body: a full replacement, every field required.
+struct ConfigureRequest {
+    expected_revision: i64,
+    reason: String,
+    budgets: Budgets,
+}
+
+impl ConfigureRequest {
+    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        let mut reader = ObjectReader::new(parse_object(body)?, "");
+        let expected_revision = reader.required_decimal_string_u64("expected_revision")?;
+        let reason = reader.required_string("reason")?;
+        let max_unfinished =
+            reader.required_u64_in("max_unfinished_tasks", MAX_UNFINISHED_RANGE)?;
+        let max_concurrency = reader.required_u64_in("max_concurrency", MAX_CONCURRENCY_RANGE)?;
+        let rate = reader.required_u64_in("rate_per_second", RATE_PER_SECOND_RANGE)?;
+        reader.finish()?;
+        if expected_revision == 0 {
+            return Err(ApiError::invalid("expected_revision", "must not be zero"));
+        }
+        let expected_revision = i64::try_from(expected_revision)
+            .map_err(|_| ApiError::invalid("expected_revision", "is beyond any revision"))?;
+        if reason.trim().is_empty() {
+            return Err(ApiError::invalid("reason", "must not be blank"));
+        }
+        if reason.chars().count() > MAX_REASON_CHARS {
+            return Err(ApiError::invalid(
+                "reason",
+                format!("must be at most {MAX_REASON_CHARS} characters"),
+            ));
+        }
+        let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        Ok(Self {
+            expected_revision,
+            reason,
+            budgets: Budgets {
+                max_unfinished_tasks: narrow(max_unfinished),
+                max_concurrency: narrow(max_concurrency),
+                rate_per_second: narrow(rate),
+            },
+        })
+    }
+}
