@@ -27,7 +27,11 @@ pub struct Claimed {
     pub was_in_doubt: bool,
 }
 
-/// Claims the waiting rows among `ids` for `owner` with a lease of `lease_ms`. Rows in
+/// Claims the waiting rows among `ids` for `owner` with a lease of `lease_ms`.
+///
+/// The rows are found by primary key alone and their state checked once locked: with the state
+/// in the lookup, a planner without fresh statistics (a burst just filled the table) combines
+/// the key lookup with a scan of the whole waiting backlog's partial index on every claim. Rows in
 /// `external` (their handler reaches outside, e.g. a webhook) are marked in doubt from here on:
 /// if this executor dies mid-request, nobody knows whether the backend acted.
 pub async fn claim(
@@ -39,15 +43,16 @@ pub async fn claim(
 ) -> Result<Vec<Claimed>, DurableError> {
     let rows = sqlx::query(
         "WITH old AS (
-             SELECT id, in_doubt FROM commands
-              WHERE id = ANY($1) AND status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
+             SELECT id, in_doubt, status, lease_owner FROM commands
+              WHERE id = ANY($1)
               FOR UPDATE)
          UPDATE commands c
             SET status = 'executing', attempts = c.attempts + 1, lease_owner = $2,
                 lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),
                 updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($4)
            FROM old
-          WHERE c.id = old.id
+          WHERE c.id = old.id AND old.status IN ('accepted', 'retry_wait')
+            AND old.lease_owner IS NULL
          RETURNING c.id, c.namespace_id, c.command, c.subject, c.resource_key, c.queue_seq,
                    c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
                    old.in_doubt AS was_in_doubt",

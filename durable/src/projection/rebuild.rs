@@ -49,6 +49,28 @@ async fn rebuild_unless_ready(
     application_id: Uuid,
     force: bool,
 ) -> Result<Option<RebuildReport>, DurableError> {
+    // The snapshot can lose a serialization race against a concurrent change of the
+    // application's rows (a configure call); the rebuild is idempotent, so it simply runs again.
+    let mut attempt = 1;
+    loop {
+        match rebuild_once(pg, redis, application_id, force).await {
+            Err(DurableError::Postgres(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("40001") && attempt < 3 =>
+            {
+                tracing::info!(%application_id, attempt, "rebuild lost a serialization race; again");
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn rebuild_once(
+    pg: &PgPool,
+    redis: &Pool,
+    application_id: Uuid,
+    force: bool,
+) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
     let mut tx = pg.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -159,7 +181,10 @@ async fn rebuild_unless_ready(
     }
 
     write_controls(&mut tx, client, &keys, application_id).await?;
-    write_budgets(&mut tx, client, &keys, application_id).await?;
+    // The shared budgets as PostgreSQL holds them now (not as of this transaction's snapshot),
+    // through app_limits.lua: a configure committing meanwhile has stored a newer revision, and
+    // the newest revision wins.
+    crate::application::refresh_in_redis(pg, redis, &super::Scripts::new(), application_id).await?;
     let max_seq: Option<i64> =
         sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
             .bind(application_id)
@@ -261,36 +286,6 @@ async fn clear_application(client: &Client, keys: &AppKeys) -> Result<(), Durabl
         }
         cursor = next;
     }
-}
-
-/// The application's shared budgets, where intake.lua and admit.lua read them (the values
-/// app_limits.lua would store, written directly: the rebuild holds the application's lock).
-async fn write_budgets(
-    tx: &mut sqlx::PgConnection,
-    client: &Client,
-    keys: &AppKeys,
-    application_id: Uuid,
-) -> Result<(), DurableError> {
-    let (revision, max_unfinished, max_concurrency, rate_per_second): (i64, i64, i64, i64) =
-        sqlx::query_as(
-            "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
-               FROM applications WHERE id = $1",
-        )
-        .bind(application_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let _: () = client
-        .hset(
-            keys.meta(),
-            [
-                ("app:revision", revision),
-                ("app:max_unfinished", max_unfinished),
-                ("app:max_concurrency", max_concurrency),
-                ("app:rate_per_second", rate_per_second),
-            ],
-        )
-        .await?;
-    Ok(())
 }
 
 async fn write_controls(

@@ -2,9 +2,14 @@
 //! every namespace of the caller's application shares. The application is the caller's
 //! credential's; no URL or body can name another. Both need their own application scope, which
 //! no other scope implies.
+//!
+//! Usage is read from the application's Redis projection. One that is missing or stale (a fresh
+//! application nothing was enqueued to yet, Redis that lost its data) is rebuilt here, once, as
+//! intake does, instead of answering `503` until some enqueue or executor rebuilds it.
 
 use hyper::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
+use sluice_durable::DurableError;
 use sluice_durable::application::{
     self, Budgets, Configure, MAX_CONCURRENCY_RANGE, MAX_UNFINISHED_RANGE, RATE_PER_SECOND_RANGE,
     Snapshot,
@@ -24,13 +29,21 @@ const MAX_IDEMPOTENCY_KEY: usize = 128;
 pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
     caller.require_scope("application:resources:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
-    let snapshot = application::read(
-        &gateway.pg,
-        &gateway.redis,
-        &gateway.scripts,
-        namespace.application_id,
-    )
-    .await?;
+    let application_id = namespace.application_id;
+    let read = || {
+        application::read(
+            &gateway.pg,
+            &gateway.redis,
+            &gateway.scripts,
+            application_id,
+        )
+    };
+    let snapshot = match read().await {
+        Err(DurableError::Unavailable(_)) if gateway.ensure_projection(application_id).await => {
+            read().await?
+        }
+        other => other?,
+    };
     Ok((StatusCode::OK, snapshot_json(&snapshot)))
 }
 
@@ -41,6 +54,7 @@ pub async fn configure(
     body: &[u8],
 ) -> Handled {
     caller.require_scope("application:resources:manage")?;
+    require_json(headers)?;
     let key = idempotency_key(headers)?;
     let request = ConfigureRequest::parse(body)?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
@@ -48,21 +62,25 @@ pub async fn configure(
         Principal::Credential { id, .. } => format!("credential:{id}"),
         Principal::Subject { subject } => format!("subject:{subject}"),
     };
-    let configured = application::configure(
-        &gateway.pg,
-        &gateway.redis,
-        &gateway.scripts,
-        &Configure {
-            application_id: namespace.application_id,
-            namespace_id: caller.namespace_id,
-            actor: &actor,
-            idempotency_key: &key,
-            expected_revision: request.expected_revision,
-            reason: &request.reason,
-            budgets: request.budgets,
-        },
-    )
-    .await?;
+    let call = Configure {
+        application_id: namespace.application_id,
+        namespace_id: caller.namespace_id,
+        actor: &actor,
+        idempotency_key: &key,
+        expected_revision: request.expected_revision,
+        reason: &request.reason,
+        budgets: request.budgets,
+    };
+    let configure = || application::configure(&gateway.pg, &gateway.redis, &gateway.scripts, &call);
+    // Not ready: nothing was changed (usage is read before the transaction); rebuild, then again.
+    let configured = match configure().await {
+        Err(DurableError::Unavailable(_))
+            if gateway.ensure_projection(namespace.application_id).await =>
+        {
+            configure().await?
+        }
+        other => other?,
+    };
     Ok((
         StatusCode::OK,
         json!({
@@ -84,6 +102,23 @@ fn snapshot_json(snapshot: &Snapshot) -> Value {
         "pending_starts": snapshot.usage.pending_starts.to_string(),
         "rate_per_second": snapshot.budgets.rate_per_second,
     })
+}
+
+/// A management call says what it sends: `Content-Type: application/json` (parameters such as
+/// `; charset=utf-8` allowed). Anything else is refused before it can change anything.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let media_type = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim);
+    match media_type {
+        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ApiError::invalid(
+            "Content-Type",
+            "must be application/json",
+        )),
+    }
 }
 
 /// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.

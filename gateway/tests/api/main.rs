@@ -11,6 +11,7 @@ mod concurrency;
 mod cors;
 mod execution;
 mod executor_processes;
+mod gateway_process;
 mod idempotency;
 mod lua_admit;
 mod lua_limits;
