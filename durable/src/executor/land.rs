@@ -59,6 +59,21 @@ pub struct Waiting<'a> {
     pub updated_at: DateTime<Utc>,
 }
 
+impl<'a> Waiting<'a> {
+    /// A claimed row given back to its queue at its original place, as `retry_wait`.
+    pub fn retry_of(row: &'a super::claim::Claimed) -> Self {
+        Self {
+            id: row.id,
+            namespace_id: row.namespace_id,
+            command: &row.command,
+            resource_key: &row.resource_key,
+            queue_seq: row.queue_seq,
+            status: "retry_wait",
+            updated_at: Utc::now(),
+        }
+    }
+}
+
 pub async fn mirror_waiting(redis: &Pool, scripts: &Scripts, keys: &AppKeys, back: Waiting<'_>) {
     let suffix = AppKeys::queue_suffix(back.namespace_id, back.command, back.resource_key);
     let requeued = Requeued {

@@ -314,21 +314,7 @@ impl Executor {
             }
         };
         for row in rows.iter().filter(|r| back.contains(&r.id)) {
-            mirror_waiting(
-                &self.redis,
-                &self.scripts,
-                keys,
-                Waiting {
-                    id: row.id,
-                    namespace_id: row.namespace_id,
-                    command: &row.command,
-                    resource_key: &row.resource_key,
-                    queue_seq: row.queue_seq,
-                    status: "retry_wait",
-                    updated_at: chrono::Utc::now(),
-                },
-            )
-            .await;
+            mirror_waiting(&self.redis, &self.scripts, keys, Waiting::retry_of(row)).await;
         }
     }
 

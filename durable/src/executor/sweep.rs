@@ -11,6 +11,15 @@ use super::land::mirror_current;
 use crate::DurableError;
 use crate::projection::{AppKeys, Scripts, request_key_field};
 
+/// The columns [`RowState`] reads, for the `RETURNING` of every sweep (spliced with `concat!`).
+macro_rules! row_state_columns {
+    () => {
+        "c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
+         c.status, c.updated_at, c.result, c.error_code, c.error_message,
+         c.lease_owner IS NOT NULL AS held"
+    };
+}
+
 /// Rows per sweep round; the next round continues.
 const BATCH: i64 = 500;
 
@@ -58,6 +67,7 @@ pub async fn rescue_expired_leases(
     let Some(rows) = locked(
         pg,
         LOCK_LEASES,
+        concat!(
         "WITH due AS (
              SELECT id FROM commands
               WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
@@ -82,9 +92,9 @@ pub async fn rescue_expired_leases(
              lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
              updated_at = now()
            FROM decided d WHERE c.id = d.id
-         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
-                   c.lease_owner IS NOT NULL AS held",
+         RETURNING ",
+        row_state_columns!()
+        ),
     )
     .await?
     else {
@@ -94,10 +104,22 @@ pub async fn rescue_expired_leases(
         if row.status == "retry_wait" {
             tracing::info!(command_id = %row.id, "lease expired; command requeued");
         }
+    }
+    Ok(mirror_all(redis, scripts, retention_seconds, &rows).await)
+}
+
+/// Mirrors what a sweep changed into Redis; returns how many rows it changed.
+async fn mirror_all(
+    redis: &Pool,
+    scripts: &Scripts,
+    retention_seconds: i64,
+    rows: &[RowState],
+) -> usize {
+    for row in rows {
         let keys = AppKeys::new(row.application_id);
         mirror_current(redis, scripts, &keys, retention_seconds, row).await;
     }
-    Ok(rows.len())
+    rows.len()
 }
 
 /// Running commands (a webhook answered `202`) with no `:complete` by their deadline: the
@@ -112,6 +134,7 @@ pub async fn review_overdue_running(
     let Some(rows) = locked(
         pg,
         LOCK_RUNNING,
+        concat!(
         "WITH due AS (
              SELECT id FROM commands
               WHERE status = 'running' AND deadline_at <= now()
@@ -121,9 +144,9 @@ pub async fn review_overdue_running(
              error_message = 'the backend accepted the command (202) and reported no result by the deadline',
              updated_at = now()
            FROM due WHERE c.id = due.id
-         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
-                   c.lease_owner IS NOT NULL AS held",
+         RETURNING ",
+        row_state_columns!()
+        ),
     )
     .await?
     else {
@@ -131,16 +154,8 @@ pub async fn review_overdue_running(
     };
     for row in &rows {
         tracing::warn!(command_id = %row.id, "running command reached its deadline without a result: needs_review");
-        mirror_current(
-            redis,
-            scripts,
-            &AppKeys::new(row.application_id),
-            retention_seconds,
-            row,
-        )
-        .await;
     }
-    Ok(rows.len())
+    Ok(mirror_all(redis, scripts, retention_seconds, &rows).await)
 }
 
 /// Waiting commands past their `max_wait` or their deadline become `expired` (`needs_review`
@@ -154,6 +169,7 @@ pub async fn expire_waiting(
     let Some(rows) = locked(
         pg,
         LOCK_WAITING,
+        concat!(
         "WITH due AS (
              SELECT id FROM commands
               WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
@@ -172,9 +188,9 @@ pub async fn expire_waiting(
                                   THEN 'the deadline passed while the command was waiting'
                                   ELSE 'the command waited longer than its max_wait' END
            FROM due WHERE c.id = due.id
-         RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-                   c.status, c.updated_at, c.result, c.error_code, c.error_message,
-                   c.lease_owner IS NOT NULL AS held",
+         RETURNING ",
+        row_state_columns!()
+        ),
     )
     .await?
     else {

@@ -282,21 +282,7 @@ async fn hand_back(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> 
     if !store::hand_back(deps.pg, row.id, deps.owner).await? {
         return Ok(End::Elsewhere);
     }
-    mirror_waiting(
-        deps.redis,
-        deps.scripts,
-        &deps.keys,
-        Waiting {
-            id: row.id,
-            namespace_id: row.namespace_id,
-            command: &row.command,
-            resource_key: &row.resource_key,
-            queue_seq: row.queue_seq,
-            status: "retry_wait",
-            updated_at: Utc::now(),
-        },
-    )
-    .await;
+    mirror_waiting(deps.redis, deps.scripts, &deps.keys, Waiting::retry_of(row)).await;
     Ok(End::HandedBack)
 }
 
