@@ -23,6 +23,9 @@ pub enum DurableError {
     /// A dependency is not ready to answer (a projection being rebuilt); retry shortly.
     #[error("{0}")]
     Unavailable(String),
+    /// A server is set up in a way Sluice cannot be safe with (checked at startup).
+    #[error("{0}")]
+    Misconfigured(String),
     /// The same idempotency key was used before with other content.
     #[error("{0}")]
     IdempotencyConflict(String),

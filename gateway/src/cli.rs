@@ -375,6 +375,7 @@ async fn serve(args: ServeArgs) -> CliResult {
     config.validate()?;
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;
+    projection::connect::check_eviction_policy(&redis).await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, config));
     let shutdown = CancellationToken::new();
@@ -390,6 +391,7 @@ async fn execute(args: ExecuteArgs) -> CliResult {
     config.validate()?;
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, 4).await?;
+    projection::connect::check_eviction_policy(&redis).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
     Executor::new(pg, redis, config).run(shutdown).await;

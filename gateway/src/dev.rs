@@ -54,6 +54,7 @@ pub async fn run(args: DevArgs) -> CliResult {
     let pg = db::connect(&database_url, 32).await?;
     db::run_migrations(&pg).await?;
     let redis = projection::connect_redis(&redis_url, 4).await?;
+    projection::connect::check_eviction_policy(&redis).await?;
 
     std::fs::create_dir_all(&args.dir)?;
     let path = args.dir.join("credentials.json");

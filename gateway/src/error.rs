@@ -160,6 +160,7 @@ impl From<DurableError> for ApiError {
                 Self::unavailable("Redis is unavailable; retry with the same key")
             }
             DurableError::Migrate(_)
+            | DurableError::Misconfigured(_)
             | DurableError::Script { .. }
             | DurableError::CommitterStopped => {
                 tracing::error!(%error, "internal failure");
