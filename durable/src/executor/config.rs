@@ -27,6 +27,9 @@ pub struct ExecutorConfig {
     /// First webhook retry delay; doubles per attempt (with jitter) up to `retry_max_ms`.
     pub retry_base_ms: u64,
     pub retry_max_ms: u64,
+    /// The reconciler leaves waiting rows changed less than this ago alone (their gateway or
+    /// executor may still be projecting them).
+    pub reconcile_grace_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -44,6 +47,7 @@ impl Default for ExecutorConfig {
             lookahead: 16,
             retry_base_ms: 500,
             retry_max_ms: 30_000,
+            reconcile_grace_ms: 10_000,
         }
     }
 }

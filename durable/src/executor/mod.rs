@@ -8,6 +8,7 @@
 //! - [`quota`]: the built-in quota handler; one transaction per pool and batch.
 //! - [`webhook`]: the webhook handler: signed requests, retries, `running`, `needs_review`.
 //! - [`land`]: mirrors terminal states into Redis and releases permits.
+//! - [`reconcile`]: repairs waiting commands whose Redis projection is missing.
 //! - [`sweep`]: expired leases, overdue waiting commands, retention (advisory-locked).
 //! - [`run`]: the loop that ties them together, woken by `LISTEN` or a tick.
 
@@ -16,6 +17,7 @@ pub mod claim;
 pub mod config;
 pub mod land;
 pub mod quota;
+pub mod reconcile;
 pub mod run;
 pub mod sweep;
 pub mod webhook;

@@ -19,8 +19,8 @@ use super::claim::{self, Claimed};
 use super::config::ExecutorConfig;
 use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
 use super::quota::{self, Landed};
-use super::sweep;
 use super::webhook::{self, Deps, Target, WebhookClient};
+use super::{reconcile, sweep};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
@@ -454,6 +454,7 @@ impl Executor {
 
     async fn sweep_loop(self: Arc<Self>, shutdown: CancellationToken) {
         let every = Duration::from_millis(self.config.sweep_interval_ms);
+        let mut cursor = reconcile::Cursor::default();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
@@ -483,6 +484,20 @@ impl Executor {
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
+            let ids: Vec<Uuid> = apps.iter().map(|app| app.id).collect();
+            if let Err(error) = reconcile::reconcile_projection(
+                &self.pg,
+                &self.redis,
+                &self.scripts,
+                &ids,
+                &mut cursor,
+                retention,
+                Duration::from_millis(self.config.reconcile_grace_ms),
+            )
+            .await
+            {
+                tracing::warn!(%error, "projection reconciler failed");
+            }
             if let Err(error) = sweep::reconcile_lapsed_permits(
                 &self.pg,
                 &self.redis,

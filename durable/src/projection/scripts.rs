@@ -21,6 +21,7 @@ pub struct Scripts {
     pub retake: NamedScript,
     pub app_limits: NamedScript,
     pub usage: NamedScript,
+    pub projected: NamedScript,
 }
 
 #[derive(Clone)]
@@ -80,6 +81,10 @@ impl Scripts {
                 include_str!("../../../lua/app_limits.lua"),
             ),
             usage: NamedScript::new("usage.lua", include_str!("../../../lua/usage.lua")),
+            projected: NamedScript::new(
+                "projected.lua",
+                include_str!("../../../lua/projected.lua"),
+            ),
         }
     }
 }
