@@ -10,6 +10,7 @@
 //! - [`response`]: the JSON envelope.
 //! - [`cors`]: per-namespace browser origins.
 //! - [`config`]: gateway settings.
+//! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
@@ -21,6 +22,7 @@ pub mod config;
 pub mod cors;
 pub mod dev;
 pub mod error;
+pub mod faults;
 pub mod handlers;
 pub mod poll_policy;
 pub mod response;

@@ -25,6 +25,7 @@ use super::Handled;
 use super::record::sign_ticket;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
+use crate::faults::{self, Point};
 use crate::poll_policy;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object, validate_request_key, validate_subject};
@@ -199,6 +200,9 @@ impl Attempt<'_> {
                     generation,
                     ..
                 } => {
+                    if faults::tripped(Point::AfterReservation, self.namespace.namespace_id) {
+                        return Err(faults::crashed());
+                    }
                     return self.commit(command_id, queue_seq, generation).await;
                 }
             }
@@ -246,6 +250,9 @@ impl Attempt<'_> {
                 accepted_at,
                 deadline_at,
             }) => {
+                if faults::tripped(Point::AfterCommit, self.namespace.namespace_id) {
+                    return Err(faults::crashed());
+                }
                 self.project(
                     command_id,
                     queue_seq,
