@@ -658,6 +658,16 @@ async fn exercise<'c>(
     let subject = format!("example-{}", config.run_id);
     let first_key = format!("example-{}-first", config.run_id);
     let second_key = format!("example-{}-second", config.run_id);
+    // `second`'s one intent, sent twice: refused in step 4, retried in step 6.
+    let enqueue_second = || {
+        api.enqueue(
+            second,
+            &config.command,
+            &second_key,
+            &subject,
+            &config.input,
+        )
+    };
     let accepted_id = |answer: &Answer| -> Result<String, BoxError> {
         answer.data()["command_id"]
             .as_str()
@@ -686,15 +696,7 @@ async fn exercise<'c>(
     )?;
 
     // 4. `second` is refused: the backlog is the application's, not the namespace's.
-    let answer = api
-        .enqueue(
-            second,
-            &config.command,
-            &second_key,
-            &subject,
-            &config.input,
-        )
-        .await?;
+    let answer = enqueue_second().await?;
     if answer.status == StatusCode::ACCEPTED {
         outstanding.push((second, accepted_id(&answer)?));
     }
@@ -721,30 +723,20 @@ async fn exercise<'c>(
     let refusal_retry_after = answer.retry_after.clone();
 
     // 5. `first` gives the slot back: a waiting command is cancelled at once.
-    let first_status = api.cancel(first, &first_command_id).await?;
-    outstanding.retain(|(_, id)| *id != first_command_id);
-    writeln!(out, "first_cancelled status={first_status}")?;
-    if first_status != "cancelled" {
-        return Err(format!(
-            "namespace {}'s command {first_command_id} is {first_status}, not cancelled: it had \
-             left the queue (an executor serving this application took it)",
-            first.namespace
-        )
-        .into());
-    }
+    let first_status = cancel_waiting(
+        api,
+        first,
+        &first_command_id,
+        "first_cancelled",
+        out,
+        outstanding,
+    )
+    .await?;
 
     // 6. `second` retries the same intent (same request key, same content) once Retry-After has
     // passed: the refusal left nothing behind, so this is a new acceptance.
     tokio::time::sleep_until(retry_at).await;
-    let answer = api
-        .enqueue(
-            second,
-            &config.command,
-            &second_key,
-            &subject,
-            &config.input,
-        )
-        .await?;
+    let answer = enqueue_second().await?;
     let accepted = answer.status == StatusCode::ACCEPTED;
     if accepted || answer.status == StatusCode::OK {
         outstanding.push((second, accepted_id(&answer)?));
@@ -761,17 +753,15 @@ async fn exercise<'c>(
     let second_command_id = accepted_id(&answer)?;
 
     // 7. Clean up, then read the usage.
-    let second_status = api.cancel(second, &second_command_id).await?;
-    outstanding.retain(|(_, id)| *id != second_command_id);
-    writeln!(out, "second_cancelled status={second_status}")?;
-    if second_status != "cancelled" {
-        return Err(format!(
-            "namespace {}'s command {second_command_id} is {second_status}, not cancelled: it \
-             had left the queue (an executor serving this application took it)",
-            second.namespace
-        )
-        .into());
-    }
+    let second_status = cancel_waiting(
+        api,
+        second,
+        &second_command_id,
+        "second_cancelled",
+        out,
+        outstanding,
+    )
+    .await?;
     let usage = api.resources(second).await?.usage;
     writeln!(
         out,
@@ -786,6 +776,30 @@ async fn exercise<'c>(
         second_status,
         usage_after: usage,
     })
+}
+
+/// Cancels the waiting command `id` of `who` (a waiting command is cancelled at once), takes it
+/// off `outstanding` and writes `<label> status=<status>`; fails unless it is now `cancelled`.
+async fn cancel_waiting(
+    api: &Api,
+    who: &Credentials,
+    id: &str,
+    label: &str,
+    out: &mut impl Write,
+    outstanding: &mut Vec<(&Credentials, String)>,
+) -> Result<String, BoxError> {
+    let status = api.cancel(who, id).await?;
+    outstanding.retain(|(_, held)| held != id);
+    writeln!(out, "{label} status={status}")?;
+    if status != "cancelled" {
+        return Err(format!(
+            "namespace {}'s command {id} is {status}, not cancelled: it had left the queue (an \
+             executor serving this application took it)",
+            who.namespace
+        )
+        .into());
+    }
+    Ok(status)
 }
 
 /// Step 8: puts `original` back, only if the limits are still at `expected_revision` (the

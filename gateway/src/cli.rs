@@ -131,6 +131,13 @@ pub struct ServeArgs {
     pub pg_pool_size: u32,
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     pub redis_pool_size: usize,
+    /// Ticket polls and look-ups answered from PostgreSQL when Redis cannot answer, per second
+    /// per process at most (the rest get `503` with `Retry-After`).
+    #[arg(long, env = "SLUICE_FALLBACK_PER_SECOND", default_value_t = 4)]
+    pub fallback_per_second: u32,
+    /// Such PostgreSQL look-ups in progress at once, per process at most.
+    #[arg(long, env = "SLUICE_FALLBACK_CONCURRENCY", default_value_t = 4)]
+    pub fallback_concurrency: usize,
 }
 
 #[derive(Debug, Args)]
@@ -372,6 +379,8 @@ async fn serve(args: ServeArgs) -> CliResult {
     let mut config = GatewayConfig::default();
     config.group_commit.max_batch = args.group_commit_max_batch;
     config.group_commit.committers = args.group_commit_committers;
+    config.fallback_per_second = args.fallback_per_second;
+    config.fallback_concurrency = args.fallback_concurrency;
     config.validate()?;
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;

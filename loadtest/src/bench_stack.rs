@@ -3,6 +3,10 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Request;
+use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, projection};
 use sluice_gateway::config::GatewayConfig;
@@ -11,6 +15,8 @@ use sluice_gateway::state::Gateway;
 use sluice_gateway::ticket::TicketKeys;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+use crate::driver::{http_client, run};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,6 +44,106 @@ impl Servers {
         ensure_loopback(&self.database_url)?;
         ensure_loopback(&self.redis_url)
     }
+}
+
+/// How an executor benchmark runs its rounds: the executor's batches, the PostgreSQL
+/// connections, the callers that enqueue and how long a round may take.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RoundOptions {
+    /// Heads per admission (the executor's batch size).
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: u32,
+    /// Batches the executor handles at once.
+    #[arg(long, default_value_t = 4)]
+    pub parallel_batches: usize,
+    /// PostgreSQL connections (gateway and executor share them).
+    #[arg(long, default_value_t = 32)]
+    pub connections: u32,
+    /// Concurrent callers while enqueueing.
+    #[arg(long, default_value_t = 128)]
+    pub concurrency: usize,
+    /// Give up on a round after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub round_timeout_seconds: u64,
+}
+
+impl RoundOptions {
+    /// The executor of a round: a 5 ms tick, the options' batches.
+    pub fn executor_config(&self) -> ExecutorConfig {
+        ExecutorConfig {
+            tick_ms: 5,
+            batch_size: self.batch_size,
+            parallel_batches: self.parallel_batches,
+            ..ExecutorConfig::default()
+        }
+    }
+}
+
+/// Enqueues `n` commands of `command` through the gateway from `concurrency` callers, the `i`-th
+/// with the JSON body `body(i)`, while no executor runs; fails unless all `n` were accepted and
+/// wait.
+pub async fn enqueue_waiting<F>(
+    tenant: &Tenant,
+    gateway: &RunningGateway,
+    command: &str,
+    n: u64,
+    concurrency: usize,
+    body: F,
+) -> Result<(), BoxError>
+where
+    F: Fn(u64) -> String + Send + Sync + 'static,
+{
+    let client = http_client(concurrency);
+    let uri = format!("{}/v1/commands/{command}:enqueue", gateway.base);
+    let bearer = format!("Bearer {}", tenant.creds.credential);
+    let report = run(&client, n, concurrency, move |i| {
+        Request::post(&uri)
+            .header("authorization", &bearer)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body(i))))
+            .expect("a valid request")
+    })
+    .await;
+    if report.count(202) != n {
+        return Err(format!(
+            "{} of {n} enqueues were accepted: {:?}",
+            report.count(202),
+            report.by_status
+        )
+        .into());
+    }
+    let waiting = open_commands(tenant, command).await?;
+    if waiting != n as i64 {
+        return Err(format!("{waiting} of {n} commands wait before the executor starts").into());
+    }
+    Ok(())
+}
+
+/// Commands of `command` that are not terminal yet.
+pub async fn open_commands(tenant: &Tenant, command: &str) -> Result<i64, BoxError> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM commands
+          WHERE namespace_id = $1 AND command = $2
+            AND status NOT IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')",
+    )
+    .bind(tenant.creds.namespace_id)
+    .bind(command)
+    .fetch_one(&tenant.pg)
+    .await?)
+}
+
+/// The median of the rates of a mode's rounds.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The rates of a mode's rounds as one cell of the report's table: `1893, 1901, 1877`.
+pub fn rates_cell(rates: impl Iterator<Item = f64>) -> String {
+    rates
+        .map(|rate| format!("{rate:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A database created for one benchmark run and dropped afterwards.

@@ -93,7 +93,11 @@ impl Executor {
                         refreshed = tokio::time::Instant::now();
                         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
                     }
-                    Err(error) => tracing::warn!(%error, "cannot load the catalog"),
+                    Err(error) => {
+                        // Tried again after the same interval, not on every pass of the loop.
+                        refreshed = tokio::time::Instant::now();
+                        tracing::warn!(%error, "cannot load the catalog")
+                    }
                 }
             }
             let mut admitted = false;

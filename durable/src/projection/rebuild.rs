@@ -95,12 +95,17 @@ async fn rebuild_once(
         return Ok(None);
     }
     let _: () = client.hset(keys.meta(), ("ready", "0")).await?;
+    // The sequence handed out so far, if Redis still has it (a forced rebuild of a live
+    // projection): new commands must never get a number an earlier one already holds.
+    let handed_out: Option<i64> = client.get(keys.seq()).await?;
     clear_application(client, &keys).await?;
 
     let mut counts: HashMap<String, i64> = HashMap::new();
     let mut waiting = 0usize;
     let mut unfinished = 0usize;
-    let mut after_seq = i64::MIN;
+    // Pages are keyed by (queue_seq, id), so no row is skipped at a page boundary even if two
+    // rows ever shared a sequence number.
+    let mut after = (i64::MIN, Uuid::nil());
     loop {
         let rows = sqlx::query(
             "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
@@ -110,13 +115,14 @@ async fn rebuild_once(
                FROM commands
               WHERE application_id = $1
                 AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
-                AND queue_seq > $2
-              ORDER BY queue_seq
+                AND (queue_seq, id) > ($2, $4)
+              ORDER BY queue_seq, id
               LIMIT $3",
         )
         .bind(application_id)
-        .bind(after_seq)
+        .bind(after.0)
         .bind(CHUNK)
+        .bind(after.1)
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {
@@ -125,7 +131,7 @@ async fn rebuild_once(
         let pipe = client.pipeline();
         for row in &rows {
             let projected = ProjectedRow::from_row(row)?;
-            after_seq = projected.queue_seq;
+            after = (projected.queue_seq, projected.id);
             unfinished += 1;
             *counts.entry("unfinished".into()).or_default() += 1;
             if projected.is_waiting() {
@@ -190,10 +196,15 @@ async fn rebuild_once(
             .bind(application_id)
             .fetch_one(&mut *tx)
             .await?;
+    // Reservations made before a loss of Redis may still be committing with numbers above
+    // PostgreSQL's maximum; starting right after it would hand those numbers out again and queue
+    // later commands ahead of earlier ones. The sequence jumps past them instead: positions are
+    // ranks, so the gap is invisible.
+    let next_seq = handed_out
+        .unwrap_or(i64::MIN)
+        .max(max_seq.unwrap_or(0).saturating_add(SEQUENCE_GAP_AFTER_LOSS));
     let pipe = client.pipeline();
-    let _: () = pipe
-        .set(keys.seq(), max_seq.unwrap_or(0), None, None, false)
-        .await?;
+    let _: () = pipe.set(keys.seq(), next_seq, None, None, false).await?;
     if !counts.is_empty() {
         let _: () = pipe.hset(keys.count(), counts).await?;
     }
@@ -224,6 +235,12 @@ async fn rebuild_once(
         unfinished,
     }))
 }
+
+/// How far the queue sequence jumps past PostgreSQL's highest committed number after a rebuild:
+/// more than the reservations that can be in flight at once (each command's intake in-flight is
+/// bounded), and small enough for 9 million rebuilds before scores leave the 2^53 range in which
+/// Redis sorted-set scores are exact.
+const SEQUENCE_GAP_AFTER_LOSS: i64 = 1_000_000_000;
 
 /// Rebuilds only if the projection is missing, not ready or older than PostgreSQL's generation.
 /// Returns None when the projection was fine.

@@ -40,16 +40,26 @@ impl NamedScript {
 
     /// `EVALSHA`, and on `NOSCRIPT` (a restarted or failed-over Redis forgot its scripts)
     /// `SCRIPT LOAD` and once more.
+    ///
+    /// On a connected client of the pool, and failing at once when none is connected (Redis
+    /// unreachable, or every connection reconnecting): fred's `Config::fail_fast` covers only the
+    /// first connection, and its per-command `fail_fast` does not reach `EVALSHA` (fred 10.1 has
+    /// no `LuaInterface` for `WithOptions`), so without this check a call made while Redis is down
+    /// waits in the client's queue for the whole command timeout instead of failing at once.
     pub async fn call<R: FromValue>(
         &self,
         redis: &Pool,
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R, DurableError> {
-        Ok(self
-            .script
-            .evalsha_with_reload(redis.next(), keys, args)
-            .await?)
+        let client = redis.next_connected();
+        if !client.is_connected() {
+            return Err(DurableError::Redis(Error::new(
+                ErrorKind::Canceled,
+                "no connection to Redis",
+            )));
+        }
+        Ok(self.script.evalsha_with_reload(client, keys, args).await?)
     }
 }
 

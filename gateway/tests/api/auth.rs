@@ -8,7 +8,6 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
 use sluice_durable::secrets;
-use sluice_durable::tenancy::{self, BootstrapRequest};
 use sluice_gateway::auth::now_unix;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::{TicketClaims, TicketKeys};
@@ -444,18 +443,7 @@ async fn a_credential_without_the_scope_is_403() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_namespace_credential_sees_nothing() {
     let stack = Stack::start().await;
-    let other = tenancy::bootstrap(
-        &stack.pg,
-        &BootstrapRequest {
-            application: "test".into(),
-            namespace: "other".into(),
-            application_id: Some(stack.creds.application_id),
-            scopes: vec![],
-            resource_access: false,
-        },
-    )
-    .await
-    .expect("bootstrap another namespace");
+    let other = bootstrap_namespace(&stack, "other", vec![], false).await;
     let data = enqueued(&stack, "user-1").await;
     let id = data["command_id"].as_str().expect("command id");
     let read = stack

@@ -246,67 +246,40 @@ async fn dev_runs_a_whole_stack_in_one_command() {
         .as_str()
         .expect("credential")
         .to_string();
-    let client = DevClient;
+    let (client, base) = (crate::support::http_client(1), format!("http://{listen}"));
     let body = serde_json::json!({"request_key": "order-1", "subject": "user-42",
         "input": {"offer": "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10"}})
     .to_string();
-    let enqueue = client
-        .post(
-            format!("http://{listen}/v1/commands/claim:enqueue"),
-            &credential,
-            body,
-        )
-        .await;
+    let enqueue = crate::support::send_request(
+        &client,
+        &base,
+        hyper::Method::POST,
+        "/v1/commands/claim:enqueue",
+        Some(&credential),
+        Some(body.into()),
+        &[],
+    )
+    .await
+    .body;
     assert_eq!(enqueue["data"]["status"], "accepted", "{enqueue}");
     let ticket = enqueue["data"]["ticket"]
         .as_str()
         .expect("ticket")
         .to_string();
     let done = crate::support::eventually(std::time::Duration::from_secs(20), || async {
-        let poll = client
-            .get(format!("http://{listen}/v1/tickets/{ticket}"))
-            .await;
+        let poll = crate::support::send_request(
+            &client,
+            &base,
+            hyper::Method::GET,
+            &format!("/v1/tickets/{ticket}"),
+            None,
+            None,
+            &[],
+        )
+        .await
+        .body;
         poll["data"]["status"] == "succeeded"
     })
     .await;
     assert!(done, "the executor of the dev stack ran the claim");
-}
-
-/// A minimal HTTP client for the dev test (the stack helpers talk to an in-process gateway).
-struct DevClient;
-
-impl DevClient {
-    async fn send(
-        &self,
-        request: hyper::Request<http_body_util::Full<bytes::Bytes>>,
-    ) -> serde_json::Value {
-        use http_body_util::BodyExt;
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(hyper_util::client::legacy::connect::HttpConnector::new());
-        let response = client.request(request).await.expect("HTTP");
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
-    }
-
-    async fn post(&self, url: String, bearer: &str, body: String) -> serde_json::Value {
-        let request = hyper::Request::post(url)
-            .header("authorization", format!("Bearer {bearer}"))
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .expect("request");
-        self.send(request).await
-    }
-
-    async fn get(&self, url: String) -> serde_json::Value {
-        let request = hyper::Request::get(url)
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .expect("request");
-        self.send(request).await
-    }
 }

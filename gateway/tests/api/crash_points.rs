@@ -129,7 +129,12 @@ async fn a_crash_between_commit_and_projection_is_repaired_and_answered_once() {
     let poll = stack
         .poll(retried.data()["ticket"].as_str().expect("ticket"))
         .await;
-    assert_eq!(poll.data()["queue"]["position"], 0, "first in line: {:?}", poll.body);
+    assert_eq!(
+        poll.data()["queue"]["position"],
+        0,
+        "first in line: {:?}",
+        poll.body
+    );
     // And it runs exactly once.
     let executor = start_executor(&stack, fast_executor());
     assert!(all_terminal(&stack, Duration::from_secs(20)).await);

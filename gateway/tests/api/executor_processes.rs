@@ -6,39 +6,36 @@
 //! wiring, signal handling and process death that in-process executors cannot.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
 use hyper::StatusCode;
-use sluice_durable::testkit::shared_redis;
 use uuid::Uuid;
 
-use crate::execution::all_terminal;
+use crate::execution::{all_terminal, status_counts};
+use crate::sluice_process::SluiceProcess;
 use crate::support::*;
 
 /// Statuses after which a command never changes.
 const TERMINAL: &str = "('succeeded', 'rejected', 'failed', 'expired', 'cancelled')";
 
 /// One `sluice execute` process, killed (SIGKILL) and reaped when dropped. Its stdout and
-/// stderr (JSON logs) go to `log`.
+/// stderr (JSON logs) go to `dir/<name>.log`.
 pub(crate) struct ExecutorProcess {
-    child: Child,
-    log: PathBuf,
+    process: SluiceProcess,
 }
 
 impl ExecutorProcess {
     /// Starts `sluice execute --lease-ms 1500 --tick-ms 20` against the stack's database and
     /// the shared Redis, logging to `dir/<name>.log`.
     pub(crate) fn spawn(stack: &Stack, dir: &Path, name: &str) -> ExecutorProcess {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).expect("create the executor log");
-        let err = out.try_clone().expect("clone the log handle");
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args([
+        let process = SluiceProcess::spawn(
+            stack,
+            &[
                 "execute",
                 "--lease-ms",
                 "1500",
@@ -46,25 +43,19 @@ impl ExecutorProcess {
                 "20",
                 "--pg-pool-size",
                 "8",
-            ])
-            .env("SLUICE_DATABASE_URL", &stack.database_url)
-            .env("SLUICE_REDIS_URL", shared_redis().url())
-            .env("SLUICE_LOG", "info")
-            .env("SLUICE_LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn sluice execute");
-        ExecutorProcess { child, log }
+            ],
+            &[],
+            dir.join(format!("{name}.log")),
+        );
+        ExecutorProcess { process }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.child.id()
     }
 
     pub(crate) fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     /// The owner id the process logged with "executor running", once it did.
@@ -89,21 +80,21 @@ impl ExecutorProcess {
         assert!(
             started,
             "the executor did not start (exit: {:?}); log:\n{}",
-            self.child.try_wait(),
+            self.process.child.try_wait(),
             self.log_text()
         );
         owner.expect("owner logged")
     }
 
     pub(crate) fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.process.is_running()
     }
 
     /// Polls for the process's exit for at most `within`.
     async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.process.child.try_wait() {
                 return Some(status);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -115,8 +106,8 @@ impl ExecutorProcess {
 
     /// SIGKILL, then reap.
     pub(crate) fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL the executor");
-        self.child.wait().expect("reap the executor");
+        self.process.child.kill().expect("SIGKILL the executor");
+        self.process.child.wait().expect("reap the executor");
     }
 
     /// SIGTERM through kill(1): the workspace denies `unsafe`, so no `libc::kill`.
@@ -129,11 +120,31 @@ impl ExecutorProcess {
     }
 }
 
-impl Drop for ExecutorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Two executor processes, `first` and `second`, both running; with their owner ids.
+pub(crate) async fn two_executors(stack: &Stack, dir: &Path) -> ([ExecutorProcess; 2], [Uuid; 2]) {
+    let mut executors = [
+        ExecutorProcess::spawn(stack, dir, "first"),
+        ExecutorProcess::spawn(stack, dir, "second"),
+    ];
+    let owners = [executors[0].running().await, executors[1].running().await];
+    (executors, owners)
+}
+
+/// Every command lands within `within`; if not, the failure names the statuses and the logs of
+/// both executors.
+pub(crate) async fn assert_all_land(
+    stack: &Stack,
+    within: Duration,
+    [first, second]: [&ExecutorProcess; 2],
+) {
+    let landed = all_terminal(stack, within).await;
+    assert!(
+        landed,
+        "every command lands: {:?}\nfirst:\n{}\nsecond:\n{}",
+        status_counts(stack).await,
+        first.log_text(),
+        second.log_text()
+    );
 }
 
 /// One enqueue: subject, request key, offer.
@@ -189,19 +200,6 @@ async fn enqueue_groups(
         }
     }
     all
-}
-
-/// Commands of the stack's application by status.
-async fn statuses(stack: &Stack) -> HashMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>(
-        "SELECT status, count(*) FROM commands WHERE application_id = $1 GROUP BY status",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("count by status")
-    .into_iter()
-    .collect()
 }
 
 fn terminal_count(counts: &HashMap<String, i64>) -> i64 {
@@ -282,9 +280,7 @@ async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
     assert_ne!(declaration, CLAIM_DECLARATION, "the admission line changed");
     let stack = Arc::new(Stack::with_declaration(&declaration).await);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut first = ExecutorProcess::spawn(&stack, dir.path(), "first");
-    let mut second = ExecutorProcess::spawn(&stack, dir.path(), "second");
-    let owners = [first.running().await, second.running().await];
+    let ([mut first, mut second], owners) = two_executors(&stack, dir.path()).await;
     assert_ne!(owners[0], owners[1]);
 
     // The samplers run for the whole sale, each as fast as its round trips allow.
@@ -373,7 +369,11 @@ async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
     let (pg_max, pg_non_zero, pg_samples, owners_seen) = pg_sampler.await.expect("pg sampler");
     let (redis_non_zero, redis_samples) = redis_sampler.await.expect("redis sampler");
     let redis_max = redis_max.load(Ordering::Relaxed);
-    assert!(landed, "every command lands: {:?}", statuses(&stack).await);
+    assert!(
+        landed,
+        "every command lands: {:?}",
+        status_counts(&stack).await
+    );
 
     let (rows, subjects, commands) = allocations(&stack).await;
     assert_eq!(rows, 100, "exactly the pool's capacity is allocated");
@@ -385,7 +385,7 @@ async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
         (100, 100),
         "each success names its own allocation"
     );
-    let counts = statuses(&stack).await;
+    let counts = status_counts(&stack).await;
     assert_eq!(terminal_count(&counts), 1600, "{counts:?}");
     assert_eq!(counts.get("rejected").copied(), Some(1500), "{counts:?}");
     let codes = error_codes(&stack).await;
@@ -490,7 +490,7 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
     assert!(
         mid_batch,
         "8 rows claimed and their quota transaction waiting: {:?}\n{}",
-        statuses(&stack).await,
+        status_counts(&stack).await,
         doomed.log_text()
     );
     doomed.kill();
@@ -510,7 +510,7 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
     assert!(
         landed,
         "every command lands after the takeover: {:?}; some unfinished: {:?}",
-        statuses(&stack).await,
+        status_counts(&stack).await,
         unfinished_rows(&stack).await
     );
 
@@ -524,7 +524,7 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
         (rows, rows),
         "succeeded commands and allocations match one to one"
     );
-    let counts = statuses(&stack).await;
+    let counts = status_counts(&stack).await;
     assert_eq!(terminal_count(&counts), 300, "{counts:?}");
     assert_eq!(
         error_codes(&stack).await,
@@ -620,7 +620,7 @@ async fn heads_admitted_by_an_executor_that_died_before_claiming_them_still_run(
         "every command lands; {} heads admitted by the dead executor are still accepted in \
          PostgreSQL but in no Redis queue: {stranded:?}; {:?}",
         stranded.len(),
-        statuses(&stack).await
+        status_counts(&stack).await
     );
     assert_eq!(allocations(&stack).await.0, 20);
     assert!(
@@ -716,7 +716,7 @@ async fn sigterm_drains_the_work_in_hand_and_exits_cleanly() {
     let mut executor = ExecutorProcess::spawn(&stack, dir.path(), "drained");
     executor.running().await;
     let working = eventually(Duration::from_secs(15), || async {
-        let counts = statuses(&stack).await;
+        let counts = status_counts(&stack).await;
         counts.get("executing").copied().unwrap_or(0) > 0 || terminal_count(&counts) > 0
     })
     .await;
@@ -733,7 +733,7 @@ async fn sigterm_drains_the_work_in_hand_and_exits_cleanly() {
     assert!(log.contains("executor draining"), "{log}");
     assert!(log.contains("executor stopped"), "{log}");
 
-    let after = statuses(&stack).await;
+    let after = status_counts(&stack).await;
     assert_eq!(
         after.get("executing").copied().unwrap_or(0),
         0,
@@ -759,7 +759,7 @@ async fn sigterm_drains_the_work_in_hand_and_exits_cleanly() {
     assert!(
         all_terminal(&stack, Duration::from_secs(20)).await,
         "the rest lands: {:?}",
-        statuses(&stack).await
+        status_counts(&stack).await
     );
     let (rows, subjects, _) = allocations(&stack).await;
     assert_eq!((rows, subjects), (100, 100));

@@ -3,179 +3,65 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use sluice_durable::projection::execution::{
-    Admission, AdmitLimits, AdmittedHead, admit, write_admission_config,
-};
-use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::shared_redis;
+use sluice_durable::projection::execution::{Admission, AdmitLimits, AdmittedHead};
 use uuid::Uuid;
 
+use crate::lua_fixture;
 use crate::support::eventually;
 
 /// A long lease: nothing lapses during a test unless it asks for it.
 const LONG_LEASE_MS: u64 = 60_000;
 
-/// One application's keys in the shared Redis, marked ready at generation 1.
-struct Bench {
-    redis: Pool,
-    scripts: Scripts,
-    keys: AppKeys,
-    namespace: Uuid,
-    seq: AtomicI64,
-}
+/// The helpers of this file on the shared bench: commands queued the way these tests need them.
+enum AdmitCalls {}
+
+type Bench = lua_fixture::Bench<AdmitCalls>;
 
 impl Bench {
-    async fn new() -> Arc<Bench> {
-        let redis = connect_redis(&shared_redis().url(), 4)
-            .await
-            .expect("redis");
-        let keys = AppKeys::new(Uuid::now_v7());
-        let _: () = redis
-            .next()
-            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
-            .await
-            .expect("ready");
-        Arc::new(Bench {
-            redis,
-            scripts: Scripts::new(),
-            keys,
-            namespace: Uuid::now_v7(),
-            seq: AtomicI64::new(0),
-        })
-    }
-
-    fn nscmd(&self, command: &str) -> String {
-        format!("{}:{command}", self.namespace)
-    }
-
-    fn suffix(&self, command: &str, resource: &str) -> String {
-        AppKeys::queue_suffix(self.namespace, command, resource)
-    }
-
-    /// Writes the admission specs "max_in_flight per_second burst per_resource" of commands.
-    async fn configure(&self, specs: &[(&str, &str)]) {
-        let specs = specs
-            .iter()
-            .map(|(command, spec)| (self.nscmd(command), spec.to_string()))
-            .collect();
-        write_admission_config(&self.redis, &self.keys, specs)
-            .await
-            .expect("write cfg");
-    }
-
     /// Queues one command with the given sequence, the way `accept.lua` leaves it: queue entry,
     /// ready set, status hash and waiting counters.
     async fn push_with_seq(&self, command: &str, resource: &str, seq: i64) -> Uuid {
-        let id = Uuid::now_v7();
-        let client = self.redis.next();
-        let _: i64 = client
-            .zadd(
-                self.keys.queue(self.namespace, command, resource),
-                None,
-                None,
-                false,
-                false,
-                (seq as f64, id.to_string()),
-            )
-            .await
-            .expect("zadd queue");
-        let _: i64 = client
-            .zadd(
-                self.keys.ready(),
-                Some(SetOptions::NX),
-                None,
-                false,
-                false,
-                (0.0, self.suffix(command, resource)),
-            )
-            .await
-            .expect("zadd ready");
-        let _: () = client
-            .hset(self.keys.command(id), [("status", "accepted")])
-            .await
-            .expect("status hash");
-        let _: i64 = client
-            .hincrby(self.keys.count(), format!("waiting:{}", self.namespace), 1)
-            .await
-            .expect("waiting");
-        let _: i64 = client
-            .hincrby(
-                self.keys.count(),
+        self.queue_command(
+            command,
+            resource,
+            seq,
+            vec![("status".to_string(), "accepted".to_string())],
+            vec![
+                format!("waiting:{}", self.namespace),
                 format!("queued:{}", self.nscmd(command)),
-                1,
-            )
-            .await
-            .expect("queued");
-        id
+            ],
+        )
+        .await
     }
 
     /// Queues `n` commands in sequence order; returns their ids in that order.
     async fn push(&self, command: &str, resource: &str, n: usize) -> Vec<Uuid> {
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
-            let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-            ids.push(self.push_with_seq(command, resource, seq).await);
+            ids.push(self.push_with_seq(command, resource, self.next_seq()).await);
         }
         ids
     }
 
     async fn admit_with(&self, min_generation: i64, max_heads: u32, lease_ms: u64) -> Admission {
-        admit(
-            &self.redis,
-            &self.scripts,
-            &self.keys,
-            AdmitLimits {
-                min_generation,
-                max_heads,
-                scan_limit: 256,
-                lease_ms,
-                lookahead: 16,
-            },
-        )
-        .await
-        .expect("admit.lua")
+        self.admission(limits(min_generation, max_heads, lease_ms))
+            .await
     }
 
     async fn heads_with_lease(&self, max_heads: u32, lease_ms: u64) -> Vec<AdmittedHead> {
-        match self.admit_with(1, max_heads, lease_ms).await {
-            Admission::Heads(heads) => heads,
-            Admission::NotReady => panic!("the projection is ready"),
-        }
+        self.admitted_heads(limits(1, max_heads, lease_ms)).await
     }
 
     async fn heads(&self, max_heads: u32) -> Vec<AdmittedHead> {
         self.heads_with_lease(max_heads, LONG_LEASE_MS).await
     }
 
-    async fn counter(&self, name: &str) -> i64 {
-        let value: Option<i64> = self
-            .redis
-            .next()
-            .hget(self.keys.count(), name)
-            .await
-            .expect("hget");
-        value.unwrap_or(0)
-    }
-
-    async fn waiting(&self) -> i64 {
-        self.counter(&format!("waiting:{}", self.namespace)).await
-    }
-
     async fn queued(&self, command: &str) -> i64 {
         self.counter(&format!("queued:{}", self.nscmd(command)))
             .await
-    }
-
-    async fn zmembers(&self, key: &str) -> Vec<String> {
-        self.redis
-            .next()
-            .zrange(key, 0, -1, None, false, None, false)
-            .await
-            .expect("zrange")
     }
 
     async fn command_leases(&self, command: &str) -> Vec<String> {
@@ -192,14 +78,6 @@ impl Bench {
         self.zmembers(&self.keys.ready()).await
     }
 
-    async fn status(&self, id: Uuid) -> Option<String> {
-        self.redis
-            .next()
-            .hget(self.keys.command(id), "status")
-            .await
-            .expect("hget status")
-    }
-
     /// Gives one permit back the way `finish.lua` does.
     async fn release(&self, command: &str, head: &AdmittedHead) {
         let client = self.redis.next();
@@ -212,6 +90,17 @@ impl Bench {
             .zrem(self.keys.resource_leases(&head.queue_suffix), &id)
             .await
             .expect("zrem resource lease");
+    }
+}
+
+/// `admit.lua`'s limits in these tests: 256 queues scanned, a lookahead of 16.
+fn limits(min_generation: i64, max_heads: u32, lease_ms: u64) -> AdmitLimits {
+    AdmitLimits {
+        min_generation,
+        max_heads,
+        scan_limit: 256,
+        lease_ms,
+        lookahead: 16,
     }
 }
 
@@ -233,7 +122,9 @@ fn per_suffix(heads: &[AdmittedHead]) -> HashMap<String, usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_in_flight_is_exact_under_concurrency() {
     let bench = Bench::new().await;
-    bench.configure(&[("claim", "5 1000000 1000000 0")]).await;
+    bench
+        .configure(&[("claim", "5 1000000 1000000 0")], &[])
+        .await;
     let queued = bench.push("claim", "r1", 100).await;
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -271,7 +162,7 @@ async fn max_in_flight_is_exact_under_concurrency() {
 async fn resources_are_served_round_robin() {
     let bench = Bench::new().await;
     bench
-        .configure(&[("claim", "1000 1000000 1000000 0")])
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
     let mut queued = HashMap::new();
     for resource in ["ra", "rb", "rc"] {
@@ -353,7 +244,7 @@ async fn resources_are_served_round_robin() {
 async fn a_saturated_resource_is_skipped_until_a_permit_is_released() {
     let bench = Bench::new().await;
     bench
-        .configure(&[("claim", "1000 1000000 1000000 1")])
+        .configure(&[("claim", "1000 1000000 1000000 1")], &[])
         .await;
     let a = bench.push("claim", "ra", 5).await;
     let b = bench.push("claim", "rb", 5).await;
@@ -386,10 +277,13 @@ async fn a_saturated_resource_is_skipped_until_a_permit_is_released() {
 async fn a_saturated_command_does_not_block_another() {
     let bench = Bench::new().await;
     bench
-        .configure(&[
-            ("busy", "1 1000000 1000000 0"),
-            ("free", "100 1000000 1000000 0"),
-        ])
+        .configure(
+            &[
+                ("busy", "1 1000000 1000000 0"),
+                ("free", "100 1000000 1000000 0"),
+            ],
+            &[],
+        )
         .await;
     let busy = bench.push("busy", "r", 10).await;
     let free = bench.push("free", "r", 10).await;
@@ -413,7 +307,7 @@ async fn a_saturated_command_does_not_block_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_start_bucket_limits_starts() {
     let bench = Bench::new().await;
-    bench.configure(&[("claim", "1000 1 3 0")]).await;
+    bench.configure(&[("claim", "1000 1 3 0")], &[]).await;
     bench.push("claim", "ra", 10).await;
     bench.push("claim", "rb", 10).await;
     let started = Instant::now();
@@ -421,16 +315,7 @@ async fn the_start_bucket_limits_starts() {
     assert_eq!(first.len(), 3, "the burst");
     let second = bench.heads(20).await;
     assert!(second.is_empty(), "no token left: {second:?}");
-    let bucket: HashMap<String, String> = bench
-        .redis
-        .next()
-        .hgetall(format!(
-            "{}:bucket:start:{}",
-            bench.keys.pattern().trim_end_matches(":*"),
-            bench.nscmd("claim")
-        ))
-        .await
-        .expect("bucket");
+    let bucket = bench.hash(&bench.command_bucket("claim")).await;
     assert!(
         bucket.contains_key("tokens"),
         "bucket persisted: {bucket:?}"
@@ -462,7 +347,9 @@ async fn the_start_bucket_limits_starts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_leases_give_their_permit_back() {
     let bench = Bench::new().await;
-    bench.configure(&[("claim", "1 1000000 1000000 1")]).await;
+    bench
+        .configure(&[("claim", "1 1000000 1000000 1")], &[])
+        .await;
     let queued = bench.push("claim", "r", 3).await;
     let first = bench.heads_with_lease(5, 1).await;
     assert_eq!(ids(&first), vec![queued[0]]);
@@ -501,7 +388,7 @@ async fn expired_leases_give_their_permit_back() {
 async fn heads_come_out_in_queue_order_and_empty_queues_leave_ready() {
     let bench = Bench::new().await;
     bench
-        .configure(&[("claim", "1000 1000000 1000000 0")])
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
     let mut by_seq = Vec::new();
     for seq in [50, 10, 40, 20, 30] {
@@ -548,7 +435,7 @@ async fn heads_come_out_in_queue_order_and_empty_queues_leave_ready() {
 async fn not_ready_when_the_generation_is_older_or_the_projection_not_ready() {
     let bench = Bench::new().await;
     bench
-        .configure(&[("claim", "1000 1000000 1000000 0")])
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
     let queued = bench.push("claim", "r", 3).await;
     assert_eq!(
@@ -587,7 +474,7 @@ async fn not_ready_when_the_generation_is_older_or_the_projection_not_ready() {
 async fn a_command_without_a_spec_is_never_admitted() {
     let bench = Bench::new().await;
     bench
-        .configure(&[("claim", "1000 1000000 1000000 0")])
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
     let unknown = bench.push("webhook", "r", 3).await;
     let known = bench.push("claim", "r", 2).await;
@@ -602,10 +489,13 @@ async fn a_command_without_a_spec_is_never_admitted() {
         "skipped, not dropped from the ready set"
     );
     bench
-        .configure(&[
-            ("claim", "1000 1000000 1000000 0"),
-            ("webhook", "1000 1000000 1000000 0"),
-        ])
+        .configure(
+            &[
+                ("claim", "1000 1000000 1000000 0"),
+                ("webhook", "1000 1000000 1000000 0"),
+            ],
+            &[],
+        )
         .await;
     assert_eq!(ids(&bench.heads(10).await), unknown);
 }
@@ -615,10 +505,13 @@ async fn a_command_without_a_spec_is_never_admitted() {
 async fn waiting_counters_drop_by_exactly_the_heads() {
     let bench = Bench::new().await;
     bench
-        .configure(&[
-            ("claim", "1000 1000000 1000000 0"),
-            ("enroll", "2 1000000 1000000 0"),
-        ])
+        .configure(
+            &[
+                ("claim", "1000 1000000 1000000 0"),
+                ("enroll", "2 1000000 1000000 0"),
+            ],
+            &[],
+        )
         .await;
     bench.push("claim", "r1", 6).await;
     bench.push("claim", "r2", 6).await;

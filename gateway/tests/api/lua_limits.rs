@@ -13,14 +13,14 @@ use fred::prelude::*;
 use serde_json::{Map, Value as Json, json};
 use sluice_durable::declaration::{parse, render_limit_keys};
 use sluice_durable::projection::execution::{
-    Admission, AdmitLimits, AdmittedHead, Finished, RateKey, Requeued, admission_spec, admit,
-    finish, limit_specs, requeue, retake, write_admission_config,
+    AdmitLimits, AdmittedHead, Finished, RateKey, Requeued, admission_spec, finish, limit_specs,
+    requeue, retake, write_admission_config,
 };
 use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
-use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::shared_redis;
 use tokio::sync::mpsc;
 use uuid::Uuid;
+
+use crate::lua_fixture;
 
 /// Permissive numbers for a command: its own limits never stand in the way.
 const OPEN: &str = "100000 1000000 1000000 0";
@@ -28,85 +28,16 @@ const OPEN: &str = "100000 1000000 1000000 0";
 const LEASE_MS: u64 = 60_000;
 const LOOKAHEAD: u32 = 16;
 
-/// One application's keys in the shared Redis, marked ready at generation 1.
-struct Bench {
-    redis: Pool,
-    scripts: Scripts,
-    keys: AppKeys,
-    namespace: Uuid,
-    seq: AtomicI64,
-}
+/// The helpers of this file on the shared bench: the limit keys these tests write and read.
+enum LimitKeys {}
+
+type Bench = lua_fixture::Bench<LimitKeys>;
 
 impl Bench {
-    async fn new() -> Arc<Bench> {
-        let redis = connect_redis(&shared_redis().url(), 4)
-            .await
-            .expect("redis");
-        let keys = AppKeys::new(Uuid::now_v7());
-        let _: () = redis
-            .next()
-            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
-            .await
-            .expect("ready");
-        Arc::new(Bench {
-            redis,
-            scripts: Scripts::new(),
-            keys,
-            namespace: Uuid::now_v7(),
-            seq: AtomicI64::new(0),
-        })
-    }
-
-    fn suffix(&self, command: &str, resource: &str) -> String {
-        AppKeys::queue_suffix(self.namespace, command, resource)
-    }
-
-    /// Writes the whole `cfg` hash: commands ("max_in_flight per_second burst per_resource") and
-    /// limit templates ("max_in_flight per_second burst").
-    async fn configure(&self, commands: &[(&str, &str)], templates: &[(&str, &str)]) {
-        let mut specs: Vec<(String, String)> = commands
-            .iter()
-            .map(|(command, spec)| (format!("{}:{command}", self.namespace), spec.to_string()))
-            .collect();
-        specs.extend(templates.iter().map(|(template, spec)| {
-            (
-                AppKeys::limit_config_field(self.namespace, template),
-                spec.to_string(),
-            )
-        }));
-        write_admission_config(&self.redis, &self.keys, specs)
-            .await
-            .expect("write cfg");
-    }
-
     /// Queues one command the way `accept.lua` leaves it: queue entry, ready set, status hash
     /// with its rendered limit keys in `lim`, and the counters.
     async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> Uuid {
-        let id = Uuid::now_v7();
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let client = self.redis.next();
-        let _: i64 = client
-            .zadd(
-                self.keys.queue(self.namespace, command, resource),
-                None,
-                None,
-                false,
-                false,
-                (seq as f64, id.to_string()),
-            )
-            .await
-            .expect("zadd queue");
-        let _: i64 = client
-            .zadd(
-                self.keys.ready(),
-                Some(SetOptions::NX),
-                None,
-                false,
-                false,
-                (0.0, self.suffix(command, resource)),
-            )
-            .await
-            .expect("zadd ready");
+        let seq = self.next_seq();
         let mut fields = vec![
             ("status".to_string(), "accepted".to_string()),
             ("seq".to_string(), seq.to_string()),
@@ -115,42 +46,29 @@ impl Bench {
             let pairs: Vec<[&str; 2]> = lim.iter().map(|(t, k)| [*t, *k]).collect();
             fields.push(("lim".to_string(), json!(pairs).to_string()));
         }
-        let _: () = client
-            .hset(self.keys.command(id), fields)
-            .await
-            .expect("status hash");
-        for counter in [
-            "unfinished".to_string(),
-            format!("waiting:{}", self.namespace),
-            format!("queued:{}:{command}", self.namespace),
-        ] {
-            let _: i64 = client
-                .hincrby(self.keys.count(), counter, 1)
-                .await
-                .expect("count");
-        }
-        id
+        self.queue_command(
+            command,
+            resource,
+            seq,
+            fields,
+            vec![
+                "unfinished".to_string(),
+                format!("waiting:{}", self.namespace),
+                format!("queued:{}", self.nscmd(command)),
+            ],
+        )
+        .await
     }
 
     async fn admit_with(&self, max_heads: u32, lookahead: u32) -> Vec<AdmittedHead> {
-        let answer = admit(
-            &self.redis,
-            &self.scripts,
-            &self.keys,
-            AdmitLimits {
-                min_generation: 1,
-                max_heads,
-                scan_limit: 256,
-                lease_ms: LEASE_MS,
-                lookahead,
-            },
-        )
+        self.admitted_heads(AdmitLimits {
+            min_generation: 1,
+            max_heads,
+            scan_limit: 256,
+            lease_ms: LEASE_MS,
+            lookahead,
+        })
         .await
-        .expect("admit.lua");
-        match answer {
-            Admission::Heads(heads) => heads,
-            Admission::NotReady => panic!("the projection is ready"),
-        }
     }
 
     async fn admit(&self, max_heads: u32) -> Vec<AdmittedHead> {
@@ -207,22 +125,8 @@ impl Bench {
         self.keys.command_leases(self.namespace, command)
     }
 
-    fn command_bucket(&self, command: &str) -> String {
-        format!(
-            "{}:bucket:start:{}:{command}",
-            self.keys.pattern().trim_end_matches(":*"),
-            self.namespace
-        )
-    }
-
     async fn members(&self, key: &str) -> HashSet<String> {
-        let members: Vec<String> = self
-            .redis
-            .next()
-            .zrange(key, 0, -1, None, false, None, false)
-            .await
-            .expect("zrange");
-        members.into_iter().collect()
+        self.zmembers(key).await.into_iter().collect()
     }
 
     /// Members of a lease zset whose expiry is still ahead of Redis time.
@@ -236,36 +140,11 @@ impl Bench {
     }
 
     async fn queue(&self, command: &str, resource: &str) -> Vec<Uuid> {
-        let members: Vec<String> = self
-            .redis
-            .next()
-            .zrange(
-                self.keys.queue(self.namespace, command, resource),
-                0,
-                -1,
-                None,
-                false,
-                None,
-                false,
-            )
+        self.zmembers(&self.keys.queue(self.namespace, command, resource))
             .await
-            .expect("zrange");
-        members
             .iter()
             .map(|m| Uuid::parse_str(m).expect("uuid"))
             .collect()
-    }
-
-    async fn hash(&self, key: &str) -> HashMap<String, String> {
-        self.redis.next().hgetall(key).await.expect("hgetall")
-    }
-
-    async fn field(&self, id: Uuid, field: &str) -> Option<String> {
-        self.redis
-            .next()
-            .hget(self.keys.command(id), field)
-            .await
-            .expect("hget")
     }
 
     /// The lease zsets a command's status hash says it holds, or None without `held`.
@@ -280,22 +159,8 @@ impl Bench {
         n == 1
     }
 
-    async fn counter(&self, name: &str) -> i64 {
-        let value: Option<i64> = self
-            .redis
-            .next()
-            .hget(self.keys.count(), name)
-            .await
-            .expect("hget");
-        value.unwrap_or(0)
-    }
-
     async fn unfinished(&self) -> i64 {
         self.counter("unfinished").await
-    }
-
-    async fn waiting(&self) -> i64 {
-        self.counter(&format!("waiting:{}", self.namespace)).await
     }
 
     /// Tokens and refill time of a bucket, as a script left them.
@@ -441,10 +306,7 @@ async fn a_limit_key_caps_concurrency_under_concurrent_callers() {
     assert_eq!(bench.waiting().await, 0);
     assert_eq!(bench.unfinished().await, 0);
     for id in resource_of.keys() {
-        assert_eq!(
-            bench.field(*id, "status").await.as_deref(),
-            Some("succeeded")
-        );
+        assert_eq!(bench.status(*id).await.as_deref(), Some("succeeded"));
     }
 }
 
@@ -499,10 +361,7 @@ async fn a_command_takes_all_of_its_limit_keys_or_none() {
         HashSet::from([early.to_string(), holder.to_string()])
     );
     assert_eq!(bench.queue("job", "r2").await, vec![victim]);
-    assert_eq!(
-        bench.field(victim, "status").await.as_deref(),
-        Some("accepted")
-    );
+    assert_eq!(bench.status(victim).await.as_deref(), Some("accepted"));
     assert_eq!(bench.held(victim).await, None);
 
     // The second key has room again: both are taken together.
@@ -600,20 +459,29 @@ async fn a_rate_limited_second_key_without_a_token_takes_nothing() {
     }
 }
 
-/// Lookahead: a head held back only by its own saturated key lets the next command (other key)
-/// go and stays first in line; it is admitted as soon as its key has room.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lookahead_passes_a_head_held_back_by_its_own_key() {
+/// `acct:sat`, the key of [`holding_acct_sat`]'s holder.
+const SAT: (&str, &str) = ("acct:{a}", "acct:sat");
+
+/// A bench whose `ocr` commands name `acct:{a}` (one in flight), with [`SAT`] held by a command
+/// admitted from resource `elsewhere`: that command is returned, to be finished later.
+async fn holding_acct_sat() -> (Arc<Bench>, Uuid) {
     let bench = Bench::new().await;
     bench
         .configure(&[("ocr", OPEN)], &[("acct:{a}", "1 0 0")])
         .await;
-    let sat = ("acct:{a}", "acct:sat");
-    let free = ("acct:{a}", "acct:free");
-    let holder = bench.push("ocr", "elsewhere", &[sat]).await;
+    let holder = bench.push("ocr", "elsewhere", &[SAT]).await;
     assert_eq!(ids(&bench.admit(10).await), vec![holder]);
+    (bench, holder)
+}
 
-    let head = bench.push("ocr", "r", &[sat]).await;
+/// Lookahead: a head held back only by its own saturated key lets the next command (other key)
+/// go and stays first in line; it is admitted as soon as its key has room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookahead_passes_a_head_held_back_by_its_own_key() {
+    let (bench, holder) = holding_acct_sat().await;
+    let free = ("acct:{a}", "acct:free");
+
+    let head = bench.push("ocr", "r", &[SAT]).await;
     let second = bench.push("ocr", "r", &[free]).await;
     assert_eq!(ids(&bench.admit(10).await), vec![second], "the second goes");
     assert_eq!(
@@ -621,15 +489,12 @@ async fn lookahead_passes_a_head_held_back_by_its_own_key() {
         vec![head],
         "the head stays first"
     );
-    assert_eq!(
-        bench.field(head, "status").await.as_deref(),
-        Some("accepted")
-    );
+    assert_eq!(bench.status(head).await.as_deref(), Some("accepted"));
     assert_eq!(
         bench.members(&bench.limit_leases("acct:free")).await,
         HashSet::from([second.to_string()])
     );
-    let third = bench.push("ocr", "r", &[sat]).await;
+    let third = bench.push("ocr", "r", &[SAT]).await;
     assert!(
         bench.admit(10).await.is_empty(),
         "acct:sat and acct:free are full"
@@ -648,15 +513,9 @@ async fn lookahead_passes_a_head_held_back_by_its_own_key() {
 /// command with another key still passes both; released, the older of the two goes first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_with_the_same_key_keep_their_order() {
-    let bench = Bench::new().await;
-    bench
-        .configure(&[("ocr", OPEN)], &[("acct:{a}", "1 0 0")])
-        .await;
-    let sat = ("acct:{a}", "acct:sat");
-    let holder = bench.push("ocr", "elsewhere", &[sat]).await;
-    assert_eq!(ids(&bench.admit(10).await), vec![holder]);
-    let first = bench.push("ocr", "r", &[sat]).await;
-    let second = bench.push("ocr", "r", &[sat]).await;
+    let (bench, holder) = holding_acct_sat().await;
+    let first = bench.push("ocr", "r", &[SAT]).await;
+    let second = bench.push("ocr", "r", &[SAT]).await;
     let other = bench.push("ocr", "r", &[("acct:{a}", "acct:other")]).await;
     assert_eq!(ids(&bench.admit(10).await), vec![other]);
     assert_eq!(bench.queue("ocr", "r").await, vec![first, second]);
@@ -673,15 +532,9 @@ async fn commands_with_the_same_key_keep_their_order() {
 /// its queue; a free command third in line goes with lookahead 3, not 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookahead_is_bounded() {
-    let bench = Bench::new().await;
-    bench
-        .configure(&[("ocr", OPEN)], &[("acct:{a}", "1 0 0")])
-        .await;
-    let sat = ("acct:{a}", "acct:sat");
-    let holder = bench.push("ocr", "elsewhere", &[sat]).await;
-    assert_eq!(ids(&bench.admit(10).await), vec![holder]);
-    let head = bench.push("ocr", "r", &[sat]).await;
-    let second = bench.push("ocr", "r", &[sat]).await;
+    let (bench, holder) = holding_acct_sat().await;
+    let head = bench.push("ocr", "r", &[SAT]).await;
+    let second = bench.push("ocr", "r", &[SAT]).await;
     let free = bench.push("ocr", "r", &[("acct:{a}", "acct:free")]).await;
     assert!(bench.admit_with(10, 1).await.is_empty(), "lookahead 1");
     assert!(bench.admit_with(10, 2).await.is_empty(), "lookahead 2");
@@ -699,6 +552,17 @@ async fn lookahead_is_bounded() {
     assert_eq!(ids(&bench.admit_with(10, 1).await), vec![head]);
 }
 
+/// Pushes `n` `ocr` commands naming `key` for the template `provider:{p}`, one in each of the
+/// resources `<prefix>0`, `<prefix>1`, …
+async fn push_per_resource(bench: &Bench, prefix: &str, n: usize, key: &str) -> HashSet<Uuid> {
+    let mut pushed = HashSet::new();
+    for i in 0..n {
+        let resource = format!("{prefix}{i}");
+        pushed.insert(bench.push("ocr", &resource, &[("provider:{p}", key)]).await);
+    }
+    pushed
+}
+
 /// A rate-limited key (per_second 1, burst 3): one call with ten eligible heads starts exactly
 /// three (another key's commands are not held back by it); later starts never exceed
 /// burst + rate × elapsed, measured on the Redis times admit.lua records.
@@ -708,30 +572,8 @@ async fn a_rate_limited_key_starts_at_most_its_burst_then_its_rate() {
     bench
         .configure(&[("ocr", OPEN)], &[("provider:{p}", "0 1 3")])
         .await;
-    let mut gitee = HashSet::new();
-    for i in 0..10 {
-        gitee.insert(
-            bench
-                .push(
-                    "ocr",
-                    &format!("g{i}"),
-                    &[("provider:{p}", "provider:gitee")],
-                )
-                .await,
-        );
-    }
-    let mut baidu = HashSet::new();
-    for i in 0..2 {
-        baidu.insert(
-            bench
-                .push(
-                    "ocr",
-                    &format!("b{i}"),
-                    &[("provider:{p}", "provider:baidu")],
-                )
-                .await,
-        );
-    }
+    let gitee = push_per_resource(&bench, "g", 10, "provider:gitee").await;
+    let baidu = push_per_resource(&bench, "b", 2, "provider:baidu").await;
     let first = ids(&bench.admit(20).await);
     assert_eq!(
         first.iter().filter(|id| gitee.contains(id)).count(),
@@ -861,10 +703,7 @@ async fn held_lists_the_leases_taken_and_finish_releases_them() {
         );
     }
     assert_eq!(bench.field(b, "held").await, None);
-    assert_eq!(
-        bench.field(b, "status").await.as_deref(),
-        Some("needs_review")
-    );
+    assert_eq!(bench.status(b).await.as_deref(), Some("needs_review"));
     assert_eq!(bench.unfinished().await, 1, "needs_review keeps unfinished");
     assert!(bench.members(&acct_lease).await.is_empty());
     assert!(
@@ -1116,10 +955,7 @@ async fn undeclared_templates_limit_nothing_and_unknown_commands_wait() {
         .await;
     assert!(bench.admit(10).await.is_empty());
     assert_eq!(bench.queue("webhook", "r").await, vec![unknown]);
-    assert_eq!(
-        bench.field(unknown, "status").await.as_deref(),
-        Some("accepted")
-    );
+    assert_eq!(bench.status(unknown).await.as_deref(), Some("accepted"));
     assert!(!bench.exists(&bench.limit_leases("acct:2")).await);
 }
 

@@ -1,23 +1,19 @@
 //! The Lua scripts alone against a real Redis, with concurrent callers from several tasks.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use sluice_durable::declaration::IntakeBudget;
 use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
 use sluice_durable::projection::settle::{Release, release};
-use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::shared_redis;
 use uuid::Uuid;
 
-/// One application's keys in the shared Redis, marked ready at generation 1.
-struct Bench {
-    redis: Pool,
-    scripts: Scripts,
-    keys: AppKeys,
-    namespace: Uuid,
-}
+use crate::lua_fixture;
+
+/// The helpers of this file on the shared bench: the intake calls of these tests.
+enum IntakeCalls {}
+
+type Bench = lua_fixture::Bench<IntakeCalls>;
 
 #[derive(Clone, Copy)]
 struct Limits {
@@ -43,24 +39,6 @@ impl Default for Limits {
 }
 
 impl Bench {
-    async fn new() -> Arc<Bench> {
-        let redis = connect_redis(&shared_redis().url(), 4)
-            .await
-            .expect("redis");
-        let keys = AppKeys::new(Uuid::now_v7());
-        let _: () = redis
-            .next()
-            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
-            .await
-            .expect("ready");
-        Arc::new(Bench {
-            redis,
-            scripts: Scripts::new(),
-            keys,
-            namespace: Uuid::now_v7(),
-        })
-    }
-
     async fn call(&self, limits: Limits, field: &str, digest: &str) -> (Uuid, IntakeVerdict) {
         let id = Uuid::now_v7();
         let budget = IntakeBudget {
@@ -93,16 +71,6 @@ impl Bench {
     async fn fresh(&self, limits: Limits) -> (Uuid, IntakeVerdict) {
         let field = format!("3:sub{}", Uuid::new_v4());
         self.call(limits, &field, &"a".repeat(64)).await
-    }
-
-    async fn counter(&self, name: &str) -> i64 {
-        let value: Option<i64> = self
-            .redis
-            .next()
-            .hget(self.keys.count(), name)
-            .await
-            .expect("hget");
-        value.unwrap_or(0)
     }
 
     /// Every key of the application with its full contents, to prove a call wrote nothing.

@@ -5,7 +5,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::{Body, Frame};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
@@ -609,12 +608,7 @@ async fn post_chunked(stack: &Stack, body: &[u8]) -> (StatusCode, Value) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Chunked>();
     let response = client.request(request).await.expect("HTTP exchange");
     let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let bytes = body_bytes(response).await;
     (
         status,
         serde_json::from_slice(&bytes).expect("a JSON answer"),

@@ -68,7 +68,7 @@ pub struct Stack {
     pub database_url: String,
     pub ticket_spec: String,
     shutdown: CancellationToken,
-    client: HttpClient<HttpConnector, Full<Bytes>>,
+    client: TestClient,
 }
 
 /// An HTTP answer: status, headers and the JSON body.
@@ -152,11 +152,7 @@ impl Stack {
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         tokio::spawn(server::run(listener, gateway.clone(), shutdown.clone()));
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = HttpClient::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(256)
-            .build(connector);
+        let client = http_client(256);
         Stack {
             base,
             pg,
@@ -210,40 +206,16 @@ impl Stack {
         body: Option<Bytes>,
         headers: &[(&str, &str)],
     ) -> Reply {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        if let Some(bearer) = bearer {
-            builder = builder.header("authorization", format!("Bearer {bearer}"));
-        }
-        if body.is_some() {
-            builder = builder.header("content-type", "application/json");
-        }
-        let request = builder
-            .body(Full::new(body.unwrap_or_default()))
-            .expect("request");
-        let response = tokio::time::timeout(Duration::from_secs(30), self.client.request(request))
-            .await
-            .expect("answered within 30 s")
-            .expect("HTTP exchange");
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        Reply {
-            status,
-            headers,
+        send_request(
+            &self.client,
+            &self.base,
+            method,
+            path,
+            bearer,
             body,
-        }
+            headers,
+        )
+        .await
     }
 
     pub async fn post(&self, path: &str, bearer: Option<&str>, body: &str) -> Reply {
@@ -310,6 +282,116 @@ impl Drop for Stack {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// The HTTP client of the tests.
+pub type TestClient = HttpClient<HttpConnector, Full<Bytes>>;
+
+/// A client that keeps up to `max_idle_per_host` connections open, without Nagle's delay.
+pub fn http_client(max_idle_per_host: usize) -> TestClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    HttpClient::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(max_idle_per_host)
+        .build(connector)
+}
+
+/// One request to `{base}{path}` with the bearer credential and `headers`, and a JSON content
+/// type whenever there is a body; answered within 30 s. The body is read as JSON, or as a JSON
+/// string when it is not JSON.
+pub async fn send_request(
+    client: &TestClient,
+    base: &str,
+    method: Method,
+    path: &str,
+    bearer: Option<&str>,
+    body: Option<Bytes>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    if let Some(bearer) = bearer {
+        builder = builder.header("authorization", format!("Bearer {bearer}"));
+    }
+    if body.is_some() {
+        builder = builder.header("content-type", "application/json");
+    }
+    let request = builder
+        .body(Full::new(body.unwrap_or_default()))
+        .expect("request");
+    let response = tokio::time::timeout(Duration::from_secs(30), client.request(request))
+        .await
+        .expect("answered within 30 s")
+        .expect("HTTP exchange");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = body_bytes(response).await;
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The whole body of a response.
+pub async fn body_bytes(response: hyper::Response<hyper::body::Incoming>) -> Bytes {
+    response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+}
+
+/// Another namespace `name` of the stack's application, declaring nothing, with a credential
+/// holding `scopes` (none: every namespace scope) and, when `resource_access`, the two
+/// application scopes.
+pub async fn bootstrap_namespace(
+    stack: &Stack,
+    name: &str,
+    scopes: Vec<String>,
+    resource_access: bool,
+) -> BootstrapOutput {
+    tenancy::bootstrap(
+        &stack.pg,
+        &BootstrapRequest {
+            application: "test".into(),
+            namespace: name.into(),
+            application_id: Some(stack.creds.application_id),
+            scopes,
+            resource_access,
+        },
+    )
+    .await
+    .expect("bootstrap another namespace")
+}
+
+/// A new credential of `namespace_id` holding exactly `scopes`.
+pub async fn credential_with_scopes(
+    stack: &Stack,
+    namespace_id: uuid::Uuid,
+    scopes: &[&str],
+) -> String {
+    let secret = secrets::new_credential_secret();
+    let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+    sqlx::query(
+        "INSERT INTO credentials (id, namespace_id, secret_sha256, scopes, label)
+         VALUES ($1, $2, $3, $4, 'test')",
+    )
+    .bind(uuid::Uuid::now_v7())
+    .bind(namespace_id)
+    .bind(secrets::credential_hash(&secret).to_vec())
+    .bind(&scopes)
+    .execute(&stack.pg)
+    .await
+    .expect("insert credential");
+    secret
 }
 
 pub fn base64_decode(text: &str) -> Vec<u8> {

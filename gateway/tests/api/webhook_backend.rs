@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hmac::{Hmac, KeyInit, Mac};
@@ -218,4 +218,44 @@ fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
     mac.update(format!("{t}.").as_bytes());
     mac.update(body);
     mac.verify_slice(&v1).is_ok()
+}
+
+/// The pair of arrivals that comes closest to (or beyond) what a token bucket allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// The first of the pair (0 = the first arrival).
+    pub from: usize,
+    /// Arrivals from the first of the pair to the second, both included.
+    pub count: usize,
+    pub span: Duration,
+    /// `count − (burst + rate × span)`.
+    pub excess: f64,
+}
+
+/// Checks every pair of arrival times i < j (sorted) against a token bucket of `rate` per second
+/// and burst `rate` (admit.lua's buckets): j − i + 1 ≤ rate + rate × (t_j − t_i). Returns the pair
+/// with the largest excess.
+pub fn worst_window(times: &[Instant], rate: f64) -> Window {
+    let mut worst = Window {
+        from: 0,
+        count: 1,
+        span: Duration::ZERO,
+        excess: 1.0 - rate,
+    };
+    for i in 0..times.len() {
+        for j in i + 1..times.len() {
+            let span = times[j] - times[i];
+            let count = j - i + 1;
+            let excess = count as f64 - (rate + rate * span.as_secs_f64());
+            if excess > worst.excess {
+                worst = Window {
+                    from: i,
+                    count,
+                    span,
+                    excess,
+                };
+            }
+        }
+    }
+    worst
 }

@@ -20,15 +20,14 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::Parser;
-use http_body_util::Full;
-use hyper::Request;
 use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
-use sluice_loadtest::driver::{http_client, run};
+use sluice_loadtest::bench_stack::{
+    BoxError, RoundOptions, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
+    median, open_commands, rates_cell,
+};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -48,21 +47,8 @@ struct Args {
     /// Rounds per mode (alternating).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Heads per admission (the executor's batch size).
-    #[arg(long, default_value_t = 64)]
-    batch_size: u32,
-    /// Batches the executor handles at once.
-    #[arg(long, default_value_t = 4)]
-    parallel_batches: usize,
-    /// PostgreSQL connections (gateway and executor share them).
-    #[arg(long, default_value_t = 32)]
-    connections: u32,
-    /// Concurrent callers while enqueueing.
-    #[arg(long, default_value_t = 128)]
-    concurrency: usize,
-    /// Give up on a round after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    round_timeout_seconds: u64,
+    #[command(flatten)]
+    run: RoundOptions,
 }
 
 /// What one round measured.
@@ -114,7 +100,7 @@ async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let tenant = Tenant::create(
         database_url,
         &args.servers.redis_url,
-        args.connections,
+        args.run.connections,
         &declaration(args),
     )
     .await?;
@@ -145,8 +131,8 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
         args.commands,
         args.resources,
         args.capacity,
-        args.batch_size,
-        args.parallel_batches,
+        args.run.batch_size,
+        args.run.parallel_batches,
         args.rounds
     );
     // Warm-up: connections, caches, script load.
@@ -189,22 +175,12 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
 }
 
 fn print_row(name: &str, median_rate: f64, rounds: &[Round]) {
-    let each: Vec<String> = rounds
-        .iter()
-        .map(|r| format!("{:.0}", r.per_second))
-        .collect();
+    let each = rates_cell(rounds.iter().map(|r| r.per_second));
     let last = &rounds[rounds.len() / 2];
     println!(
         "| {name} | {median_rate:.0} | {} | {} | {} |",
-        each.join(", "),
-        last.succeeded,
-        last.sold_out
+        each, last.succeeded, last.sold_out
     );
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Enqueues `n` commands of `claim{k}` with no executor running, then times one executor (in
@@ -218,37 +194,24 @@ async fn round(
     n: u64,
 ) -> Result<Round, BoxError> {
     let command = format!("claim{k}");
-    let client = http_client(args.concurrency);
-    let uri = format!("{}/v1/commands/{command}:enqueue", gateway.base);
-    let bearer = format!("Bearer {}", tenant.creds.credential);
     let offers: Vec<String> = (0..args.resources)
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
     let resources = args.resources as u64;
-    let report = run(&client, n, args.concurrency, move |i| {
-        let body = format!(
-            r#"{{"request_key":"r{i}","subject":"user-{k}-{i}","input":{{"offer":"{}"}}}}"#,
-            offers[(i % resources) as usize]
-        );
-        Request::post(&uri)
-            .header("authorization", &bearer)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .expect("a valid request")
-    })
-    .await;
-    if report.count(202) != n {
-        return Err(format!(
-            "{} of {n} enqueues were accepted: {:?}",
-            report.count(202),
-            report.by_status
-        )
-        .into());
-    }
-    let waiting = open_commands(tenant, &command).await?;
-    if waiting != n as i64 {
-        return Err(format!("{waiting} of {n} commands wait before the executor starts").into());
-    }
+    enqueue_waiting(
+        tenant,
+        gateway,
+        &command,
+        n,
+        args.run.concurrency,
+        move |i| {
+            format!(
+                r#"{{"request_key":"r{i}","subject":"user-{k}-{i}","input":{{"offer":"{}"}}}}"#,
+                offers[(i % resources) as usize]
+            )
+        },
+    )
+    .await?;
 
     let shutdown = CancellationToken::new();
     let executor = Executor::new(
@@ -256,15 +219,12 @@ async fn round(
         tenant.redis.clone(),
         ExecutorConfig {
             batch_quota,
-            tick_ms: 5,
-            batch_size: args.batch_size,
-            parallel_batches: args.parallel_batches,
-            ..ExecutorConfig::default()
+            ..args.run.executor_config()
         },
     );
     let started = Instant::now();
     let running = tokio::spawn(executor.run(shutdown.clone()));
-    let deadline = started + Duration::from_secs(args.round_timeout_seconds);
+    let deadline = started + Duration::from_secs(args.run.round_timeout_seconds);
     let elapsed = loop {
         let open = open_commands(tenant, &command).await?;
         if open == 0 {
@@ -315,17 +275,4 @@ async fn round(
         succeeded,
         sold_out,
     })
-}
-
-/// Commands of the round that are not terminal yet.
-async fn open_commands(tenant: &Tenant, command: &str) -> Result<i64, BoxError> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM commands
-          WHERE namespace_id = $1 AND command = $2
-            AND status NOT IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')",
-    )
-    .bind(tenant.creds.namespace_id)
-    .bind(command)
-    .fetch_one(&tenant.pg)
-    .await?)
 }

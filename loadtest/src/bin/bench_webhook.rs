@@ -52,10 +52,13 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
+use sluice_durable::executor::Executor;
 use sluice_durable::executor::webhook::sign;
-use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
+use sluice_loadtest::bench_stack::{
+    BoxError, RoundOptions, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
+    median, open_commands, rates_cell,
+};
 use sluice_loadtest::driver::{http_client, run};
 use tokio_util::sync::CancellationToken;
 
@@ -80,21 +83,8 @@ struct Args {
     /// key `account:{provider}:{account}`).
     #[arg(long, default_value_t = 16)]
     accounts: u64,
-    /// Heads per admission (the executor's batch size).
-    #[arg(long, default_value_t = 64)]
-    batch_size: u32,
-    /// Batches the executor handles at once.
-    #[arg(long, default_value_t = 4)]
-    parallel_batches: usize,
-    /// PostgreSQL connections (gateway and executor share them).
-    #[arg(long, default_value_t = 32)]
-    connections: u32,
-    /// Concurrent callers while enqueueing.
-    #[arg(long, default_value_t = 128)]
-    concurrency: usize,
-    /// Give up on a round after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    round_timeout_seconds: u64,
+    #[command(flatten)]
+    run: RoundOptions,
 }
 
 /// The largest `per_second` and `max_in_flight` a declaration accepts: limits that never bind.
@@ -165,7 +155,7 @@ async fn measure(args: &Args, database_url: &str, backend: &Backend) -> Result<(
     let tenant = Tenant::create(
         database_url,
         &args.servers.redis_url,
-        args.connections,
+        args.run.connections,
         &declaration(args, &backend.url),
     )
     .await?;
@@ -196,8 +186,8 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
         args.accounts,
         args.providers,
         args.in_flight,
-        args.batch_size,
-        args.parallel_batches,
+        args.run.batch_size,
+        args.run.parallel_batches,
         args.rounds
     );
     // Warm-up: connections, caches, script load, the backend's connection pools.
@@ -249,20 +239,11 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
 }
 
 fn print_row(name: &str, median_rate: f64, rounds: &[Round]) {
-    let each: Vec<String> = rounds
-        .iter()
-        .map(|r| format!("{:.0}", r.per_second))
-        .collect();
+    let each = rates_cell(rounds.iter().map(|r| r.per_second));
     println!(
         "| {name} | {median_rate:.0} | {} | {:.0} |",
-        each.join(", "),
-        rounds[0].body_bytes
+        each, rounds[0].body_bytes
     );
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// The provider and account of the `i`-th command: accounts round-robin, each of one provider.
@@ -290,54 +271,37 @@ async fn sluice_round(
     n: u64,
 ) -> Result<Round, BoxError> {
     let command = format!("ocr{k}");
-    let client = http_client(args.concurrency);
-    let uri = format!("{}/v1/commands/{command}:enqueue", gateway.base);
-    let bearer = format!("Bearer {}", tenant.creds.credential);
     let spread: Vec<(String, String)> = (0..args.accounts)
         .map(|a| provider_account(args, a))
         .collect();
-    let report = run(&client, n, args.concurrency, move |i| {
-        let (provider, account) = &spread[(i % spread.len() as u64) as usize];
-        let body = json!({
-            "request_key": format!("r{i}"),
-            "subject": subject(k, i),
-            "input": {"provider": provider, "account": account},
-        });
-        Request::post(&uri)
-            .header("authorization", &bearer)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .expect("a valid request")
-    })
-    .await;
-    if report.count(202) != n {
-        return Err(format!(
-            "{} of {n} enqueues were accepted: {:?}",
-            report.count(202),
-            report.by_status
-        )
-        .into());
-    }
-    let waiting = open_commands(tenant, &command).await?;
-    if waiting != n as i64 {
-        return Err(format!("{waiting} of {n} commands wait before the executor starts").into());
-    }
+    enqueue_waiting(
+        tenant,
+        gateway,
+        &command,
+        n,
+        args.run.concurrency,
+        move |i| {
+            let (provider, account) = &spread[(i % spread.len() as u64) as usize];
+            json!({
+                "request_key": format!("r{i}"),
+                "subject": subject(k, i),
+                "input": {"provider": provider, "account": account},
+            })
+            .to_string()
+        },
+    )
+    .await?;
     backend.expect_idle()?;
 
     let shutdown = CancellationToken::new();
     let executor = Executor::new(
         tenant.pg.clone(),
         tenant.redis.clone(),
-        ExecutorConfig {
-            tick_ms: 5,
-            batch_size: args.batch_size,
-            parallel_batches: args.parallel_batches,
-            ..ExecutorConfig::default()
-        },
+        args.run.executor_config(),
     );
     let started = Instant::now();
     let running = tokio::spawn(executor.run(shutdown.clone()));
-    let deadline = started + Duration::from_secs(args.round_timeout_seconds);
+    let deadline = started + Duration::from_secs(args.run.round_timeout_seconds);
     let mut asked: Option<Instant> = None;
     let elapsed = loop {
         // Until the backend has seen N requests, not all N commands can have succeeded: then
@@ -462,19 +426,6 @@ fn unix_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
-}
-
-/// Commands of the round that are not terminal yet.
-async fn open_commands(tenant: &Tenant, command: &str) -> Result<i64, BoxError> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM commands
-          WHERE namespace_id = $1 AND command = $2
-            AND status NOT IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')",
-    )
-    .bind(tenant.creds.namespace_id)
-    .bind(command)
-    .fetch_one(&tenant.pg)
-    .await?)
 }
 
 /// The in-process webhook backend: answers every POST with `200` succeeded at once.

@@ -117,54 +117,31 @@ async fn client_errors_have_their_status_and_no_retry_after() {
     .await;
     assert_error(&invalid, 400, "INVALID_ARGUMENT", None);
     assert_eq!(invalid.field(), "max_unfinished_tasks");
-    // UNAUTHENTICATED: no header, an unknown secret, a revoked one.
+    // UNAUTHENTICATED: no header, an unknown secret, a revoked one; PERMISSION_DENIED: every
+    // namespace scope is not an application scope. Both endpoints alike.
     let body = configure_body("1", "x", 1, 1, 1);
     let missing = stack.get("/v1/application/resources", None).await;
     assert_error(&missing, 401, "UNAUTHENTICATED", None);
     let unknown = secrets::new_credential_secret();
-    assert_error(
-        &resources(&stack, &unknown).await,
-        401,
-        "UNAUTHENTICATED",
-        None,
-    );
-    assert_error(
-        &configure(&stack, &unknown, Some("e-2"), &body).await,
-        401,
-        "UNAUTHENTICATED",
-        None,
-    );
     let revoked = join_namespace(&stack, "revoked", true).await;
     sqlx::query("UPDATE credentials SET revoked_at = now() WHERE secret_sha256 = $1")
         .bind(secrets::credential_hash(&revoked.credential).to_vec())
         .execute(&stack.pg)
         .await
         .expect("revoke");
-    assert_error(
-        &resources(&stack, &revoked.credential).await,
-        401,
-        "UNAUTHENTICATED",
-        None,
-    );
-    assert_error(
-        &configure(&stack, &revoked.credential, Some("e-3"), &body).await,
-        401,
-        "UNAUTHENTICATED",
-        None,
-    );
-    // PERMISSION_DENIED: every namespace scope is not an application scope.
-    assert_error(
-        &resources(&stack, &stack.credential()).await,
-        403,
-        "PERMISSION_DENIED",
-        None,
-    );
-    assert_error(
-        &configure(&stack, &stack.credential(), Some("e-4"), &body).await,
-        403,
-        "PERMISSION_DENIED",
-        None,
-    );
+    for (bearer, key, status, code) in [
+        (unknown, "e-2", 401, "UNAUTHENTICATED"),
+        (revoked.credential, "e-3", 401, "UNAUTHENTICATED"),
+        (stack.credential(), "e-4", 403, "PERMISSION_DENIED"),
+    ] {
+        assert_error(&resources(&stack, &bearer).await, status, code, None);
+        assert_error(
+            &configure(&stack, &bearer, Some(key), &body).await,
+            status,
+            code,
+            None,
+        );
+    }
     assert_eq!(stored(&stack).await, UNTOUCHED);
     // STATE_CONFLICT and IDEMPOTENCY_CONFLICT.
     let applied = configure(&stack, &admin.credential, Some("e-5"), &body).await;

@@ -10,34 +10,27 @@ mod processes;
 use hyper::Method;
 use serde_json::{Value, json};
 use sluice_durable::secrets;
-use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_durable::tenancy::{self, BootstrapOutput};
 
 use crate::support::*;
 
-/// Another namespace of the stack's application, with a credential holding every namespace
-/// scope and, when `resource_access`, the two application scopes.
+/// Another namespace of the stack's application declaring `claim`, with a credential holding
+/// every namespace scope and, when `resource_access`, the two application scopes.
 pub async fn join_namespace(stack: &Stack, name: &str, resource_access: bool) -> BootstrapOutput {
-    let joined = tenancy::bootstrap(
-        &stack.pg,
-        &BootstrapRequest {
-            application: "test".into(),
-            namespace: name.into(),
-            application_id: Some(stack.creds.application_id),
-            scopes: vec![],
-            resource_access,
-        },
-    )
-    .await
-    .expect("join the application");
-    tenancy::apply_declaration(
-        &stack.pg,
-        joined.namespace_id,
-        CLAIM_DECLARATION,
-        "test",
-        None,
-    )
-    .await
-    .expect("declare claim in the new namespace");
+    join_declaring(stack, name, resource_access, CLAIM_DECLARATION).await
+}
+
+/// [`join_namespace`] declaring `declaration` instead.
+pub async fn join_declaring(
+    stack: &Stack,
+    name: &str,
+    resource_access: bool,
+    declaration: &str,
+) -> BootstrapOutput {
+    let joined = bootstrap_namespace(stack, name, vec![], resource_access).await;
+    tenancy::apply_declaration(&stack.pg, joined.namespace_id, declaration, "test", None)
+        .await
+        .expect("declare in the new namespace");
     joined
 }
 
@@ -48,16 +41,7 @@ pub async fn resources(stack: &Stack, bearer: &str) -> Reply {
 
 /// `POST /v1/application/resources:configure` with `bearer`, `key` and `body`.
 pub async fn configure(stack: &Stack, bearer: &str, key: Option<&str>, body: &Value) -> Reply {
-    let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
-    stack
-        .request_with(
-            Method::POST,
-            "/v1/application/resources:configure",
-            Some(bearer),
-            Some(body.to_string().into()),
-            &headers,
-        )
-        .await
+    configure_raw(stack, bearer, key, &body.to_string()).await
 }
 
 /// A configure body with every field.
@@ -71,28 +55,6 @@ pub fn configure_body(
     json!({"expected_revision": expected_revision, "reason": reason,
            "max_unfinished_tasks": max_unfinished_tasks, "max_concurrency": max_concurrency,
            "rate_per_second": rate_per_second})
-}
-
-/// A new credential of `namespace_id` holding exactly `scopes`.
-pub async fn credential_with_scopes(
-    stack: &Stack,
-    namespace_id: uuid::Uuid,
-    scopes: &[&str],
-) -> String {
-    let secret = secrets::new_credential_secret();
-    let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
-    sqlx::query(
-        "INSERT INTO credentials (id, namespace_id, secret_sha256, scopes, label)
-         VALUES ($1, $2, $3, $4, 'test')",
-    )
-    .bind(uuid::Uuid::now_v7())
-    .bind(namespace_id)
-    .bind(secrets::credential_hash(&secret).to_vec())
-    .bind(&scopes)
-    .execute(&stack.pg)
-    .await
-    .expect("insert credential");
-    secret
 }
 
 /// What a configure call may change in PostgreSQL: the application's revision and limits, its

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use serde_json::{Value, json};
-use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_durable::tenancy::BootstrapOutput;
 
 use super::*;
-use crate::execution::{all_terminal, counter};
-use crate::executor_processes::ExecutorProcess;
+use crate::execution::{counter, status_counts};
+use crate::executor_processes::{ExecutorProcess, assert_all_land, two_executors};
 use crate::gateway_process::GatewayProcess;
-use crate::webhook_backend::{Answer, Arrival, Backend, handler};
-use crate::webhooks::ocr_declaration;
+use crate::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
+use crate::webhooks::{ocr_declaration, own_results_after_one_attempt};
 
 /// Statuses after which a command never changes.
 const TERMINAL: &str = "('succeeded', 'rejected', 'failed', 'expired', 'cancelled')";
@@ -189,11 +189,10 @@ async fn fifty_unfinished_hold_across_two_gateway_processes_and_two_namespaces()
     let credentials = [stack.credential(), ops.credential.clone()];
 
     let configured = gateways[1]
-        .request(
-            hyper::Method::POST,
+        .post_with(
             "/v1/application/resources:configure",
-            Some(&ops.credential),
-            Some(budgets("1", CAP as u32, 10_000, 100_000).to_string().into()),
+            &ops.credential,
+            &budgets("1", CAP as u32, 10_000, 100_000),
             &[("Idempotency-Key", "cap-50")],
         )
         .await;
@@ -333,28 +332,13 @@ async fn fifty_unfinished_hold_across_two_gateway_processes_and_two_namespaces()
 /// A second namespace of the stack's application with the application scopes, declaring `ocr`
 /// towards `url`.
 async fn second_namespace(stack: &Stack, url: &str) -> BootstrapOutput {
-    let joined = tenancy::bootstrap(
-        &stack.pg,
-        &BootstrapRequest {
-            application: "test".into(),
-            namespace: "second".into(),
-            application_id: Some(stack.creds.application_id),
-            scopes: vec![],
-            resource_access: true,
-        },
-    )
-    .await
-    .expect("join the application");
-    tenancy::apply_declaration(
-        &stack.pg,
-        joined.namespace_id,
+    join_declaring(
+        stack,
+        "second",
+        true,
         &ocr_declaration(url, 10_000, 120, ""),
-        "test",
-        None,
     )
     .await
-    .expect("declare ocr in the second namespace");
-    joined
 }
 
 /// Two backends (one per namespace, each verifying its namespace's signatures) behind one
@@ -428,19 +412,6 @@ async fn configure_budgets(
     );
 }
 
-/// Commands of the stack's application by status.
-async fn statuses(stack: &Stack) -> HashMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>(
-        "SELECT status, count(*) FROM commands WHERE application_id = $1 GROUP BY status",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("statuses")
-    .into_iter()
-    .collect()
-}
-
 /// Checks what every test of execution ends with: all `n` commands succeeded after one attempt
 /// each, one signed request per command at the backend of its namespace, the application's
 /// usage back to zero and no executing permit left.
@@ -451,27 +422,21 @@ async fn all_succeeded_once(
     executors: &mut [ExecutorProcess; 2],
     n: usize,
 ) -> Vec<Arrival> {
-    let landed = all_terminal(stack, Duration::from_secs(30)).await;
-    assert!(
-        landed,
-        "every command lands: {:?}\nfirst:\n{}\nsecond:\n{}",
-        statuses(stack).await,
-        executors[0].log_text(),
-        executors[1].log_text()
-    );
+    assert_all_land(
+        stack,
+        Duration::from_secs(30),
+        [&executors[0], &executors[1]],
+    )
+    .await;
     assert_eq!(
-        statuses(stack).await,
+        status_counts(stack).await,
         HashMap::from([("succeeded".to_string(), n as i64)])
     );
-    let attempts: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM commands WHERE application_id = $1 AND attempts = 1
-            AND result->>'doc' = input->>'doc'",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_one(&stack.pg)
-    .await
-    .expect("results");
-    assert_eq!(attempts, n as i64, "one attempt each, with its own result");
+    assert_eq!(
+        own_results_after_one_attempt(stack).await,
+        n as i64,
+        "one attempt each, with its own result"
+    );
     let mut arrivals = Vec::new();
     for (backend, namespace) in backends.iter().zip(["main", "second"]) {
         let seen = backend.arrivals();
@@ -544,11 +509,7 @@ async fn three_in_flight_across_two_executor_processes_and_two_namespaces() {
     assert_eq!(ids.len(), 2 * PER_NAMESPACE);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut executors = [
-        ExecutorProcess::spawn(&stack, dir.path(), "first"),
-        ExecutorProcess::spawn(&stack, dir.path(), "second"),
-    ];
-    let owners = [executors[0].running().await, executors[1].running().await];
+    let (mut executors, owners) = two_executors(&stack, dir.path()).await;
     assert_ne!(owners[0], owners[1]);
     let started = Instant::now();
     all_succeeded_once(
@@ -577,45 +538,6 @@ async fn three_in_flight_across_two_executor_processes_and_two_namespaces() {
     );
 }
 
-/// The pair of arrivals that comes closest to (or beyond) what a token bucket allows.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    /// The first of the pair (0 = the first arrival).
-    from: usize,
-    /// Arrivals from the first of the pair to the second, both included.
-    count: usize,
-    span: Duration,
-    /// `count − (burst + rate × span)`.
-    excess: f64,
-}
-
-/// Checks every pair of arrivals i ≤ j (sorted) against a bucket of `rate` per second and burst
-/// `rate` (admit.lua's application bucket): j − i + 1 ≤ rate + rate × (t_j − t_i).
-fn worst_window(times: &[Instant], rate: f64) -> Window {
-    let mut worst = Window {
-        from: 0,
-        count: 1,
-        span: Duration::ZERO,
-        excess: 1.0 - rate,
-    };
-    for i in 0..times.len() {
-        for j in i + 1..times.len() {
-            let span = times[j] - times[i];
-            let count = j - i + 1;
-            let excess = count as f64 - (rate + rate * span.as_secs_f64());
-            if excess > worst.excess {
-                worst = Window {
-                    from: i,
-                    count,
-                    span,
-                    excess,
-                };
-            }
-        }
-    }
-    worst
-}
-
 /// `rate_per_second = 5` (burst 5) over two executor processes and two namespaces: the
 /// backend's arrival times show at most 5 + 5 × t starts in every window of length t, within one
 /// request; the bucket's burst is used at once, so the bound is reached, not merely respected.
@@ -641,12 +563,7 @@ async fn five_starts_per_second_across_two_executor_processes_and_two_namespaces
     enqueue_in_both(&stack, &second, PER_NAMESPACE).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut executors = [
-        ExecutorProcess::spawn(&stack, dir.path(), "first"),
-        ExecutorProcess::spawn(&stack, dir.path(), "second"),
-    ];
-    executors[0].running().await;
-    executors[1].running().await;
+    let (mut executors, _) = two_executors(&stack, dir.path()).await;
     let arrivals = all_succeeded_once(
         &stack,
         &second,

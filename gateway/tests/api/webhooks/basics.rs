@@ -14,18 +14,10 @@ async fn a_200_lands_the_backends_result_with_a_signed_request() {
         Answer::succeeded(json!({"pages": arrival.body["input"]["doc"].as_str().map(str::len)}))
     }))
     .await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, 60, ""),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, 60, "").await;
     let executor = start_executor(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "report").await;
-    assert!(
-        until_status(&stack, &id, "succeeded", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "succeeded", Duration::from_secs(10)).await;
     let row = row(&stack, &id).await;
     assert_eq!(row["result"], json!({"pages": 6}));
     assert_eq!(row["attempts"], 1);

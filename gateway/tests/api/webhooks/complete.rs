@@ -6,14 +6,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::{Method, StatusCode};
 use serde_json::json;
 use sluice_durable::executor::ExecutorConfig;
-use sluice_durable::secrets;
-use sluice_durable::tenancy::{self, BootstrapRequest, NAMESPACE_SCOPES};
+use sluice_durable::tenancy::NAMESPACE_SCOPES;
 
 use super::*;
 use crate::execution::{fast_executor, held_permits, record, start_executor};
@@ -23,18 +19,10 @@ use crate::webhook_backend::{Answer, Backend, handler};
 /// command `running`.
 async fn one_running() -> (Backend, Stack, tokio_util::sync::CancellationToken, String) {
     let backend = Backend::start(handler(|_| async { Answer::status(202) })).await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, 60, ACCOUNT_LIMIT),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, 60, ACCOUNT_LIMIT).await;
     let executor = start_executor(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    assert!(
-        until_status(&stack, &id, "running", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "running", Duration::from_secs(10)).await;
     (backend, stack, executor, id)
 }
 
@@ -98,7 +86,7 @@ async fn a_repeated_result_is_a_no_op_and_another_result_conflicts() {
 
     // The same with a rejection and its error code.
     let other = enqueue_ocr(&stack, "user-2", "gitee", "b", "doc").await;
-    assert!(until_status(&stack, &other, "running", Duration::from_secs(10)).await);
+    assert_reaches(&stack, &other, "running", Duration::from_secs(10)).await;
     let rejection = json!({"outcome": "rejected", "error_code": "NO_CREDIT"});
     let first = complete(&stack, &other, rejection.clone()).await;
     assert_eq!(first.status, StatusCode::OK, "{:?}", first.body);
@@ -123,18 +111,7 @@ async fn an_unknown_command_or_another_namespaces_is_not_found() {
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{:?}", reply.body);
     assert_eq!(reply.code(), "NOT_FOUND");
     // A credential of another namespace (with every scope) does not see this one's commands.
-    let other = tenancy::bootstrap(
-        &stack.pg,
-        &BootstrapRequest {
-            application: "test".into(),
-            namespace: "other".into(),
-            application_id: Some(stack.creds.application_id),
-            scopes: vec![],
-            resource_access: false,
-        },
-    )
-    .await
-    .expect("bootstrap another namespace");
+    let other = bootstrap_namespace(&stack, "other", vec![], false).await;
     let reply = complete_raw(
         &stack,
         &id,
@@ -149,20 +126,7 @@ async fn an_unknown_command_or_another_namespaces_is_not_found() {
 
 /// A credential of the stack's namespace with exactly `scopes`.
 async fn credential_with(stack: &Stack, scopes: &[&str]) -> String {
-    let secret = secrets::new_credential_secret();
-    let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
-    sqlx::query(
-        "INSERT INTO credentials (id, namespace_id, secret_sha256, scopes, label)
-         VALUES ($1, $2, $3, $4, 'test')",
-    )
-    .bind(uuid::Uuid::now_v7())
-    .bind(stack.creds.namespace_id)
-    .bind(secrets::credential_hash(&secret).to_vec())
-    .bind(&scopes)
-    .execute(&stack.pg)
-    .await
-    .expect("insert credential");
-    secret
+    credential_with_scopes(stack, stack.creds.namespace_id, scopes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,18 +145,8 @@ async fn only_a_credential_with_commands_complete_may_complete() {
     let lacking = credential_with(&stack, &others).await;
     assert_denied(&complete_raw(&stack, &id, &lacking, body).await);
     // And one made by bootstrap (another namespace of the application) without the scope.
-    let bootstrapped = tenancy::bootstrap(
-        &stack.pg,
-        &BootstrapRequest {
-            application: "test".into(),
-            namespace: "reader".into(),
-            application_id: Some(stack.creds.application_id),
-            scopes: others.iter().map(|s| s.to_string()).collect(),
-            resource_access: false,
-        },
-    )
-    .await
-    .expect("bootstrap a credential without commands:complete");
+    let scopes = others.iter().map(|s| s.to_string()).collect();
+    let bootstrapped = bootstrap_namespace(&stack, "reader", scopes, false).await;
     assert!(!bootstrapped.scopes.iter().any(|s| s == "commands:complete"));
     assert_denied(&complete_raw(&stack, &id, &bootstrapped.credential, body).await);
     assert_eq!(row(&stack, &id).await["status"], "running");
@@ -235,11 +189,7 @@ async fn a_command_never_sent_cannot_be_completed() {
     };
     let executor = start_executor(&stack, config);
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    assert!(
-        until_status(&stack, &id, "retry_wait", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "retry_wait", Duration::from_secs(10)).await;
     let reply = complete(&stack, &id, json!({"outcome": "succeeded"})).await;
     assert_conflict(&reply, "retry_wait");
     assert_eq!(row(&stack, &id).await["status"], "retry_wait");
@@ -318,7 +268,7 @@ async fn a_quota_command_cannot_be_completed() {
     assert_eq!(row(&stack, &id).await["status"], "accepted");
     // Decided by its quota handler, its result cannot be replaced either.
     let executor = start_executor(&stack, fast_executor());
-    assert!(until_status(&stack, &id, "succeeded", Duration::from_secs(10)).await);
+    assert_reaches(&stack, &id, "succeeded", Duration::from_secs(10)).await;
     let allocated = row(&stack, &id).await["result"].clone();
     assert!(allocated["allocation_id"].is_string(), "{allocated}");
     for body in [
@@ -341,26 +291,17 @@ async fn complete_from_backend(
     id: &str,
     body: Value,
 ) -> (u16, Value) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(format!("{base}/v1/commands/{id}:complete"))
-        .header("authorization", format!("Bearer {credential}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("request");
-    let response = client.request(request).await.expect(":complete answered");
-    let status = response.status().as_u16();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    let reply = send_request(
+        &http_client(1),
+        base,
+        Method::POST,
+        &format!("/v1/commands/{id}:complete"),
+        Some(credential),
+        Some(Bytes::from(body.to_string())),
+        &[],
     )
+    .await;
+    (reply.status.as_u16(), reply.body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -390,11 +331,7 @@ async fn a_complete_that_overtakes_the_202_lands_once() {
         }
     }))
     .await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 5_000, 60, ACCOUNT_LIMIT),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 5_000, 60, ACCOUNT_LIMIT).await;
     gateway
         .set((stack.base.clone(), stack.credential()))
         .expect("set once");
@@ -411,11 +348,7 @@ async fn a_complete_that_overtakes_the_202_lands_once() {
     let (status, body) = seen.lock().expect("lock").clone().expect("seen");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"]["status"], "succeeded");
-    assert!(
-        until_status(&stack, &id, "succeeded", Duration::from_secs(5)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "succeeded", Duration::from_secs(5)).await;
     let landed = row(&stack, &id).await;
     let landed_record = record(&stack, &id).await;
     // The executor's 202 arrives after the result: it must change nothing. Give it time.

@@ -19,11 +19,7 @@ fn account(account: &str) -> String {
 /// flight per account.
 async fn accepting_backend(deadline_seconds: u32) -> (Backend, Stack) {
     let backend = Backend::start(handler(|_| async { Answer::status(202) })).await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, deadline_seconds, ACCOUNT_LIMIT),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, deadline_seconds, ACCOUNT_LIMIT).await;
     (backend, stack)
 }
 
@@ -35,11 +31,7 @@ async fn a_running_command_holds_its_accounts_permit_until_complete() {
     let executor = start_executor(&stack, fast_executor());
 
     assert!(arrives(&backend, &a, Duration::from_secs(10)).await);
-    assert!(
-        until_status(&stack, &a, "running", Duration::from_secs(5)).await,
-        "{}",
-        row(&stack, &a).await
-    );
+    assert_reaches(&stack, &a, "running", Duration::from_secs(5)).await;
     assert!(holds_limit(&stack, &account("a"), &a).await);
     assert_eq!(polled_status(&stack, &a).await, "running");
 
@@ -58,7 +50,7 @@ async fn a_running_command_holds_its_accounts_permit_until_complete() {
         arrives(&backend, &c, Duration::from_secs(3)).await,
         "another account's command waited behind A"
     );
-    assert!(until_status(&stack, &c, "running", Duration::from_secs(5)).await);
+    assert_reaches(&stack, &c, "running", Duration::from_secs(5)).await;
     assert!(arrivals_of(&backend, &b).is_empty());
 
     // A's result frees the permit; B goes next.
@@ -80,11 +72,7 @@ async fn a_running_command_holds_its_accounts_permit_until_complete() {
         arrives(&backend, &b, Duration::from_secs(5)).await,
         "B was not sent after A completed"
     );
-    assert!(
-        until_status(&stack, &b, "running", Duration::from_secs(5)).await,
-        "{}",
-        row(&stack, &b).await
-    );
+    assert_reaches(&stack, &b, "running", Duration::from_secs(5)).await;
     assert_eq!(arrivals_of(&backend, &a).len(), 1);
     assert_eq!(arrivals_of(&backend, &b).len(), 1);
     assert_eq!(arrivals_of(&backend, &b)[0].body["attempt"], 1);
@@ -103,11 +91,7 @@ async fn a_cancel_of_a_running_command_records_the_intent_and_complete_decides()
     let (backend, stack) = accepting_backend(60).await;
     let executor = start_executor(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    assert!(
-        until_status(&stack, &id, "running", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "running", Duration::from_secs(10)).await;
     assert!(holds_limit(&stack, &account("a"), &id).await);
 
     let cancelled = cancel(&stack, &id).await;
@@ -148,11 +132,7 @@ async fn a_cancel_of_a_waiting_command_ends_it_before_it_is_sent() {
     let (backend, stack) = accepting_backend(60).await;
     let executor = start_executor(&stack, fast_executor());
     let a = enqueue_ocr(&stack, "user-1", "gitee", "a", "first").await;
-    assert!(
-        until_status(&stack, &a, "running", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &a).await
-    );
+    assert_reaches(&stack, &a, "running", Duration::from_secs(10)).await;
     // The account is saturated: B waits.
     let b = enqueue_ocr(&stack, "user-2", "gitee", "a", "second").await;
     let cancelled = cancel(&stack, &b).await;
@@ -180,16 +160,8 @@ async fn a_202_without_complete_ends_needs_review_and_a_late_complete_resolves_i
     let (backend, stack) = accepting_backend(2).await;
     let executor = start_executor(&stack, fast_executor());
     let a = enqueue_ocr(&stack, "user-1", "gitee", "a", "first").await;
-    assert!(
-        until_status(&stack, &a, "running", Duration::from_secs(5)).await,
-        "{}",
-        row(&stack, &a).await
-    );
-    assert!(
-        until_status(&stack, &a, "needs_review", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &a).await
-    );
+    assert_reaches(&stack, &a, "running", Duration::from_secs(5)).await;
+    assert_reaches(&stack, &a, "needs_review", Duration::from_secs(10)).await;
     let reviewed = row(&stack, &a).await;
     assert_eq!(reviewed["error_code"], "OUTCOME_UNKNOWN", "{reviewed}");
     assert_eq!(record(&stack, &a).await.data()["status"], "needs_review");

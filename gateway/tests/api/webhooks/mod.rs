@@ -40,6 +40,18 @@ pub async fn stack_with(backend: &Backend, declaration: &str) -> Stack {
     stack
 }
 
+/// A stack declaring `ocr` towards `backend` (see [`ocr_declaration`]), with `backend` verifying
+/// its signatures.
+pub async fn ocr_stack(
+    backend: &Backend,
+    timeout_ms: u32,
+    deadline_seconds: u32,
+    limits: &str,
+) -> Stack {
+    let declaration = ocr_declaration(&backend.url("/ocr"), timeout_ms, deadline_seconds, limits);
+    stack_with(backend, &declaration).await
+}
+
 /// Enqueues `ocr` for `subject` with the credential; returns the command id.
 pub async fn enqueue_ocr(
     stack: &Stack,
@@ -93,6 +105,15 @@ pub async fn until_status(stack: &Stack, id: &str, status: &str, within: Duratio
         row(stack, id).await["status"] == status
     })
     .await
+}
+
+/// Asserts the command's row reaches `status` within `within`; the failure shows the row.
+pub async fn assert_reaches(stack: &Stack, id: &str, status: &str, within: Duration) {
+    assert!(
+        until_status(stack, id, status, within).await,
+        "{}",
+        row(stack, id).await
+    );
 }
 
 /// `POST /v1/commands/{id}:complete` with the credential.
@@ -175,4 +196,17 @@ pub async fn unfinished_becomes(stack: &Stack, n: i64) -> bool {
         );
     }
     settled
+}
+
+/// Commands of the stack's application after exactly one attempt whose result names their own
+/// input's `doc`.
+pub async fn own_results_after_one_attempt(stack: &Stack) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM commands WHERE application_id = $1 AND attempts = 1
+            AND result->>'doc' = input->>'doc'",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("results")
 }

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::*;
-use crate::execution::{all_terminal, counter};
-use crate::executor_processes::ExecutorProcess;
-use crate::webhook_backend::{Answer, Arrival, Backend, handler};
+use crate::execution::status_counts;
+use crate::executor_processes::{ExecutorProcess, assert_all_land, two_executors};
+use crate::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
 
 const PROVIDERS: [&str; 2] = ["p1", "p2"];
 const ACCOUNTS: [&str; 3] = ["a", "b", "c"];
@@ -24,8 +24,13 @@ const COMMANDS: usize = 200;
 const ACCOUNT_LIMIT: i64 = 2;
 /// `per_second` of every provider; its burst defaults to the same.
 const PROVIDER_RATE: f64 = 5.0;
-/// Requests a provider's arrivals may exceed its token bucket by, for delivery jitter (see
-/// [`worst_window`]).
+/// Requests a provider's arrivals may exceed its token bucket by, for delivery jitter. The bucket
+/// meters admissions (admit.lua, on Redis time); the backend sees each request a little later,
+/// after the claim in PostgreSQL and the HTTP exchange on loopback (milliseconds). Arrivals that
+/// bracket a window of admissions can be closer together than the admissions only by the spread
+/// of that delay, and at 5/s a spread of 200 ms is worth one request: one request is far above
+/// that spread here, and far below what a bucket per executor (twice the rate: dozens of requests
+/// over this run) would show.
 const RATE_TOLERANCE: f64 = 1.0;
 
 /// A (provider, account) pair, the unit of the account limit.
@@ -114,13 +119,7 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
         r#"{{ key = "account:{{provider}}:{{account}}", max_in_flight = {ACCOUNT_LIMIT} }},
            {{ key = "provider:{{provider}}", per_second = {PROVIDER_RATE} }}"#
     );
-    let stack = Arc::new(
-        stack_with(
-            &backend,
-            &ocr_declaration(&backend.url("/ocr"), 5_000, 120, &limits),
-        )
-        .await,
-    );
+    let stack = Arc::new(ocr_stack(&backend, 5_000, 120, &limits).await);
     assert!(gateway.set(stack.clone()).is_ok());
 
     // Every (provider, account) pair: i % 2 and i % 3 together run through all six. The queues
@@ -150,40 +149,23 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
     let enqueued_in = enqueue_started.elapsed();
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut first = ExecutorProcess::spawn(&stack, dir.path(), "first");
-    let mut second = ExecutorProcess::spawn(&stack, dir.path(), "second");
-    first.running().await;
-    second.running().await;
+    let ([mut first, mut second], _) = two_executors(&stack, dir.path()).await;
     let started = Instant::now();
-    let landed = all_terminal(&stack, Duration::from_secs(45)).await;
+    assert_all_land(&stack, Duration::from_secs(45), [&first, &second]).await;
     let drained_in = started.elapsed();
-    assert!(
-        landed,
-        "every command lands: {:?}\nfirst:\n{}\nsecond:\n{}",
-        statuses(&stack).await,
-        first.log_text(),
-        second.log_text()
-    );
     let reported = eventually(Duration::from_secs(10), || async {
         load.lock().expect("load").completes.len() == COMMANDS
     })
     .await;
     assert!(reported, "every :complete answered");
     assert_eq!(
-        statuses(&stack).await,
+        status_counts(&stack).await,
         HashMap::from([("succeeded".to_string(), COMMANDS as i64)])
     );
 
-    let with_their_result: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM commands WHERE application_id = $1 AND attempts = 1
-            AND result->>'doc' = input->>'doc'",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_one(&stack.pg)
-    .await
-    .expect("results");
     assert_eq!(
-        with_their_result, COMMANDS as i64,
+        own_results_after_one_attempt(&stack).await,
+        COMMANDS as i64,
         "each command holds the result its :complete reported, after one attempt"
     );
 
@@ -227,7 +209,7 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
             .collect();
         times.sort();
         assert_eq!(times.len(), COMMANDS / 2);
-        let worst = worst_window(&times);
+        let worst = worst_window(&times, PROVIDER_RATE);
         assert!(
             worst.excess <= RATE_TOLERANCE,
             "{provider}: {} starts within {:?} from arrival {}, {:.2} more than a bucket of \
@@ -240,12 +222,8 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
         windows.push((provider, worst, max_in_one_second(&times)));
     }
 
-    let settled = eventually(Duration::from_secs(5), || async {
-        counter(&stack, "unfinished").await == 0
-    })
-    .await;
     assert!(
-        settled,
+        unfinished_becomes(&stack, 0).await,
         "unfinished back to 0: {:?}",
         stack.counters().await
     );
@@ -280,50 +258,6 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
     }
 }
 
-/// The pair of arrivals that comes closest to (or beyond) what a token bucket allows.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    /// The first of the pair (0 = the provider's first arrival).
-    from: usize,
-    /// Arrivals from the first of the pair to the second, both included.
-    count: usize,
-    span: Duration,
-    /// `count − (burst + rate × span)`.
-    excess: f64,
-}
-
-/// Checks every pair of arrivals i < j (sorted) against the bucket: j − i + 1 ≤ burst + rate ×
-/// (t_j − t_i). The bucket meters admissions (admit.lua, on Redis time); the backend sees each
-/// request a little later, after the claim in PostgreSQL and the HTTP exchange on loopback
-/// (milliseconds). Arrivals that bracket a window of admissions can be closer together than the
-/// admissions only by the spread of that delay, and at 5/s a spread of 200 ms is worth one
-/// request: [`RATE_TOLERANCE`] is one request, far above that spread here, and far below what a
-/// bucket per executor (twice the rate: dozens of requests over this run) would show.
-fn worst_window(times: &[Instant]) -> Window {
-    let mut worst = Window {
-        from: 0,
-        count: 1,
-        span: Duration::ZERO,
-        excess: 1.0 - PROVIDER_RATE,
-    };
-    for i in 0..times.len() {
-        for j in i + 1..times.len() {
-            let span = times[j] - times[i];
-            let count = j - i + 1;
-            let excess = count as f64 - (PROVIDER_RATE + PROVIDER_RATE * span.as_secs_f64());
-            if excess > worst.excess {
-                worst = Window {
-                    from: i,
-                    count,
-                    span,
-                    excess,
-                };
-            }
-        }
-    }
-    worst
-}
-
 /// The most arrivals within any one second.
 fn max_in_one_second(times: &[Instant]) -> usize {
     (0..times.len())
@@ -335,19 +269,6 @@ fn max_in_one_second(times: &[Instant]) -> usize {
         })
         .max()
         .unwrap_or(0)
-}
-
-/// Commands of the stack's application by status.
-async fn statuses(stack: &Stack) -> HashMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>(
-        "SELECT status, count(*) FROM commands WHERE application_id = $1 GROUP BY status",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("statuses")
-    .into_iter()
-    .collect()
 }
 
 /// An executor SIGKILLed while its request is at the backend: the backend applied the command
@@ -443,12 +364,8 @@ async fn a_request_cut_off_by_a_sigkill_is_resent_once_under_the_same_idempotenc
     assert_eq!(landed["result"], json!({"effect": 1, "doc": "contract"}));
     assert!(landed["error_code"].is_null(), "{landed}");
 
-    let settled = eventually(Duration::from_secs(5), || async {
-        counter(&stack, "unfinished").await == 0
-    })
-    .await;
     assert!(
-        settled,
+        unfinished_becomes(&stack, 0).await,
         "unfinished back to 0: {:?}",
         stack.counters().await
     );

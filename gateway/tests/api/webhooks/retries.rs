@@ -28,25 +28,13 @@ async fn retries_no_earlier_than_retry_after(status: u16) {
         }
     }))
     .await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, 60, ""),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, 60, "").await;
     let executor = start_executor(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
     assert!(arrives(&backend, &id, Duration::from_secs(10)).await);
     // Between the attempts it waits, held, in `retry_wait`.
-    assert!(
-        until_status(&stack, &id, "retry_wait", Duration::from_millis(900)).await,
-        "{}",
-        row(&stack, &id).await
-    );
-    assert!(
-        until_status(&stack, &id, "succeeded", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "retry_wait", Duration::from_millis(900)).await;
+    assert_reaches(&stack, &id, "succeeded", Duration::from_secs(10)).await;
     let landed = row(&stack, &id).await;
     assert_eq!(landed["attempts"], 2, "{landed}");
     assert_eq!(landed["result"], json!({"pages": 4}));
@@ -87,11 +75,7 @@ async fn retries_end_expired_at_the_deadline() {
         async { Answer::status(503) }
     }))
     .await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, 3, ""),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, 3, "").await;
     let config = ExecutorConfig {
         retry_base_ms: 100,
         retry_max_ms: 400,
@@ -99,11 +83,7 @@ async fn retries_end_expired_at_the_deadline() {
     };
     let executor = start_executor(&stack, config);
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    assert!(
-        until_status(&stack, &id, "expired", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "expired", Duration::from_secs(10)).await;
     let ended = row(&stack, &id).await;
     assert_eq!(ended["error_code"], "DEADLINE_EXCEEDED", "{ended}");
     let shown = record(&stack, &id).await;
@@ -146,14 +126,10 @@ async fn an_unanswered_request_ends_needs_review() {
         Answer::succeeded(json!({}))
     }))
     .await;
-    let stack = stack_with(&backend, &ocr_declaration(&backend.url("/ocr"), 500, 2, "")).await;
+    let stack = ocr_stack(&backend, 500, 2, "").await;
     let executor = start_executor(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    assert!(
-        until_status(&stack, &id, "needs_review", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, &id).await
-    );
+    assert_reaches(&stack, &id, "needs_review", Duration::from_secs(10)).await;
     let reviewed = row(&stack, &id).await;
     assert_eq!(reviewed["error_code"], "OUTCOME_UNKNOWN", "{reviewed}");
     let arrivals = arrivals_of(&backend, &id);
@@ -190,11 +166,7 @@ async fn answered(
         async move { answer(&doc) }
     }))
     .await;
-    let stack = stack_with(
-        &backend,
-        &ocr_declaration(&backend.url("/ocr"), 2_000, 60, ""),
-    )
-    .await;
+    let stack = ocr_stack(&backend, 2_000, 60, "").await;
     let executor = start_executor(&stack, fast_executor());
     let mut ids = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
@@ -207,11 +179,7 @@ async fn answered(
 async fn another_4xx_fails_after_one_attempt() {
     let (backend, stack, executor, ids) = answered(|_| Answer::status(422), &["doc"]).await;
     let id = &ids[0];
-    assert!(
-        until_status(&stack, id, "failed", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, id).await
-    );
+    assert_reaches(&stack, id, "failed", Duration::from_secs(10)).await;
     let failed = row(&stack, id).await;
     assert_eq!(failed["error_code"], "WEBHOOK_REFUSED", "{failed}");
     assert_eq!(failed["attempts"], 1, "{failed}");
@@ -242,11 +210,7 @@ async fn a_200_without_an_outcome_fails_as_a_bad_answer() {
     )
     .await;
     for id in &ids {
-        assert!(
-            until_status(&stack, id, "failed", Duration::from_secs(10)).await,
-            "{}",
-            row(&stack, id).await
-        );
+        assert_reaches(&stack, id, "failed", Duration::from_secs(10)).await;
         let failed = row(&stack, id).await;
         assert_eq!(failed["error_code"], "WEBHOOK_BAD_ANSWER", "{failed}");
         assert_eq!(failed["result"], Value::Null, "{failed}");
@@ -269,11 +233,7 @@ async fn a_200_rejected_lands_its_error_code() {
     )
     .await;
     let id = &ids[0];
-    assert!(
-        until_status(&stack, id, "rejected", Duration::from_secs(10)).await,
-        "{}",
-        row(&stack, id).await
-    );
+    assert_reaches(&stack, id, "rejected", Duration::from_secs(10)).await;
     let rejected = row(&stack, id).await;
     assert_eq!(rejected["error_code"], "NO_CREDIT", "{rejected}");
     assert_eq!(rejected["attempts"], 1);

@@ -1,0 +1,216 @@
+//! The Redis fixture of the tests that run the Lua scripts alone (`lua_scripts`, `lua_admit`,
+//! `lua_limits`): one application's keys in the shared Redis, marked ready at generation 1, with
+//! the `cfg` hash, queues and status hashes written by the test itself the way the gateway's
+//! scripts would leave them.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use fred::prelude::*;
+use sluice_durable::projection::execution::{
+    Admission, AdmitLimits, AdmittedHead, admit, write_admission_config,
+};
+use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
+use sluice_durable::testkit::shared_redis;
+use uuid::Uuid;
+
+/// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type
+/// of the file's own, that file's helpers (so each file names them as it likes).
+pub(crate) struct Bench<Marker> {
+    fixture: LuaFixture,
+    file: PhantomData<Marker>,
+}
+
+impl<Marker> Bench<Marker> {
+    pub(crate) async fn new() -> Arc<Bench<Marker>> {
+        Arc::new(Bench {
+            fixture: LuaFixture::new().await,
+            file: PhantomData,
+        })
+    }
+}
+
+impl<Marker> Deref for Bench<Marker> {
+    type Target = LuaFixture;
+
+    fn deref(&self) -> &LuaFixture {
+        &self.fixture
+    }
+}
+
+/// One application's keys in the shared Redis, marked ready at generation 1.
+pub(crate) struct LuaFixture {
+    pub(crate) redis: Pool,
+    pub(crate) scripts: Scripts,
+    pub(crate) keys: AppKeys,
+    pub(crate) namespace: Uuid,
+    seq: AtomicI64,
+}
+
+impl LuaFixture {
+    pub(crate) async fn new() -> LuaFixture {
+        let redis = connect_redis(&shared_redis().url(), 4)
+            .await
+            .expect("redis");
+        let keys = AppKeys::new(Uuid::now_v7());
+        let _: () = redis
+            .next()
+            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
+            .await
+            .expect("ready");
+        LuaFixture {
+            redis,
+            scripts: Scripts::new(),
+            keys,
+            namespace: Uuid::now_v7(),
+            seq: AtomicI64::new(0),
+        }
+    }
+
+    /// The next queue sequence: 1, 2, … over the fixture's life.
+    pub(crate) fn next_seq(&self) -> i64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// `<namespace>:<command>`, the `cfg` field of a command.
+    pub(crate) fn nscmd(&self, command: &str) -> String {
+        format!("{}:{command}", self.namespace)
+    }
+
+    pub(crate) fn suffix(&self, command: &str, resource: &str) -> String {
+        AppKeys::queue_suffix(self.namespace, command, resource)
+    }
+
+    /// Writes the whole `cfg` hash: commands ("max_in_flight per_second burst per_resource") and
+    /// limit templates ("max_in_flight per_second burst").
+    pub(crate) async fn configure(&self, commands: &[(&str, &str)], templates: &[(&str, &str)]) {
+        let mut specs: Vec<(String, String)> = commands
+            .iter()
+            .map(|(command, spec)| (self.nscmd(command), spec.to_string()))
+            .collect();
+        specs.extend(templates.iter().map(|(template, spec)| {
+            (
+                AppKeys::limit_config_field(self.namespace, template),
+                spec.to_string(),
+            )
+        }));
+        write_admission_config(&self.redis, &self.keys, specs)
+            .await
+            .expect("write cfg");
+    }
+
+    /// Queues one command with sequence `seq` the way `accept.lua` leaves it: its queue entry,
+    /// its queue in the ready set, its status hash of `fields`, and one more in each of
+    /// `counters`.
+    pub(crate) async fn queue_command(
+        &self,
+        command: &str,
+        resource: &str,
+        seq: i64,
+        fields: Vec<(String, String)>,
+        counters: Vec<String>,
+    ) -> Uuid {
+        let id = Uuid::now_v7();
+        let client = self.redis.next();
+        let _: i64 = client
+            .zadd(
+                self.keys.queue(self.namespace, command, resource),
+                None,
+                None,
+                false,
+                false,
+                (seq as f64, id.to_string()),
+            )
+            .await
+            .expect("zadd queue");
+        let _: i64 = client
+            .zadd(
+                self.keys.ready(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (0.0, self.suffix(command, resource)),
+            )
+            .await
+            .expect("zadd ready");
+        let _: () = client
+            .hset(self.keys.command(id), fields)
+            .await
+            .expect("status hash");
+        for counter in counters {
+            let _: i64 = client
+                .hincrby(self.keys.count(), counter, 1)
+                .await
+                .expect("count");
+        }
+        id
+    }
+
+    /// One `admit.lua` call through its Rust caller.
+    pub(crate) async fn admission(&self, limits: AdmitLimits) -> Admission {
+        admit(&self.redis, &self.scripts, &self.keys, limits)
+            .await
+            .expect("admit.lua")
+    }
+
+    /// The heads of one `admit.lua` call on a projection that is ready.
+    pub(crate) async fn admitted_heads(&self, limits: AdmitLimits) -> Vec<AdmittedHead> {
+        match self.admission(limits).await {
+            Admission::Heads(heads) => heads,
+            Admission::NotReady => panic!("the projection is ready"),
+        }
+    }
+
+    pub(crate) async fn counter(&self, name: &str) -> i64 {
+        let value: Option<i64> = self
+            .redis
+            .next()
+            .hget(self.keys.count(), name)
+            .await
+            .expect("hget");
+        value.unwrap_or(0)
+    }
+
+    pub(crate) async fn waiting(&self) -> i64 {
+        self.counter(&format!("waiting:{}", self.namespace)).await
+    }
+
+    /// The members of a sorted set, lowest score first.
+    pub(crate) async fn zmembers(&self, key: &str) -> Vec<String> {
+        self.redis
+            .next()
+            .zrange(key, 0, -1, None, false, None, false)
+            .await
+            .expect("zrange")
+    }
+
+    pub(crate) async fn hash(&self, key: &str) -> HashMap<String, String> {
+        self.redis.next().hgetall(key).await.expect("hgetall")
+    }
+
+    /// A field of the status hash of command `id`.
+    pub(crate) async fn field(&self, id: Uuid, field: &str) -> Option<String> {
+        self.redis
+            .next()
+            .hget(self.keys.command(id), field)
+            .await
+            .expect("hget")
+    }
+
+    pub(crate) async fn status(&self, id: Uuid) -> Option<String> {
+        self.field(id, "status").await
+    }
+
+    /// The start bucket of a command.
+    pub(crate) fn command_bucket(&self, command: &str) -> String {
+        format!(
+            "{}:bucket:start:{}",
+            self.keys.pattern().trim_end_matches(":*"),
+            self.nscmd(command)
+        )
+    }
+}
