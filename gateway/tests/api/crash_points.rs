@@ -29,18 +29,6 @@ async fn stack() -> Stack {
     .await
 }
 
-/// `(unfinished, waiting, queued)` of the stack's `claim`.
-async fn counts(stack: &Stack) -> (i64, i64, i64) {
-    let ns = stack.creds.namespace_id;
-    let c = stack.counters().await;
-    let get = |name: &str| c.get(name).copied().unwrap_or(0);
-    (
-        get("unfinished"),
-        get(&format!("waiting:{ns}")),
-        get(&format!("queued:{ns}:claim")),
-    )
-}
-
 async fn rows(stack: &Stack) -> Vec<(String, String)> {
     sqlx::query_as("SELECT id::text, status FROM commands ORDER BY queue_seq")
         .fetch_all(&stack.pg)
@@ -71,23 +59,27 @@ async fn a_crash_between_reservation_and_commit_loses_nothing_and_leaks_nothing(
     assert_eq!(crashed.status.as_u16(), 503, "{:?}", crashed.body);
     assert_eq!(crashed.code(), "UNAVAILABLE");
     // The crash left its reservation (counted, so no cap can be overshot meanwhile) and no row.
-    assert_eq!(counts(&stack).await, (1, 1, 1));
+    assert_eq!(stack.open_counts("claim").await, (1, 1, 1));
     assert_eq!(stack.reservations("claim").await, 1);
     assert!(rows(&stack).await.is_empty(), "nothing was committed");
     // The client retries with the same key: refused while the dead reservation lives, accepted
     // once it expired (its counts given back first, so the retry is counted once).
     let retried = enqueue_until_decided(&stack, &key, &offer, Duration::from_secs(10)).await;
     assert_eq!(retried.status.as_u16(), 202, "{:?}", retried.body);
-    assert_eq!(counts(&stack).await, (1, 1, 1), "counted exactly once");
+    assert_eq!(
+        stack.open_counts("claim").await,
+        (1, 1, 1),
+        "counted exactly once"
+    );
     assert_eq!(stack.reservations("claim").await, 0, "nothing leaked");
     assert_eq!(rows(&stack).await.len(), 1);
     let executor = start_executor(&stack, fast_executor());
     assert!(all_terminal(&stack, Duration::from_secs(20)).await);
     let drained = eventually(Duration::from_secs(10), || async {
-        counts(&stack).await == (0, 0, 0)
+        stack.open_counts("claim").await == (0, 0, 0)
     })
     .await;
-    assert!(drained, "{:?}", counts(&stack).await);
+    assert!(drained, "{:?}", stack.open_counts("claim").await);
     executor.cancel();
 }
 
@@ -111,7 +103,7 @@ async fn a_crash_between_commit_and_projection_is_repaired_and_answered_once() {
     assert_eq!(retried.data()["command_id"], json!(committed[0].0));
     assert_eq!(rows(&stack).await.len(), 1, "still one command");
     // The dead reservation expired and gave its counts back: the command is not projected yet.
-    assert_eq!(counts(&stack).await, (0, 0, 0));
+    assert_eq!(stack.open_counts("claim").await, (0, 0, 0));
     // The reconciler projects it, counting it once.
     let repaired = reconcile_projection(
         &stack.pg,
@@ -125,7 +117,7 @@ async fn a_crash_between_commit_and_projection_is_repaired_and_answered_once() {
     .await
     .expect("reconcile");
     assert_eq!(repaired, 1);
-    assert_eq!(counts(&stack).await, (1, 1, 1));
+    assert_eq!(stack.open_counts("claim").await, (1, 1, 1));
     let poll = stack
         .poll(retried.data()["ticket"].as_str().expect("ticket"))
         .await;
@@ -145,9 +137,9 @@ async fn a_crash_between_commit_and_projection_is_repaired_and_answered_once() {
         .expect("allocations");
     assert_eq!(allocations, 1);
     let drained = eventually(Duration::from_secs(10), || async {
-        counts(&stack).await == (0, 0, 0)
+        stack.open_counts("claim").await == (0, 0, 0)
     })
     .await;
-    assert!(drained, "{:?}", counts(&stack).await);
+    assert!(drained, "{:?}", stack.open_counts("claim").await);
     executor.cancel();
 }

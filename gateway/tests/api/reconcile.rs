@@ -12,18 +12,6 @@ use uuid::Uuid;
 use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;
 
-/// The counters a waiting command of `claim` holds.
-async fn open_counts(stack: &Stack) -> (i64, i64, i64) {
-    let ns = stack.creds.namespace_id;
-    let c = stack.counters().await;
-    let get = |name: &str| c.get(name).copied().unwrap_or(0);
-    (
-        get("unfinished"),
-        get(&format!("waiting:{ns}")),
-        get(&format!("queued:{ns}:claim")),
-    )
-}
-
 async fn reconcile(stack: &Stack, cursor: &mut Cursor) -> usize {
     reconcile_projection(
         &stack.pg,
@@ -54,7 +42,7 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
                 .expect("uuid"),
         );
     }
-    assert_eq!(open_counts(&stack).await, (4, 4, 4));
+    assert_eq!(stack.open_counts("claim").await, (4, 4, 4));
     let keys = stack.keys();
     let queue = keys.queue(stack.creds.namespace_id, "claim", &offer);
     let client = stack.redis.next();
@@ -83,12 +71,12 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
             .await
             .expect("hincrby");
     }
-    assert_eq!(open_counts(&stack).await, (3, 2, 2));
+    assert_eq!(stack.open_counts("claim").await, (3, 2, 2));
 
     let mut cursor = Cursor::default();
     assert_eq!(reconcile(&stack, &mut cursor).await, 2);
     assert_eq!(
-        open_counts(&stack).await,
+        stack.open_counts("claim").await,
         (4, 4, 4),
         "each counted exactly once"
     );
@@ -105,15 +93,15 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
     assert_eq!(status.as_deref(), Some("accepted"));
     // A second round finds nothing to repair and changes no count.
     assert_eq!(reconcile(&stack, &mut cursor).await, 0);
-    assert_eq!(open_counts(&stack).await, (4, 4, 4));
+    assert_eq!(stack.open_counts("claim").await, (4, 4, 4));
     // And the repaired commands run like the others.
     let executor = start_executor(&stack, fast_executor());
     assert!(all_terminal(&stack, Duration::from_secs(20)).await);
     // The terminal states are mirrored right after PostgreSQL commits them.
     let drained = eventually(Duration::from_secs(10), || async {
-        open_counts(&stack).await == (0, 0, 0)
+        stack.open_counts("claim").await == (0, 0, 0)
     })
     .await;
-    assert!(drained, "{:?}", open_counts(&stack).await);
+    assert!(drained, "{:?}", stack.open_counts("claim").await);
     executor.cancel();
 }

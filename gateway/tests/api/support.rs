@@ -255,6 +255,19 @@ impl Stack {
             .expect("count rows")
     }
 
+    /// `(unfinished, waiting, queued)`: the counters a waiting command of `command` in the
+    /// stack's namespace holds.
+    pub async fn open_counts(&self, command: &str) -> (i64, i64, i64) {
+        let ns = self.creds.namespace_id;
+        let c = self.counters().await;
+        let get = |name: &str| c.get(name).copied().unwrap_or(0);
+        (
+            get("unfinished"),
+            get(&format!("waiting:{ns}")),
+            get(&format!("queued:{ns}:{command}")),
+        )
+    }
+
     /// The application's Redis counters (`unfinished`, `waiting:…`, `queued:…`).
     pub async fn counters(&self) -> std::collections::HashMap<String, i64> {
         self.redis
