@@ -84,9 +84,14 @@ async fn budgets_of(
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(|| DurableError::NotFound("the application is gone".into()))?;
-    let limit = |name: &str| -> Result<u32, DurableError> {
-        let value: i64 = row.try_get(name)?;
-        Ok(u32::try_from(value).unwrap_or(u32::MAX))
+    Ok(budgets_from_row(&row)?)
+}
+
+/// The revision and budgets of a row holding the `applications` columns `resources_revision`,
+/// `max_unfinished`, `max_concurrency` and `rate_per_second`.
+pub fn budgets_from_row(row: &sqlx::postgres::PgRow) -> Result<(i64, Budgets), sqlx::Error> {
+    let limit = |name: &str| -> Result<u32, sqlx::Error> {
+        Ok(u32::try_from(row.try_get::<i64, _>(name)?).unwrap_or(u32::MAX))
     };
     Ok((
         row.try_get("resources_revision")?,
@@ -170,7 +175,7 @@ pub async fn configure(
     let mut tx = pg.begin().await?;
     // The application row is locked first, so two calls with one key serialise here and the
     // second finds the first one's receipt.
-    let (revision, _) = budgets_of(&mut tx, call.application_id, true).await?;
+    let (revision, before) = budgets_of(&mut tx, call.application_id, true).await?;
     let receipt: Option<(Vec<u8>, serde_json::Value)> = sqlx::query_as(
         "SELECT request_sha256, snapshot FROM application_resource_receipts
           WHERE namespace_id = $1 AND idempotency_key = $2",
@@ -200,7 +205,6 @@ pub async fn configure(
             call.expected_revision
         )));
     }
-    let before = budgets_of(&mut tx, call.application_id, false).await?.1;
     let next = revision + 1;
     sqlx::query(
         "UPDATE applications

@@ -9,6 +9,7 @@ use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::application::{Budgets, budgets_from_row, store_in_redis};
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
 use crate::projection::execution::{admission_spec, limit_specs, write_admission_config};
 use crate::projection::{AppKeys, Scripts};
@@ -20,6 +21,8 @@ pub struct Application {
     pub generation: i64,
     /// Commands by (namespace, code).
     pub commands: HashMap<(Uuid, String), CommandDecl>,
+    /// The shared budgets and their configuration revision.
+    pub budgets: (i64, Budgets),
     /// Namespaces by id: what a webhook request names and signs with.
     pub namespaces: HashMap<Uuid, NamespaceInfo>,
 }
@@ -42,7 +45,8 @@ pub fn runnable(decl: &CommandDecl) -> bool {
     )
 }
 
-/// Loads every application and its newest declarations, and writes the admission specs.
+/// Loads every application and its newest declarations, and writes the admission specs and the
+/// shared budgets.
 pub async fn load(
     pg: &PgPool,
     redis: &Pool,
@@ -50,8 +54,10 @@ pub async fn load(
 ) -> Result<Vec<Application>, DurableError> {
     let rows = sqlx::query(
         "SELECT p.application_id, p.generation, n.id AS namespace_id, n.name, n.webhook_secret,
+                a.resources_revision, a.max_unfinished, a.max_concurrency, a.rate_per_second,
                 d.document
            FROM projections p
+           JOIN applications a ON a.id = p.application_id
            JOIN namespaces n ON n.application_id = p.application_id
            LEFT JOIN LATERAL (
                 SELECT document FROM declarations
@@ -62,11 +68,13 @@ pub async fn load(
     let mut apps: HashMap<Uuid, Application> = HashMap::new();
     for row in rows {
         let id: Uuid = row.try_get("application_id")?;
+        let budgets = budgets_from_row(&row)?;
         let app = apps.entry(id).or_insert_with(|| Application {
             id,
             generation: 0,
             commands: HashMap::new(),
             namespaces: HashMap::new(),
+            budgets,
         });
         app.generation = row.try_get("generation")?;
         let namespace_id: Uuid = row.try_get("namespace_id")?;
@@ -101,7 +109,8 @@ pub async fn load(
         }
         write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
         // The shared budgets too: a configure whose own Redis write failed converges here.
-        crate::application::refresh_in_redis(pg, redis, scripts, app.id).await?;
+        let (revision, budgets) = app.budgets;
+        store_in_redis(redis, scripts, app.id, revision, budgets).await?;
     }
     Ok(apps)
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::queries::CommandRecord;
 use crate::DurableError;
 
-/// A result as the backend reports it.
+/// A decisive result as a backend reports it: its `200` answer, or a `:complete`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reported {
     /// `succeeded`, `rejected` or `failed`.

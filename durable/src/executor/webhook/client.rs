@@ -16,23 +16,15 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::signature::sign;
+use crate::outbox::complete::Reported;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// A decisive result from a backend (its `200`, or a `:complete`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decided {
-    /// `succeeded`, `rejected` or `failed`.
-    pub status: &'static str,
-    pub result: Option<Value>,
-    pub error: Option<(String, String)>,
-}
-
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    Decided(Decided),
+    Decided(Reported),
     /// `202`: the backend runs it and reports through `:complete`.
     Running,
     /// Worth another attempt. `in_doubt`: the request may have reached the backend and nobody
@@ -172,7 +164,7 @@ fn classify(
 /// The `200` body: `{"outcome": "succeeded"|"rejected", "result": {…}?, "error_code": "…"?,
 /// "invalidate": [...]?}`. A body that says neither is a failed command: the backend broke the
 /// contract, and guessing would be worse.
-fn decision_of(body: &[u8]) -> Decided {
+fn decision_of(body: &[u8]) -> Reported {
     #[derive(Deserialize)]
     struct Body {
         outcome: String,
@@ -189,12 +181,12 @@ fn decision_of(body: &[u8]) -> Decided {
     };
     let result = parsed.result.filter(Value::is_object);
     match parsed.outcome.as_str() {
-        "succeeded" => Decided {
+        "succeeded" => Reported {
             status: "succeeded",
             result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
             error: None,
         },
-        "rejected" => Decided {
+        "rejected" => Reported {
             status: "rejected",
             error: Some((
                 parsed.error_code.unwrap_or_else(|| "REJECTED".into()),
@@ -209,8 +201,8 @@ fn decision_of(body: &[u8]) -> Decided {
     }
 }
 
-fn failed(code: &str, message: String) -> Decided {
-    Decided {
+fn failed(code: &str, message: String) -> Reported {
+    Reported {
         status: "failed",
         result: None,
         error: Some((code.into(), message)),
@@ -251,7 +243,7 @@ mod tests {
                 None,
                 ok(r#"{"outcome":"succeeded","result":{"a":1}}"#)
             ),
-            Answer::Decided(Decided {
+            Answer::Decided(Reported {
                 status: "succeeded",
                 result: Some(serde_json::json!({"a": 1})),
                 error: None

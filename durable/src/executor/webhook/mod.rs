@@ -16,18 +16,19 @@ use std::time::Duration;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use fred::prelude::Pool;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use client::{Answer, Decided, WebhookClient};
+pub use client::{Answer, WebhookClient};
 pub use signature::sign;
 pub use store::Outcome;
 
 use super::claim::Claimed;
 use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
 use crate::DurableError;
+use crate::outbox::complete::Reported;
 use crate::outbox::rfc3339;
 use crate::projection::execution::{RateKey, renew, retake};
 use crate::projection::{AppKeys, Scripts};
@@ -180,7 +181,7 @@ fn request_body(row: &Claimed, namespace: &str, attempt: i32) -> Bytes {
     )
 }
 
-async fn decide(deps: &Deps<'_>, row: &Claimed, decided: &Decided) -> Result<End, DurableError> {
+async fn decide(deps: &Deps<'_>, row: &Claimed, decided: &Reported) -> Result<End, DurableError> {
     let error = decided
         .error
         .as_ref()
@@ -299,28 +300,5 @@ async fn set_status(deps: &Deps<'_>, id: Uuid, status: &str) {
     .await;
     if let Err(error) = result {
         tracing::debug!(command_id = %id, %error, "status not mirrored; PostgreSQL holds it");
-    }
-}
-
-/// The value of a decided `:complete` body, checked like a `200` answer.
-pub fn decided_from(
-    status: &'static str,
-    result: Option<Value>,
-    error_code: Option<String>,
-) -> Decided {
-    match status {
-        "succeeded" => Decided {
-            status,
-            result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
-            error: None,
-        },
-        _ => Decided {
-            status,
-            error: Some((
-                error_code.unwrap_or_else(|| status.to_ascii_uppercase()),
-                format!("the backend reported the command {status}"),
-            )),
-            result,
-        },
     }
 }
