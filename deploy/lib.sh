@@ -38,3 +38,22 @@ require_postgres() {
 require_setpriv() {
   command -v setpriv >/dev/null 2>&1 || { log "installing util-linux (setpriv)"; apt_install util-linux; }
 }
+
+# The dashboard's browser test (gateway/tests/api/dashboard.rs) drives Debian's Chromium.
+require_chromium() {
+  [ -x /usr/bin/chromium ] || { log "installing chromium"; apt_install chromium; }
+}
+
+# node and npm for that test, then playwright-core as pinned by gateway/tests/ui/package-lock.json
+# (`npm ci` again whenever the lock file is newer than the installed tree).
+require_ui_test_deps() {
+  command -v node >/dev/null 2>&1 || { log "installing nodejs"; apt_install nodejs; }
+  command -v npm >/dev/null 2>&1 || { log "installing npm"; apt_install npm; }
+  local dir=gateway/tests/ui
+  local installed="$dir/node_modules/.package-lock.json"
+  if [ ! -f "$installed" ] || [ "$dir/package-lock.json" -nt "$installed" ] \
+      || [ ! -f "$dir/node_modules/playwright-core/package.json" ]; then
+    log "npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian machine: installs redis-server and PostgreSQL with apt
-# when missing (the tests start their own instances on free ports; nothing running is touched),
-# then checks formatting and lints and runs every test against real servers.
+# The whole test suite, on a fresh Debian machine: installs redis-server, PostgreSQL, Chromium and
+# node with apt when missing, and the dashboard test's playwright-core with npm ci (the tests
+# start their own instances on free ports; nothing running is touched), then checks formatting
+# and lints and runs every test against real servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . deploy/lib.sh
@@ -10,6 +11,8 @@ require_cargo
 require_redis
 require_postgres
 require_setpriv
+require_chromium
+require_ui_test_deps
 
 log "cargo fmt --check"
 cargo fmt --all --check

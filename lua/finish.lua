@@ -13,6 +13,8 @@
 -- the status hash from a non-terminal status to a terminal one. A missing hash means the command
 -- was not counted (a rebuild after its commit did not project it), so nothing is taken back.
 -- Permits are zset members, so releasing twice (or after expiry) changes nothing.
+-- The same transition counts the outcome in `<prefix>:outcomes:<ns>:<unix second>` (a hash by
+-- status), which the status board reads.
 -- Returns 1 when this call counted the command out.
 
 local count, cmdkey, lease, res_lease, drain = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -24,6 +26,13 @@ if current and not terminal[current] and terminal[ARGV[2]] then
   redis.call('HINCRBY', count, 'unfinished', -1)
   redis.call('INCR', drain)
   redis.call('EXPIRE', drain, 30)
+  -- Outcomes per namespace and second, for the status board (kept two minutes).
+  local ns = redis.call('HGET', cmdkey, 'ns')
+  if ns then
+    local outcomes = string.match(count, '^(.*):count$') .. ':outcomes:' .. ns .. ':' .. redis.call('TIME')[1]
+    redis.call('HINCRBY', outcomes, ARGV[2], 1)
+    redis.call('EXPIRE', outcomes, 120)
+  end
   counted = 1
 end
 redis.call('ZREM', lease, id)
@@ -34,7 +43,9 @@ if held then
   for _, lease in ipairs(cjson.decode(held)) do redis.call('ZREM', lease, id) end
   redis.call('HDEL', cmdkey, 'held')
 end
-if current then
+-- A final status is final: a late mirror (a needs_review decided before the result landed)
+-- never reopens it, so the command is never counted out twice.
+if current and not terminal[current] then
   redis.call('HSET', cmdkey, 'status', ARGV[2], 'updated_at', ARGV[3])
   if ARGV[4] ~= '' then redis.call('HSET', cmdkey, 'result', ARGV[4]) end
   if ARGV[5] ~= '' then redis.call('HSET', cmdkey, 'error_code', ARGV[5], 'error_message', ARGV[6]) end

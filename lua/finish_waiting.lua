@@ -32,8 +32,14 @@ end
 local current = redis.call('HGET', cmdkey, 'status')
 if current and not terminal[current] and terminal[ARGV[4]] then
   redis.call('HINCRBY', count, 'unfinished', -1)
+  -- Outcomes per namespace and second, for the status board (kept two minutes).
+  local outcomes = string.match(count, '^(.*):count$') .. ':outcomes:' .. ns .. ':' .. redis.call('TIME')[1]
+  redis.call('HINCRBY', outcomes, ARGV[4], 1)
+  redis.call('EXPIRE', outcomes, 120)
 end
-if current then
+-- A final status is final: a late mirror (a needs_review decided before the result landed)
+-- never reopens it, so the command is never counted out twice.
+if current and not terminal[current] then
   redis.call('HSET', cmdkey, 'status', ARGV[4], 'updated_at', ARGV[5])
   if ARGV[6] and ARGV[6] ~= '' then
     redis.call('HSET', cmdkey, 'error_code', ARGV[6], 'error_message', ARGV[7] or '')

@@ -9,20 +9,26 @@
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
+//! - [`control`]: operator pauses, stored with audit and propagated to Redis.
+//! - [`status`]: the status board operators read.
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
 //! - [`executor`]: drains the outbox under permits: admit, claim, handle, land, sweep.
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
+//! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
 //! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
 
 pub mod application;
+pub mod control;
 pub mod db;
 pub mod declaration;
 pub mod error;
 pub mod executor;
 pub mod field_error;
+pub mod metrics;
 pub mod outbox;
 pub mod projection;
 pub mod secrets;
+pub mod status;
 pub mod tenancy;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -115,7 +115,7 @@ async fn invalid_declarations_name_the_field_and_change_nothing() {
         ),
         (
             VALID.replace("capacity = 100", "capacity = 120\n[[read]]\nname = \"x\""),
-            "read",
+            "read[0].origin",
         ),
         ("[[command]\n".to_string(), "toml"),
     ];

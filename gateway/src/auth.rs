@@ -31,6 +31,14 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Who did it, as audit rows name them.
+    pub fn actor(&self) -> String {
+        match &self.principal {
+            Principal::Credential { id, .. } => format!("credential:{id}"),
+            Principal::Subject { subject } => format!("subject:{subject}"),
+        }
+    }
+
     fn has_scope(&self, scope: &str) -> bool {
         matches!(&self.principal, Principal::Credential { scopes, .. } if scopes.iter().any(|s| s == scope))
     }

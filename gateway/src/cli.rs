@@ -171,6 +171,10 @@ pub struct ExecuteArgs {
     pub retry_max_ms: u64,
     #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
     pub pg_pool_size: u32,
+    /// Serve `GET /metrics` (Prometheus text) and `GET /healthz` on this address; off unless
+    /// set (the executor serves no HTTP otherwise).
+    #[arg(long, env = "SLUICE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ExecuteArgs {
@@ -390,7 +394,8 @@ async fn serve(args: ServeArgs) -> CliResult {
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
     tracing::info!(listen = %args.listen, "gateway serving");
-    crate::server::run(listener, gateway, shutdown).await;
+    crate::server::run(listener, gateway.clone(), shutdown).await;
+    crate::server::flush_committer(&gateway).await;
     tracing::info!("gateway stopped");
     Ok(())
 }
@@ -401,13 +406,27 @@ async fn execute(args: ExecuteArgs) -> CliResult {
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, 4).await?;
     projection::connect::check_eviction_policy(&redis).await?;
+    // Bound before the executor starts, so a taken address fails the start, not a scrape later.
+    let metrics = match args.metrics_listen {
+        Some(address) => Some((tokio::net::TcpListener::bind(address).await?, address)),
+        None => None,
+    };
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
+    let metrics = metrics.map(|(listener, address)| {
+        tracing::info!(listen = %address, "executor metrics serving");
+        tokio::spawn(crate::metrics_server::serve(listener, shutdown.clone()))
+    });
     Executor::new(pg, redis, config).run(shutdown).await;
+    if let Some(server) = metrics {
+        let _ = server.await;
+    }
     Ok(())
 }
 
-/// SIGTERM drains (stop accepting, finish in-flight requests); SIGINT stops at once.
+/// SIGTERM drains (stop accepting, finish in-flight requests); SIGINT stops at once, also in
+/// the middle of a drain. Runs for the life of the process: tokio never restores a signal's
+/// default action, so a watcher that returned after SIGTERM would leave SIGINT ignored.
 pub async fn watch_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
@@ -417,14 +436,19 @@ pub async fn watch_signals(shutdown: CancellationToken) {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {
-            tracing::info!("SIGTERM: draining");
-            shutdown.cancel();
-        }
-        _ = int.recv() => {
-            tracing::info!("SIGINT: stopping now");
-            std::process::exit(130);
+    loop {
+        tokio::select! {
+            Some(()) = term.recv() => {
+                if !shutdown.is_cancelled() {
+                    tracing::info!("SIGTERM: draining");
+                    shutdown.cancel();
+                }
+            }
+            Some(()) = int.recv() => {
+                tracing::info!("SIGINT: stopping now");
+                std::process::exit(130);
+            }
+            else => return,
         }
     }
 }

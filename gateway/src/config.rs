@@ -28,6 +28,8 @@ pub struct GatewayConfig {
     /// ...and at most this many at once.
     pub fallback_concurrency: usize,
     pub group_commit: GroupCommitConfig,
+    /// The read-through cache.
+    pub cache: crate::reads::CacheConfig,
 }
 
 impl Default for GatewayConfig {
@@ -43,6 +45,7 @@ impl Default for GatewayConfig {
             fallback_per_second: 4,
             fallback_concurrency: 4,
             group_commit: GroupCommitConfig::default(),
+            cache: crate::reads::CacheConfig::default(),
         }
     }
 }

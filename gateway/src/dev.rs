@@ -99,12 +99,15 @@ pub async fn run(args: DevArgs) -> CliResult {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, GatewayConfig::default()));
     println!(
-        "\nSluice dev stack\n  gateway:     http://{}\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
+        "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{}/metrics\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
+        args.listen,
+        args.listen,
         args.listen,
         path.display(),
         creds.namespace
     );
-    crate::server::run(listener, gateway, shutdown.clone()).await;
+    crate::server::run(listener, gateway.clone(), shutdown.clone()).await;
+    crate::server::flush_committer(&gateway).await;
     let _ = executor_task.await;
     Ok(())
 }

@@ -138,9 +138,11 @@ impl From<FieldError> for ApiError {
 }
 
 /// The single mapping of storage failures to API codes. Infrastructure failures never reveal
-/// internals to the caller; they are logged where they happen.
+/// internals to the caller; they are logged where they happen, and Redis and PostgreSQL
+/// failures are counted here for `/metrics` (once per request they failed).
 impl From<DurableError> for ApiError {
     fn from(error: DurableError) -> Self {
+        sluice_durable::metrics::storage_error(&error);
         match error {
             DurableError::Invalid(field) => field.into(),
             DurableError::NotFound(message) => Self::not_found(message),

@@ -9,12 +9,16 @@
 //! - [`error`]: the API's error codes and the one mapping of failures to them.
 //! - [`response`]: the JSON envelope.
 //! - [`cors`]: per-namespace browser origins.
+//! - [`reads`]: the read-through cache (L1, Redis, origin) behind `GET /v1/reads/{name}`.
+//! - [`health`]: `/readyz`, which also rebuilds a missing projection.
 //! - [`config`]: gateway settings.
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
 //! - [`cli`]: the `sluice` subcommands; [`dev`]: the one-command local stack.
+//! - [`metrics_server`]: the executor's `GET /metrics` and `GET /healthz`.
+//! - [`ui`]: the operator dashboard at `/ui/` (static files embedded in the binary).
 
 pub mod auth;
 pub mod cli;
@@ -24,7 +28,10 @@ pub mod dev;
 pub mod error;
 pub mod faults;
 pub mod handlers;
+pub mod health;
+pub mod metrics_server;
 pub mod poll_policy;
+pub mod reads;
 pub mod response;
 pub mod router;
 pub mod server;
@@ -32,4 +39,5 @@ pub mod state;
 pub mod strict_json;
 pub mod subject_token;
 pub mod ticket;
+pub mod ui;
 pub mod url;

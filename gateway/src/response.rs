@@ -63,12 +63,22 @@ fn json_response(request_id: &str, status: StatusCode, body: &Value) -> HttpResp
 }
 
 /// A plain-text answer for probes (`/healthz`, `/readyz`).
-pub fn plain(status: StatusCode, text: &'static str) -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> HttpResponse {
+    let mut response = Response::new(Full::new(text.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// A Prometheus text exposition (`GET /metrics`): no envelope, the content type scrapers expect.
+pub fn exposition(text: String) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(sluice_durable::metrics::CONTENT_TYPE),
     );
     response
 }

@@ -2,49 +2,99 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
-use tracing::Instrument;
+use tracing::{Instrument, Level};
 
+use sluice_durable::metrics;
 use uuid::Uuid;
 
 use crate::auth::authenticate;
 use crate::cors;
-use crate::error::ApiError;
-use crate::handlers::{self, Handled, application, commands, complete, enqueue, tickets};
-use crate::response::{HttpResponse, failure, new_request_id, plain, success};
+use crate::error::{ApiError, ErrorCode};
+use crate::handlers::{
+    self, Handled, application, commands, complete, control, enqueue, reads, status, tickets,
+};
+use crate::health;
+use crate::response::{HttpResponse, exposition, failure, new_request_id, plain, success};
 use crate::state::Gateway;
 use crate::url::{decode_segment, parse_query};
 
 /// The service function: never fails; every failure is an envelope with an error code.
+///
+/// Everything a request logs happens inside its `request` span (`request_id`, `method`,
+/// `path`), so every line carries the id the client gets in `X-Request-Id`, on every answer
+/// (probes and preflights too). The span is `info` so that `info` and `warn` lines inside it
+/// keep the id at the default level.
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
 ) -> Result<HttpResponse, Infallible> {
+    let started = Instant::now();
     let request_id = new_request_id();
     let span = tracing::info_span!("request", %request_id, method = %request.method(), path = %request.uri().path());
     let origin = cors::origin(request.headers());
     let response = async {
-        if request.method() == Method::OPTIONS {
-            return cors::preflight(&gateway, origin.as_deref()).await;
-        }
-        let mut namespace = None;
-        let answer = route(&gateway, request, &mut namespace).await;
-        let mut response = match answer {
-            Ok(Answer::Json(status, data)) => success(&request_id, status, data),
-            Ok(Answer::Plain(response)) => response,
-            Err(error) => {
-                tracing::debug!(code = error.code.as_str(), message = %error.message, "refused");
-                failure(&request_id, &error)
-            }
+        let (mut response, code) = if request.method() == Method::OPTIONS {
+            (cors::preflight(&gateway, origin.as_deref()).await, None)
+        } else {
+            let mut namespace = None;
+            let answer = route(&gateway, request, &mut namespace).await;
+            let (mut response, code) = match answer {
+                Ok(Answer::Json(status, data)) => (success(&request_id, status, data), None),
+                Ok(Answer::Plain(response)) => (response, None),
+                Err(error) => {
+                    // `detail`, not `message`: that name is the line's own message in JSON.
+                    tracing::debug!(code = error.code.as_str(), detail = %error.message, "refused");
+                    (failure(&request_id, &error), Some(error.code))
+                }
+            };
+            cors::decorate(&gateway, &mut response, origin.as_deref(), namespace).await;
+            (response, code)
         };
-        cors::decorate(&gateway, &mut response, origin.as_deref(), namespace).await;
+        let headers = response.headers_mut();
+        if !headers.contains_key("x-request-id")
+            && let Ok(value) = HeaderValue::from_str(&request_id)
+        {
+            headers.insert("x-request-id", value);
+        }
+        log_answer(response.status(), code, started);
         response
     }
     .instrument(span)
     .await;
     Ok(response)
+}
+
+/// The one completion line of a request (its span adds the id, method and path). Routine
+/// answers are `debug`; `UNAVAILABLE` and `INTAKE_PAUSED` are refusals the API promises under
+/// load, outages and pauses, so a storm of them stays at `info`; any other 5xx is a fault
+/// worth a `warn`. Fields are plain numbers and static strings: nothing is formatted unless
+/// the line is enabled.
+fn log_answer(status: StatusCode, code: Option<ErrorCode>, started: Instant) {
+    // Whole microseconds, so the JSON shows `0.256`, not `0.25647000000000003`.
+    let latency_ms = started.elapsed().as_micros() as f64 / 1_000.0;
+    let level = answer_level(status, code);
+    let (status, code) = (status.as_u16(), code.map(ErrorCode::as_str));
+    match level {
+        Level::WARN => tracing::warn!(status, code, latency_ms, "answered"),
+        Level::INFO => tracing::info!(status, code, latency_ms, "answered"),
+        _ => tracing::debug!(status, code, latency_ms, "answered"),
+    }
+}
+
+/// The level of a completion line; see [`log_answer`].
+fn answer_level(status: StatusCode, code: Option<ErrorCode>) -> Level {
+    if !status.is_server_error() {
+        Level::DEBUG
+    } else if matches!(code, Some(ErrorCode::Unavailable | ErrorCode::IntakePaused)) {
+        Level::INFO
+    } else {
+        Level::WARN
+    }
 }
 
 enum Answer {
@@ -69,7 +119,11 @@ async fn route(
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => Ok(Answer::Plain(plain(StatusCode::OK, "ok\n"))),
-        (&Method::GET, ["readyz"]) => Ok(Answer::Plain(readiness(gateway).await)),
+        (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::readiness(gateway).await)),
+        // No credential, like the probes: the scraper is local and the figures name no secret.
+        (&Method::GET, ["metrics"]) => Ok(Answer::Plain(exposition(
+            metrics::gateway_text(&gateway.pg, &gateway.redis, &gateway.scripts).await,
+        ))),
         (&Method::GET, ["v1", "tickets", ticket]) => {
             let claims = tickets::verify(gateway, ticket)?;
             *namespace = Some(claims.namespace_id);
@@ -147,34 +201,87 @@ async fn route(
                 handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
             json(application::configure(gateway, &caller, &parts.headers, &body).await)
         }
+        (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
+        (&Method::GET, ["v1", "reads", name]) => {
+            let name = decode_segment(name, "name")?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(reads::read(gateway, &caller, &name, query.as_deref()).await)
+        }
+        (&Method::POST, ["v1", "reads", action]) => {
+            let action = decode_segment(action, "path")?;
+            let Some(name) = action.strip_suffix(":invalidate") else {
+                return Err(ApiError::not_found("POST /v1/reads/{name}:invalidate"));
+            };
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body =
+                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            json(reads::invalidate(gateway, &caller, name, &parts.headers, &body).await)
+        }
+        (&Method::POST, ["v1", "control"]) => {
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body =
+                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            json(control::control(gateway, &caller, &parts.headers, &body).await)
+        }
+        (&Method::GET, ["v1", "status"]) => {
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(status::status(gateway, &caller).await)
+        }
         _ => Err(ApiError::not_found(format!("no endpoint {method} {path}"))),
     }
 }
 
 /// Command codes are declared as `^[a-z][a-z0-9_-]*$`; anything else cannot exist.
 fn check_command_code(code: &str) -> Result<(), ApiError> {
-    let valid = !code.is_empty()
-        && code.len() <= 64
-        && code.starts_with(|c: char| c.is_ascii_lowercase())
-        && code
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-    if valid {
+    if handlers::is_command_code(code) {
         Ok(())
     } else {
         Err(ApiError::not_found(format!("no command {code:?}")))
     }
 }
 
-/// Ready only when PostgreSQL and Redis both answer.
-async fn readiness(gateway: &Gateway) -> HttpResponse {
-    let postgres = sqlx::query("SELECT 1").execute(&gateway.pg).await.is_ok();
-    let redis = fred::interfaces::ClientLike::ping::<String>(gateway.redis.next(), None)
-        .await
-        .is_ok();
-    match (postgres, redis) {
-        (true, true) => plain(StatusCode::OK, "ready\n"),
-        (false, _) => plain(StatusCode::SERVICE_UNAVAILABLE, "PostgreSQL unavailable\n"),
-        (true, false) => plain(StatusCode::SERVICE_UNAVAILABLE, "Redis unavailable\n"),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_lines_stay_quiet_for_routine_answers_and_expected_refusals() {
+        let cases = [
+            (StatusCode::OK, None, Level::DEBUG),
+            (StatusCode::ACCEPTED, None, Level::DEBUG),
+            (
+                StatusCode::NOT_FOUND,
+                Some(ErrorCode::NotFound),
+                Level::DEBUG,
+            ),
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(ErrorCode::RateLimited),
+                Level::DEBUG,
+            ),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(ErrorCode::Unavailable),
+                Level::INFO,
+            ),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(ErrorCode::IntakePaused),
+                Level::INFO,
+            ),
+            // A probe's 503 or any 5xx without an expected code is a fault.
+            (StatusCode::SERVICE_UNAVAILABLE, None, Level::WARN),
+            (StatusCode::INTERNAL_SERVER_ERROR, None, Level::WARN),
+        ];
+        for (status, code, level) in cases {
+            assert_eq!(answer_level(status, code), level, "{status} {code:?}");
+        }
     }
 }

@@ -1,26 +1,46 @@
 //! The HTTP server: HTTP/1 and HTTP/2 on one listener, drained gracefully on shutdown.
+//!
+//! Shutdown closes the listener at once (new connections are refused), then every open
+//! connection answers what it already carries and closes, within [`DRAIN_TIMEOUT`].
 
+use std::convert::Infallible;
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::header::{CONNECTION, HeaderValue};
 use hyper::service::service_fn;
+use hyper::{Request, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use crate::response::HttpResponse;
 use crate::router;
 use crate::state::Gateway;
 
 /// How long in-flight requests may take to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long after shutdown begins an open connection may still deliver a request.
+///
+/// An HTTP/1 connection idle between two requests cannot be closed at once without a race:
+/// its client may have sent the next request already, and closing a socket with unread bytes
+/// resets it, so that request would be lost unanswered (hyper's graceful shutdown closes idle
+/// connections immediately, and connections whose first bytes it has not read yet too). So
+/// each connection is kept this long: whatever arrives meanwhile is answered, with
+/// `Connection: close` so the client sends nothing more on it, and only then is it shut.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves until `shutdown` is cancelled, then stops accepting and lets in-flight requests
 /// finish (up to [`DRAIN_TIMEOUT`]). Tests bind `127.0.0.1:0` and call this in process.
 pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
     let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
+    let connections = TaskTracker::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -34,24 +54,88 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let gateway = gateway.clone();
-                let service = service_fn(move |request| router::handle(gateway.clone(), request));
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection.into_owned());
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                });
+                let (gateway, closing) = (gateway.clone(), shutdown.clone());
+                let service =
+                    service_fn(move |request| answer(gateway.clone(), request, closing.clone()));
+                let connection = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
+                connections.spawn(drive(connection, shutdown.clone()));
             }
             _ = shutdown.cancelled() => break,
         }
     }
+    // The port refuses new connections from here on.
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    connections.close();
+    if tokio::time::timeout(DRAIN_TIMEOUT, connections.wait())
         .await
         .is_err()
     {
         tracing::warn!("in-flight requests did not finish in time");
+    }
+}
+
+/// Answers one request. Once shutdown has begun, HTTP/1 answers say `Connection: close`: the
+/// client then opens its next request elsewhere instead of racing this connection's close.
+async fn answer(
+    gateway: Arc<Gateway>,
+    request: Request<Incoming>,
+    shutdown: CancellationToken,
+) -> Result<HttpResponse, Infallible> {
+    let http1 = request.version() < Version::HTTP_2;
+    let Ok(mut response) = router::handle(gateway, request).await;
+    if http1 && shutdown.is_cancelled() {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    Ok(response)
+}
+
+/// Runs one connection to its end. After shutdown it gets [`IDLE_GRACE`] to deliver and be
+/// answered what it carries (an HTTP/1 answer then closes it); then hyper's graceful shutdown
+/// finishes the request in progress, if any, and closes it (HTTP/2: `GOAWAY`).
+async fn drive<C>(connection: C, shutdown: CancellationToken)
+where
+    C: GracefulConnection,
+    C::Error: Display,
+{
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        result = connection.as_mut() => Some(result),
+        () = shutdown.cancelled() => None,
+    };
+    let result = match ended {
+        Some(result) => result,
+        None => match tokio::time::timeout(IDLE_GRACE, connection.as_mut()).await {
+            Ok(result) => result,
+            Err(_) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        },
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// How long queued group-commit jobs may take to commit after the connections are drained.
+const COMMIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After [`run`]: every connection is answered or given up on, but jobs whose caller went away
+/// (or outlived the drain) may still wait in the group committer. Commits them before the
+/// process exits, which would otherwise cut them mid-batch. Nothing lost either way is a command
+/// anyone was told was accepted.
+pub async fn flush_committer(gateway: &Gateway) {
+    tracing::info!("connections drained; flushing the group committer");
+    if tokio::time::timeout(COMMIT_FLUSH_TIMEOUT, gateway.committer.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the group committer did not finish in time; its last batches were not committed (no caller was told they were accepted)"
+        );
     }
 }

@@ -20,7 +20,8 @@ use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::ticket::TicketKeys;
 
-/// Counters that tests and benchmarks read; `/metrics` will export them.
+/// Counters that tests and benchmarks read; `/metrics` exports the same events process-wide
+/// (`sluice_postgres_fallbacks_total`, `sluice_fallbacks_refused_total`), counted beside them.
 #[derive(Debug, Default)]
 pub struct GatewayStats {
     /// Ticket polls and look-ups that had to ask PostgreSQL.
@@ -40,6 +41,7 @@ pub struct Gateway {
     pub tickets: TicketKeys,
     pub config: GatewayConfig,
     pub stats: GatewayStats,
+    pub reads: Arc<crate::reads::ReadCache>,
     namespaces: Cache<Uuid, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
@@ -78,6 +80,7 @@ impl Gateway {
             fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
             fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
             stats: GatewayStats::default(),
+            reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
             pg,
             redis,
             tickets,
@@ -185,6 +188,7 @@ impl Gateway {
     pub fn fallback_permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         let refused = || {
             self.stats.fallbacks_refused.fetch_add(1, Ordering::Relaxed);
+            sluice_durable::metrics::fallback_refused();
             ApiError::unavailable(
                 "the status store is unavailable and the fallback budget is spent; retry shortly",
             )
@@ -198,6 +202,7 @@ impl Gateway {
         self.stats
             .postgres_fallbacks
             .fetch_add(1, Ordering::Relaxed);
+        sluice_durable::metrics::postgres_fallback();
         Ok(permit)
     }
 }

@@ -228,6 +228,14 @@ impl ObjectReader {
         self.take(name)?.map(|v| self.object(name, v)).transpose()
     }
 
+    /// An array field that must be present; its items are the caller's to check.
+    pub fn required_array(&mut self, name: &str) -> Result<Vec<Value>, FieldError> {
+        match self.take_required(name)? {
+            Value::Array(items) => Ok(items),
+            _ => Err(self.error(name, "must be an array")),
+        }
+    }
+
     fn boolean(&self, name: &str, value: Value) -> Result<bool, FieldError> {
         value
             .as_bool()

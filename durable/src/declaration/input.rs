@@ -102,7 +102,7 @@ fn check_integer(value: &Value, min: i64, max: i64) -> std::result::Result<(), S
 /// Whether `s` is a canonical hyphenated UUID: 36 chars, hyphens at 8, 13, 18 and 23, lowercase
 /// hex digits everywhere else. Only the lowercase form is accepted because a uuid often becomes a
 /// resource key or a request identity: two spellings of one uuid must not name two queues.
-fn is_uuid(s: &str) -> bool {
+pub(crate) fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.bytes().enumerate().all(|(i, b)| match i {
             8 | 13 | 18 | 23 => b == b'-',

@@ -18,7 +18,7 @@ const MAX_KEY_LEN: usize = 200;
 
 /// One piece of a key template.
 #[derive(Debug, PartialEq, Eq)]
-enum Piece<'a> {
+pub(crate) enum Piece<'a> {
     /// Literal text, copied as is.
     Text(&'a str),
     /// A `{name}` placeholder, replaced by the input value of parameter `name`.
@@ -27,7 +27,7 @@ enum Piece<'a> {
 
 /// Splits a template into text and placeholders; `None` when its braces are unbalanced
 /// (a stray `}`, a `{` inside a placeholder, or a `{` never closed).
-fn split_template(template: &str) -> Option<Vec<Piece<'_>>> {
+pub(crate) fn split_template(template: &str) -> Option<Vec<Piece<'_>>> {
     let mut pieces = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find(['{', '}']) {
@@ -150,8 +150,13 @@ fn parse_limit(limit: &Obj<'_>, parameters: &BTreeMap<String, ParamDecl>) -> Res
     })
 }
 
-/// Checks a key template: 1..=200 chars, balanced braces, every placeholder declared.
-fn check_key(key: &str, path: &str, parameters: &BTreeMap<String, ParamDecl>) -> Result<()> {
+/// Checks a key template: 1..=200 chars, balanced braces, every placeholder declared. Read
+/// dependencies are templates of the same kind.
+pub(crate) fn check_key(
+    key: &str,
+    path: &str,
+    parameters: &BTreeMap<String, ParamDecl>,
+) -> Result<()> {
     if key.is_empty() || char_len(key) > MAX_KEY_LEN {
         return Err(FieldError::new(
             path,

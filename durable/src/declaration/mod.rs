@@ -1,4 +1,4 @@
-//! A namespace's declaration: its commands and quota pools, written in TOML.
+//! A namespace's declaration: its commands, quota pools and reads, written in TOML.
 //!
 //! [`parse`] turns the TOML text into a validated [`Declaration`] with every default filled in.
 //! Every refusal is a [`FieldError`] whose `field` is the exact path of the offending value
@@ -15,6 +15,7 @@ mod model;
 mod names;
 mod namespace;
 mod params;
+mod read;
 mod walk;
 
 #[cfg(test)]
@@ -23,8 +24,9 @@ mod tests;
 pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
-    NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ResourceKeyDecl,
+    NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
 };
+pub use read::parse_read_params;
 
 use toml::Table;
 
@@ -32,7 +34,7 @@ use crate::field_error::FieldError;
 use walk::Obj;
 
 /// Every top-level key of a declaration.
-const TOP_LEVEL_KEYS: &[&str] = &["namespace", "command", "quota_pool"];
+const TOP_LEVEL_KEYS: &[&str] = &["namespace", "command", "quota_pool", "read"];
 
 /// Parses and validates a declaration document.
 ///
@@ -40,21 +42,17 @@ const TOP_LEVEL_KEYS: &[&str] = &["namespace", "command", "quota_pool"];
 pub fn parse(text: &str) -> Result<Declaration, FieldError> {
     let table = parse_toml(text)?;
     let root = Obj::root(&table);
-    if root.has("read") {
-        return Err(FieldError::new(
-            "read",
-            "declared reads are not supported by this version",
-        ));
-    }
     root.allow_only(TOP_LEVEL_KEYS)?;
     let namespace = namespace::parse_namespace(&root)?;
     let quota_pools = namespace::parse_pools(&root)?;
     let commands = command::parse_commands(&root, &quota_pools)?;
     limits::check_shared_limits(&commands)?;
+    let reads = read::parse_reads(&root)?;
     Ok(Declaration {
         namespace,
         commands,
         quota_pools,
+        reads,
     })
 }
 
@@ -62,6 +60,11 @@ impl Declaration {
     /// The command with `code`, if declared.
     pub fn command(&self, code: &str) -> Option<&CommandDecl> {
         self.commands.iter().find(|c| c.code == code)
+    }
+
+    /// The read named `name`, if declared.
+    pub fn read(&self, name: &str) -> Option<&ReadDecl> {
+        self.reads.iter().find(|r| r.name == name)
     }
 }
 

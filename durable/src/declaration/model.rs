@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// A namespace's whole declaration: settings, commands and quota pools. The default is what a
-/// namespace that has applied nothing yet has: no commands, no pools, default settings.
+/// A namespace's whole declaration: settings, commands, quota pools and reads. The default is
+/// what a namespace that has applied nothing yet has: no commands, no pools, no reads, default
+/// settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Declaration {
     /// Namespace-wide settings (`[namespace]`).
@@ -18,6 +19,10 @@ pub struct Declaration {
     pub commands: Vec<CommandDecl>,
     /// Declared quota pools (`[[quota_pool]]`), in document order.
     pub quota_pools: Vec<QuotaPoolDecl>,
+    /// Declared reads (`[[read]]`), in document order. Absent in declarations stored before
+    /// reads existed, which load with none.
+    #[serde(default)]
+    pub reads: Vec<ReadDecl>,
 }
 
 /// Namespace-wide settings.
@@ -181,4 +186,41 @@ pub struct QuotaPoolDecl {
     pub code: String,
     /// Units in the pool.
     pub capacity: u64,
+}
+
+/// A declared read: a cached view of an origin, served by `GET /v1/reads/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadDecl {
+    /// Read name, unique among the namespace's reads.
+    pub name: String,
+    /// Origin URL template (`http://` or `https://`); `{name}` placeholders, only in the path
+    /// and query, are filled with percent-encoded parameter values.
+    pub origin: String,
+    /// Query parameters by name; every one is required on each read.
+    pub parameters: BTreeMap<String, ParamDecl>,
+    /// Whether a cached value is shared by the application or kept per subject.
+    pub scope: ReadScope,
+    /// How long a filled value is served as fresh.
+    pub fresh_seconds: u32,
+    /// Extra time after `fresh_seconds` during which a stale value is served while one refresh
+    /// runs; 0 means never stale.
+    pub stale_seconds: u32,
+    /// Dependency templates (`offer:{id}`); invalidating a rendered dependency drops the value.
+    pub dependencies: Vec<String>,
+    /// Largest origin body cached; a larger one is served but not cached.
+    pub max_bytes: u32,
+    /// How long an origin 404 or error is cached.
+    pub negative_seconds: u32,
+    /// Time allowed for one origin call.
+    pub timeout_ms: u32,
+}
+
+/// Who shares a read's cached values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadScope {
+    /// One value per parameter set, shared by every caller of the namespace.
+    Application,
+    /// One value per parameter set and subject: never served to another subject.
+    Subject,
 }

@@ -111,6 +111,8 @@ pub async fn load(
         // The shared budgets too: a configure whose own Redis write failed converges here.
         let (revision, budgets) = app.budgets;
         store_in_redis(redis, scripts, app.id, revision, budgets).await?;
+        // And the pauses: a control call whose propagation failed converges here as well.
+        crate::control::refresh_in_redis(pg, redis, scripts, app.id).await?;
     }
     Ok(apps)
 }

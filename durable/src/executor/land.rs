@@ -44,6 +44,7 @@ pub async fn mirror_terminal(
         unix_second: Utc::now().timestamp(),
     };
     if let Err(error) = finish(redis, scripts, keys, &finished).await {
+        crate::metrics::storage_error(&error);
         tracing::warn!(command_id = %done.id, %error, "terminal state not mirrored; permits lapse with their lease");
     }
 }
@@ -86,6 +87,7 @@ pub async fn mirror_waiting(redis: &Pool, scripts: &Scripts, keys: &AppKeys, bac
         updated_at: rfc3339(back.updated_at),
     };
     if let Err(error) = requeue(redis, scripts, keys, &requeued).await {
+        crate::metrics::storage_error(&error);
         tracing::warn!(command_id = %back.id, %error, "requeue not mirrored; the reconciler will repair it");
     }
 }

@@ -7,6 +7,7 @@
 //! result next to the one that took over.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -15,6 +16,7 @@ use uuid::Uuid;
 
 use super::claim::Claimed;
 use crate::DurableError;
+use crate::metrics::{self, HandlerKind};
 
 /// A terminal state written by a handler.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,8 +59,27 @@ fn decide(subjects: &[&str], already: &HashSet<String>, available: i64) -> Vec<D
 }
 
 /// Allocates for a batch of one pool; returns the states that landed (commands this executor no
-/// longer held are left out: someone else decides them).
+/// longer held are left out: someone else decides them). Timed and counted for `/metrics` here,
+/// where the transaction that decides them has committed.
 pub async fn allocate(
+    pg: &PgPool,
+    namespace_id: Uuid,
+    pool: &str,
+    batch: &[Claimed],
+    owner: Uuid,
+) -> Result<Vec<Landed>, DurableError> {
+    let started = Instant::now();
+    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch, owner).await;
+    metrics::handler_latency(HandlerKind::Quota, started.elapsed());
+    if let Ok(landed) = &landed {
+        for done in landed {
+            metrics::execution_landed(done.status);
+        }
+    }
+    landed
+}
+
+async fn allocate_in_one_transaction(
     pg: &PgPool,
     namespace_id: Uuid,
     pool: &str,

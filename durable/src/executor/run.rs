@@ -76,8 +76,12 @@ impl Executor {
     /// Runs until `shutdown`, then finishes the batches in hand.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let helpers = TaskTracker::new();
+        // Renewal outlives the shutdown signal: it stops only once the work in hand has
+        // landed. A drained handler may still wait on its backend, and a lease that lapsed
+        // meanwhile would hand its command (and its permits) to another executor while it runs.
+        let renewals = CancellationToken::new();
         helpers.spawn(self.clone().listen(shutdown.clone()));
-        helpers.spawn(self.clone().renew_loop(shutdown.clone()));
+        helpers.spawn(self.clone().renew_loop(renewals.clone()));
         helpers.spawn(self.clone().sweep_loop(shutdown.clone()));
         let batches = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.config.parallel_batches));
@@ -96,6 +100,7 @@ impl Executor {
                     Err(error) => {
                         // Tried again after the same interval, not on every pass of the loop.
                         refreshed = tokio::time::Instant::now();
+                        crate::metrics::storage_error(&error);
                         tracing::warn!(%error, "cannot load the catalog")
                     }
                 }
@@ -126,6 +131,7 @@ impl Executor {
                     }
                     Ok(_) => {}
                     Err(error) => {
+                        crate::metrics::storage_error(&error);
                         tracing::warn!(application_id = %app.id, %error, "admission failed")
                     }
                 }
@@ -143,6 +149,7 @@ impl Executor {
         batches.wait().await;
         self.in_hand.close();
         self.in_hand.wait().await;
+        renewals.cancel();
         helpers.close();
         helpers.wait().await;
         tracing::info!("executor stopped");
@@ -184,12 +191,19 @@ impl Executor {
             })
             .map(|h| h.command_id)
             .collect();
+        if shutdown.is_cancelled() {
+            // Admitted just as shutdown began: a draining executor starts nothing new, so the
+            // heads go back to their queues (and their permits with them) unclaimed.
+            self.requeue_heads(&keys, &heads).await;
+            return;
+        }
         let claimed =
             match claim::claim(&self.pg, &ids, &external, self.owner, self.config.lease_ms).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
                     // their queues in their original places.
+                    crate::metrics::storage_error(&error);
                     tracing::warn!(%error, "claim failed; heads go back to their queues");
                     self.requeue_heads(&keys, &heads).await;
                     return;
@@ -225,8 +239,27 @@ impl Executor {
             };
             for batch in transactions {
                 match quota::allocate(&self.pg, namespace_id, &pool, &batch, self.owner).await {
-                    Ok(landed) => self.mirror_landed(&keys, &batch, &landed).await,
+                    Ok(landed) => {
+                        // Before the results show: whoever sees an allocation's result and
+                        // reads the pool's views again finds the old value gone.
+                        if landed.iter().any(|done| done.status == "succeeded") {
+                            let pool_dependency = [format!("pool:{pool}")];
+                            if let Err(error) = crate::projection::cache::invalidate(
+                                &self.redis,
+                                &self.scripts,
+                                app.id,
+                                namespace_id,
+                                &pool_dependency,
+                            )
+                            .await
+                            {
+                                tracing::warn!(%error, %pool, "cached views of the pool not invalidated; they expire by age");
+                            }
+                        }
+                        self.mirror_landed(&keys, &batch, &landed).await
+                    }
                     Err(error) => {
+                        crate::metrics::storage_error(&error);
                         tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
                         self.requeue_claimed(&keys, &batch).await;
                     }
@@ -257,6 +290,7 @@ impl Executor {
             Err(error) => {
                 // Put them back as waiting; if one of them ended meanwhile, the next claim of it
                 // fails and mirrors its real state.
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, application_id = %app.id, "unclaimed heads go back to their queues");
                 let back: Vec<AdmittedHead> = heads
                     .iter()
@@ -313,6 +347,7 @@ impl Executor {
         let back = match claim::unclaim(&self.pg, &ids, self.owner).await {
             Ok(back) => back,
             Err(error) => {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "unclaim failed; the leases will lapse and be rescued");
                 return;
             }
@@ -339,6 +374,7 @@ impl Executor {
                 updated_at: rfc3339(chrono::Utc::now()),
             };
             if let Err(error) = requeue(&self.redis, &self.scripts, keys, &back).await {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(command_id = %head.command_id, %error, "head not requeued; a rebuild restores it");
             }
         }
@@ -407,7 +443,10 @@ impl Executor {
                 Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
                 // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
                 // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
-                Err(error) => tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over"),
+                Err(error) => {
+                    crate::metrics::storage_error(&error);
+                    tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
+                }
             }
             this.release(std::slice::from_ref(&row));
             this.wake.notify_one();
@@ -439,6 +478,7 @@ impl Executor {
             let ids: Vec<Uuid> = snapshot.iter().map(|(id, _)| *id).collect();
             if let Err(error) = claim::renew(&self.pg, &ids, self.owner, self.config.lease_ms).await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "lease renewal failed in PostgreSQL");
             }
             let mut by_app: HashMap<Uuid, Vec<(String, Uuid)>> = HashMap::new();
@@ -450,6 +490,7 @@ impl Executor {
                 if let Err(error) =
                     renew(&self.redis, &self.scripts, &held, self.config.lease_ms).await
                 {
+                    crate::metrics::storage_error(&error);
                     tracing::warn!(%error, "lease renewal failed in Redis");
                 }
             }
@@ -468,19 +509,23 @@ impl Executor {
             if let Err(error) =
                 sweep::rescue_expired_leases(&self.pg, &self.redis, &self.scripts, retention).await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "lease sweeper failed");
             }
             if let Err(error) =
                 sweep::review_overdue_running(&self.pg, &self.redis, &self.scripts, retention).await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "running-deadline sweeper failed");
             }
             if let Err(error) =
                 sweep::expire_waiting(&self.pg, &self.redis, &self.scripts, retention).await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "expiry sweeper failed");
             }
             if let Err(error) = sweep::prune(&self.pg, &self.redis, retention).await {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "retention sweeper failed");
             }
             let apps = self
@@ -500,6 +545,7 @@ impl Executor {
             )
             .await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "projection reconciler failed");
             }
             if let Err(error) = sweep::reconcile_lapsed_permits(
@@ -511,6 +557,7 @@ impl Executor {
             )
             .await
             {
+                crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "lapsed-permit sweeper failed");
             }
         }

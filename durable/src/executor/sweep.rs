@@ -101,6 +101,7 @@ pub async fn rescue_expired_leases(
         return Ok(0);
     };
     for row in &rows {
+        crate::metrics::lease_rescued(&row.status);
         if row.status == "retry_wait" {
             tracing::info!(command_id = %row.id, "lease expired; command requeued");
         }
@@ -214,6 +215,7 @@ pub async fn expire_waiting(
         if let Err(error) =
             crate::projection::settle::finish_waiting(redis, scripts, &keys, &done).await
         {
+            crate::metrics::storage_error(&error);
             tracing::warn!(command_id = %row.id, %error, "expiry not mirrored");
         }
     }
@@ -256,6 +258,8 @@ pub async fn prune(
         )
         .await;
         if let Err(error) = result {
+            let error = DurableError::from(error);
+            crate::metrics::storage_error(&error);
             tracing::warn!(%error, "pruned request key not forgotten in Redis");
         }
     }

@@ -17,6 +17,8 @@ pub struct Reported {
     pub status: &'static str,
     pub result: Option<Value>,
     pub error: Option<(String, String)>,
+    /// Dependencies of cached reads the result changed (a webhook's `invalidate`).
+    pub invalidate: Vec<String>,
 }
 
 /// What a `:complete` came to.

@@ -4,12 +4,18 @@
 //! everything else already queued (up to `max_batch`) and commits it as one transaction with one
 //! `NOTIFY`. No timer adds latency when the system is idle: batches grow by themselves exactly
 //! when PostgreSQL is the bottleneck, because jobs pile up while the committers are busy.
+//!
+//! Each batch is logged in a `group_commit{batch, size}` span, and each caller logs the batch
+//! that answered it inside its own (request) span, so a batch's lines lead to its requests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::insert::{InsertOutcome, NewCommand, insert_batch};
 use crate::DurableError;
@@ -37,7 +43,8 @@ impl Default for GroupCommitConfig {
     }
 }
 
-/// Counters for benchmarks and metrics.
+/// Counters of one committer handle, for benchmarks; `/metrics` counts the same events
+/// process-wide ([`crate::metrics`]).
 #[derive(Debug, Default)]
 pub struct GroupCommitStats {
     pub batches: AtomicU64,
@@ -47,17 +54,26 @@ pub struct GroupCommitStats {
 
 type Reply = Result<InsertOutcome, DurableError>;
 
-struct Job {
-    command: NewCommand,
-    reply: oneshot::Sender<Reply>,
+/// Which batch answered a job: its number in this process and its size, for the logs.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    number: u64,
+    size: usize,
 }
 
-/// The handle gateways submit to. Committers stop once every handle is dropped and the queue
-/// is drained, so no accepted job is abandoned on shutdown.
+struct Job {
+    command: NewCommand,
+    reply: oneshot::Sender<(Reply, Batch)>,
+}
+
+/// The handle gateways submit to. Committers stop once [`close`](Self::close) is called (or
+/// every handle is dropped) and the queue is drained, so no job that was queued is abandoned.
 #[derive(Clone)]
 pub struct GroupCommitter {
     jobs: mpsc::Sender<Job>,
     stats: Arc<GroupCommitStats>,
+    closing: CancellationToken,
+    committers: TaskTracker,
 }
 
 impl GroupCommitter {
@@ -65,25 +81,58 @@ impl GroupCommitter {
         let (jobs, receiver) = mpsc::channel(config.queue_capacity.max(1));
         let receiver = Arc::new(Mutex::new(receiver));
         let stats = Arc::new(GroupCommitStats::default());
+        let closing = CancellationToken::new();
+        let committers = TaskTracker::new();
         for _ in 0..config.committers.max(1) {
-            tokio::spawn(run_committer(
+            committers.spawn(run_committer(
                 pool.clone(),
                 receiver.clone(),
                 config.max_batch.max(1),
                 stats.clone(),
+                closing.clone(),
             ));
         }
-        Self { jobs, stats }
+        committers.close();
+        Self {
+            jobs,
+            stats,
+            closing,
+            committers,
+        }
     }
 
     /// Commits one command (with whatever else is waiting) and tells what happened to it.
+    ///
+    /// `CommitterStopped` means the command was never queued (so never committed): the caller
+    /// may give its reservation back. Once queued, a job is always committed and answered,
+    /// even after [`close`](Self::close).
     pub async fn submit(&self, command: NewCommand) -> Reply {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job { command, reply })
             .await
             .map_err(|_| DurableError::CommitterStopped)?;
-        answer.await.map_err(|_| DurableError::CommitterStopped)?
+        // Only a committer that died mid-batch drops a reply unanswered; whether that batch
+        // committed is unknown, so this is not `CommitterStopped`.
+        let (reply, batch) = answer.await.map_err(|_| {
+            DurableError::CommitFailed("the group committer stopped mid-batch".into())
+        })?;
+        tracing::debug!(
+            batch = batch.number,
+            size = batch.size,
+            ok = reply.is_ok(),
+            "group commit answered"
+        );
+        reply
+    }
+
+    /// Graceful shutdown: refuses new jobs (`submit` answers `CommitterStopped`), commits every
+    /// job already queued, including those whose caller went away, and returns once every
+    /// committer has finished. Without it the process could exit with queued jobs that a
+    /// client was never told about and that PostgreSQL never saw.
+    pub async fn close(&self) {
+        self.closing.cancel();
+        self.committers.wait().await;
     }
 
     pub fn stats(&self) -> &GroupCommitStats {
@@ -96,12 +145,23 @@ async fn run_committer(
     receiver: Arc<Mutex<mpsc::Receiver<Job>>>,
     max_batch: usize,
     stats: Arc<GroupCommitStats>,
+    closing: CancellationToken,
 ) {
     loop {
         let mut batch = Vec::new();
         {
             let mut receiver = receiver.lock().await;
-            let Some(first) = receiver.recv().await else {
+            let first = tokio::select! {
+                biased;
+                job = receiver.recv() => job,
+                () = closing.cancelled() => {
+                    // Closing the channel refuses new jobs but keeps the queued ones, which
+                    // `recv` still yields before it answers `None`.
+                    receiver.close();
+                    receiver.recv().await
+                }
+            };
+            let Some(first) = first else {
                 return;
             };
             batch.push(first);
@@ -112,30 +172,37 @@ async fn run_committer(
                 }
             }
         }
-        commit(&pool, batch, &stats).await;
+        let number = stats.batches.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!("group_commit", batch = number, size = batch.len());
+        commit(&pool, batch, number, &stats).instrument(span).await;
     }
 }
 
-async fn commit(pool: &PgPool, batch: Vec<Job>, stats: &GroupCommitStats) {
-    let (commands, replies): (Vec<NewCommand>, Vec<oneshot::Sender<Reply>>) =
+async fn commit(pool: &PgPool, batch: Vec<Job>, number: u64, stats: &GroupCommitStats) {
+    let (commands, replies): (Vec<NewCommand>, Vec<oneshot::Sender<(Reply, Batch)>>) =
         batch.into_iter().map(|j| (j.command, j.reply)).unzip();
-    stats.batches.fetch_add(1, Ordering::Relaxed);
+    let batch = Batch {
+        number,
+        size: commands.len(),
+    };
     stats
         .commands
         .fetch_add(commands.len() as u64, Ordering::Relaxed);
+    crate::metrics::group_commit_batch(commands.len());
     match commit_batch(pool, &commands).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 // A caller that went away still had its command committed; nothing to undo.
-                let _ = reply.send(Ok(outcome));
+                let _ = reply.send((Ok(outcome), batch));
             }
         }
         Err(error) => {
             stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::group_commit_failed();
             tracing::warn!(%error, size = commands.len(), "group commit failed");
             let message = error.to_string();
             for reply in replies {
-                let _ = reply.send(Err(DurableError::CommitFailed(message.clone())));
+                let _ = reply.send((Err(DurableError::CommitFailed(message.clone())), batch));
             }
         }
     }
@@ -146,6 +213,8 @@ async fn commit_batch(
     commands: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     let mut tx = pool.begin().await?;
+    let namespaces: Vec<uuid::Uuid> = commands.iter().map(|c| c.namespace_id).collect();
+    crate::control::lock_namespaces_shared(&mut tx, &namespaces).await?;
     let outcomes = insert_batch(&mut tx, commands).await?;
     if outcomes
         .iter()

@@ -6,14 +6,20 @@ use uuid::Uuid;
 /// The key names of one application.
 #[derive(Debug, Clone)]
 pub struct AppKeys {
+    application_id: Uuid,
     prefix: String,
 }
 
 impl AppKeys {
     pub fn new(application_id: Uuid) -> Self {
         Self {
+            application_id,
             prefix: format!("{{a:{application_id}}}"),
         }
+    }
+
+    pub fn application_id(&self) -> Uuid {
+        self.application_id
     }
 
     /// The pattern that matches every key of the application (rebuild clears with it).
@@ -119,6 +125,44 @@ impl AppKeys {
 
     pub fn queue_by_suffix(&self, suffix: &str) -> String {
         format!("{}:q:{suffix}", self.prefix)
+    }
+
+    /// A cached read: `digest` is the hex SHA-256 of its canonical parameters (and subject, for
+    /// a subject-scoped read), so no caller-chosen text becomes part of a key.
+    pub fn cache_entry(&self, namespace_id: Uuid, read: &str, digest: &str) -> String {
+        format!("{}:cache:{namespace_id}:{read}:{digest}", self.prefix)
+    }
+
+    /// The fill lease of a cached read: one filler across every gateway.
+    pub fn cache_lease(entry: &str) -> String {
+        format!("{entry}:fill")
+    }
+
+    /// Cached entries by expiry, their sizes and the application's totals (the cache bounds).
+    pub fn cache_index(&self) -> String {
+        format!("{}:cache-index", self.prefix)
+    }
+
+    pub fn cache_sizes(&self) -> String {
+        format!("{}:cache-sizes", self.prefix)
+    }
+
+    pub fn cache_totals(&self) -> String {
+        format!("{}:cache-totals", self.prefix)
+    }
+
+    /// The version of one dependency of a namespace's reads (`offer:42`, `pool:stock`).
+    pub fn dependency(&self, namespace_id: Uuid, dependency: &str) -> String {
+        format!("{}:dep:{namespace_id}:{dependency}", self.prefix)
+    }
+
+    /// Origin calls in flight for the application, across gateways, and its call bucket.
+    pub fn origin_leases(&self) -> String {
+        format!("{}:lease:origin", self.prefix)
+    }
+
+    pub fn origin_bucket(&self) -> String {
+        format!("{}:bucket:origin", self.prefix)
     }
 }
 

@@ -4,6 +4,7 @@
 //! script refuses with `NOT_READY` when the projection is missing or older than PostgreSQL's
 //! generation, so a Redis that lost data is never trusted for an admission.
 
+pub mod cache;
 pub mod connect;
 pub mod execution;
 pub mod intake;

@@ -186,7 +186,10 @@ async fn rebuild_once(
         let _: Vec<Value> = pipe.all().await?;
     }
 
-    write_controls(&mut tx, client, &keys, application_id).await?;
+    // Pauses and the shared budgets as PostgreSQL holds them now (not as of this transaction's
+    // snapshot), each with its revision: a control or configure call committing meanwhile has
+    // stored a newer one, and the newest revision wins.
+    crate::control::refresh_in_redis(pg, redis, &super::Scripts::new(), application_id).await?;
     // The shared budgets as PostgreSQL holds them now (not as of this transaction's snapshot),
     // through app_limits.lua: a configure committing meanwhile has stored a newer revision, and
     // the newest revision wins.
@@ -303,35 +306,6 @@ async fn clear_application(client: &Client, keys: &AppKeys) -> Result<(), Durabl
         }
         cursor = next;
     }
-}
-
-async fn write_controls(
-    tx: &mut sqlx::PgConnection,
-    client: &Client,
-    keys: &AppKeys,
-    application_id: Uuid,
-) -> Result<(), DurableError> {
-    let paused: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT c.namespace_id, c.command FROM controls c
-           JOIN namespaces n ON n.id = c.namespace_id
-          WHERE n.application_id = $1 AND c.paused",
-    )
-    .bind(application_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut meta: Vec<(String, String)> = Vec::new();
-    for (namespace_id, command) in paused {
-        let field = if command.is_empty() {
-            format!("paused:{namespace_id}")
-        } else {
-            format!("paused:{namespace_id}:{command}")
-        };
-        meta.push((field, "1".to_string()));
-    }
-    if !meta.is_empty() {
-        let _: () = client.hset(keys.meta(), meta).await?;
-    }
-    Ok(())
 }
 
 /// One unfinished command as the rebuild reads it.

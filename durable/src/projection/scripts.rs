@@ -22,6 +22,13 @@ pub struct Scripts {
     pub app_limits: NamedScript,
     pub usage: NamedScript,
     pub projected: NamedScript,
+    pub metrics: NamedScript,
+    pub control: NamedScript,
+    pub status: NamedScript,
+    pub cache_read: NamedScript,
+    pub cache_fill: NamedScript,
+    pub cache_invalidate: NamedScript,
+    pub origin_permit: NamedScript,
 }
 
 #[derive(Clone)]
@@ -94,6 +101,25 @@ impl Scripts {
             projected: NamedScript::new(
                 "projected.lua",
                 include_str!("../../../lua/projected.lua"),
+            ),
+            metrics: NamedScript::new("metrics.lua", include_str!("../../../lua/metrics.lua")),
+            control: NamedScript::new("control.lua", include_str!("../../../lua/control.lua")),
+            status: NamedScript::new("status.lua", include_str!("../../../lua/status.lua")),
+            cache_read: NamedScript::new(
+                "cache_read.lua",
+                include_str!("../../../lua/cache_read.lua"),
+            ),
+            cache_fill: NamedScript::new(
+                "cache_fill.lua",
+                include_str!("../../../lua/cache_fill.lua"),
+            ),
+            cache_invalidate: NamedScript::new(
+                "cache_invalidate.lua",
+                include_str!("../../../lua/cache_invalidate.lua"),
+            ),
+            origin_permit: NamedScript::new(
+                "origin_permit.lua",
+                include_str!("../../../lua/origin_permit.lua"),
             ),
         }
     }

@@ -15,8 +15,8 @@ use sluice_durable::application::{
     Snapshot,
 };
 
-use super::Handled;
-use crate::auth::{Caller, Principal};
+use super::{Handled, require_json};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
@@ -58,10 +58,7 @@ pub async fn configure(
     let key = idempotency_key(headers)?;
     let request = ConfigureRequest::parse(body)?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
-    let actor = match &caller.principal {
-        Principal::Credential { id, .. } => format!("credential:{id}"),
-        Principal::Subject { subject } => format!("subject:{subject}"),
-    };
+    let actor = caller.actor();
     let call = Configure {
         application_id: namespace.application_id,
         namespace_id: caller.namespace_id,
@@ -102,23 +99,6 @@ fn snapshot_json(snapshot: &Snapshot) -> Value {
         "pending_starts": snapshot.usage.pending_starts.to_string(),
         "rate_per_second": snapshot.budgets.rate_per_second,
     })
-}
-
-/// A management call says what it sends: `Content-Type: application/json` (parameters such as
-/// `; charset=utf-8` allowed). Anything else is refused before it can change anything.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let media_type = headers
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(str::trim);
-    match media_type {
-        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
-        _ => Err(ApiError::invalid(
-            "Content-Type",
-            "must be application/json",
-        )),
-    }
 }
 
 /// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.

@@ -115,6 +115,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
             status,
             result: Some(result.unwrap_or_else(|| json!({}))),
             error: None,
+            invalidate: Vec::new(),
         },
         _ => Reported {
             status,
@@ -123,6 +124,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
                 format!("the backend reported the command {status}"),
             )),
             result,
+            invalidate: Vec::new(),
         },
     })
 }

@@ -12,6 +12,7 @@ use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
+use sluice_durable::metrics;
 use sluice_durable::outbox::{ExistingCommand, InsertOutcome, NewCommand, rfc3339};
 use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
 use sluice_durable::projection::settle::{Accepted, Release, accept, release};
@@ -106,7 +107,26 @@ struct Attempt<'a> {
     digest: [u8; 32],
 }
 
+/// One enqueue, counted for `/metrics` here, where its final answer is known: exactly one
+/// decision per request that reached the handler, whichever path answered it.
 pub async fn enqueue(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -> Handled {
+    let started = Instant::now();
+    let handled = decide(gateway, command, caller, body).await;
+    match &handled {
+        Ok((status, _)) => {
+            metrics::intake_decision(if *status == StatusCode::ACCEPTED {
+                "accepted"
+            } else {
+                "replayed"
+            });
+            metrics::acceptance_latency(started.elapsed());
+        }
+        Err(error) => metrics::intake_decision(error.code.as_str()),
+    }
+    handled
+}
+
+async fn decide(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -> Handled {
     if matches!(caller.principal, Principal::Credential { .. }) {
         caller.require_scope("commands:enqueue")?;
     }
@@ -326,6 +346,7 @@ impl Attempt<'_> {
                 .flatten()
                 .map(|p| (p, positions.observed_at_ms)),
             Err(error) => {
+                metrics::storage_error(&error);
                 tracing::warn!(%command_id, %error, "committed command not projected; the reconciler will repair it");
                 None
             }
@@ -363,6 +384,7 @@ impl Attempt<'_> {
         )
         .await
         {
+            metrics::storage_error(&error);
             tracing::warn!(%command_id, %error, "reservation not released; it will expire");
         }
     }

@@ -4,8 +4,11 @@
 pub mod application;
 pub mod commands;
 pub mod complete;
+pub mod control;
 pub mod enqueue;
+pub mod reads;
 pub mod record;
+pub mod status;
 pub mod tickets;
 
 use bytes::Bytes;
@@ -43,4 +46,31 @@ pub async fn read_body(
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(_) => Err(ApiError::invalid("body", "could not be read")),
     }
+}
+
+/// A management call says what it sends: `Content-Type: application/json` (parameters such as
+/// `; charset=utf-8` allowed). Anything else is refused before it can change anything.
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let media_type = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim);
+    match media_type {
+        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ApiError::invalid(
+            "Content-Type",
+            "must be application/json",
+        )),
+    }
+}
+
+/// Command codes are declared as `^[a-z][a-z0-9_-]*$`, at most 64 characters.
+pub fn is_command_code(code: &str) -> bool {
+    !code.is_empty()
+        && code.len() <= 64
+        && code.starts_with(|c: char| c.is_ascii_lowercase())
+        && code
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }

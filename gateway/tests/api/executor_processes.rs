@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
@@ -50,10 +50,6 @@ impl ExecutorProcess {
         ExecutorProcess { process }
     }
 
-    fn pid(&self) -> u32 {
-        self.process.child.id()
-    }
-
     pub(crate) fn log_text(&self) -> String {
         self.process.log_text()
     }
@@ -91,17 +87,8 @@ impl ExecutorProcess {
     }
 
     /// Polls for the process's exit for at most `within`.
-    async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Ok(Some(status)) = self.process.child.try_wait() {
-                return Some(status);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    pub(crate) async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
+        self.process.exited(within).await
     }
 
     /// SIGKILL, then reap.
@@ -110,13 +97,9 @@ impl ExecutorProcess {
         self.process.child.wait().expect("reap the executor");
     }
 
-    /// SIGTERM through kill(1): the workspace denies `unsafe`, so no `libc::kill`.
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -TERM {} failed", self.pid());
+    /// SIGTERM: drain.
+    pub(crate) fn terminate(&self) {
+        self.process.signal("TERM");
     }
 }
 

@@ -4,7 +4,9 @@
 //! The in-process gateway of a [`Stack`] shares its address space with the test; these are
 //! separate processes, so whatever they agree on goes through Redis and PostgreSQL only.
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +30,16 @@ impl GatewayProcess {
     /// The port is found by binding `:0` and letting go, so another process may take it in
     /// between: a process that exits before it serves is started again on another port.
     pub(crate) async fn start(stack: &Stack, dir: &Path, name: &str) -> GatewayProcess {
+        Self::start_with(stack, dir, name, &[]).await
+    }
+
+    /// [`start`](Self::start) with `env` on top (e.g. `SLUICE_LOG=debug`).
+    pub(crate) async fn start_with(
+        stack: &Stack,
+        dir: &Path,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> GatewayProcess {
         let client = http_client(1024);
         let mut last_log = String::new();
         for attempt in 0..3 {
@@ -35,13 +47,16 @@ impl GatewayProcess {
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
+            let listen = format!("127.0.0.1:{port}");
+            let mut vars = vec![
+                ("SLUICE_LISTEN", listen.as_str()),
+                ("SLUICE_TICKET_KEYS", stack.ticket_spec.as_str()),
+            ];
+            vars.extend_from_slice(env);
             let process = SluiceProcess::spawn(
                 stack,
                 &["serve", "--pg-pool-size", "16"],
-                &[
-                    ("SLUICE_LISTEN", &format!("127.0.0.1:{port}")),
-                    ("SLUICE_TICKET_KEYS", &stack.ticket_spec),
-                ],
+                &vars,
                 dir.join(format!("{name}-{attempt}.log")),
             );
             let mut process = GatewayProcess {
@@ -91,6 +106,36 @@ impl GatewayProcess {
 
     pub(crate) fn log_text(&self) -> String {
         self.process.log_text()
+    }
+
+    /// The address it listens on.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.base
+            .trim_start_matches("http://")
+            .parse()
+            .expect("a socket address")
+    }
+
+    /// Sends `signal` (`TERM`, `INT`) to the process.
+    pub(crate) fn signal(&self, signal: &str) {
+        self.process.signal(signal);
+    }
+
+    /// Polls for the process's exit for at most `within`.
+    pub(crate) async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
+        self.process.exited(within).await
+    }
+
+    /// A request with an optional bearer and JSON body.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let body = body.map(|b| Bytes::from(b.to_string()));
+        send_request(&self.client, &self.base, method, path, bearer, body, &[]).await
     }
 
     /// A `POST` of `body` as JSON with `headers`.

@@ -24,8 +24,13 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/v1/commands/{command_id}:complete"),
     ("GET", "/v1/application/resources"),
     ("POST", "/v1/application/resources:configure"),
+    ("GET", "/v1/reads/{name}"),
+    ("POST", "/v1/reads/{name}:invalidate"),
+    ("POST", "/v1/control"),
+    ("GET", "/v1/status"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/metrics"),
 ];
 
 /// Every variant of [`ErrorCode`].
@@ -290,4 +295,177 @@ async fn real_answers_have_exactly_the_documented_fields() {
     );
     assert!(required(&doc, "Error").is_subset(&sent), "{error}");
     assert!(codes.contains(error["code"].as_str().expect("code")));
+}
+
+/// The operators' answers: `POST /v1/control` and `GET /v1/status`, with every nested object of
+/// the board filled (a waiting command, a paused command, a quota pool, outcomes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_answers_have_exactly_the_documented_fields() {
+    let doc = document();
+    let stack = Stack::start().await;
+    let receipt = stack.enqueue("user-1", &key(), &offer()).await;
+    assert_eq!(receipt.status, StatusCode::ACCEPTED, "{:?}", receipt.body);
+    let id = receipt.data()["command_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let cancelled = stack
+        .post(
+            &format!("/v1/commands/{id}:cancel"),
+            Some(&stack.credential()),
+            "",
+        )
+        .await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{:?}", cancelled.body);
+    assert_eq!(
+        stack.enqueue("user-2", &key(), &offer()).await.status,
+        StatusCode::ACCEPTED
+    );
+    let control = stack
+        .post(
+            "/v1/control",
+            Some(&stack.credential()),
+            r#"{"paused": true, "reason": "fields", "command": "claim"}"#,
+        )
+        .await;
+    assert_eq!(control.status, StatusCode::OK, "{:?}", control.body);
+    assert_exact(
+        &doc,
+        "ControlStateEnvelope",
+        &control.body,
+        "control envelope",
+    );
+    assert_exact(&doc, "ControlState", control.data(), "control");
+
+    let board = stack.get("/v1/status", Some(&stack.credential())).await;
+    assert_eq!(board.status, StatusCode::OK, "{:?}", board.body);
+    assert_exact(&doc, "StatusBoardEnvelope", &board.body, "status envelope");
+    let data = board.data();
+    assert_exact(&doc, "StatusBoard", data, "status");
+    assert_exact(&doc, "StatusPaused", &data["paused"], "status.paused");
+    assert_exact(
+        &doc,
+        "StatusCommand",
+        &data["commands"][0],
+        "status.commands[]",
+    );
+    assert_exact(
+        &doc,
+        "StatusCount",
+        &data["commands"][0]["statuses"][0],
+        "statuses[]",
+    );
+    assert_exact(&doc, "StatusQueues", &data["queues"], "status.queues");
+    assert_exact(
+        &doc,
+        "BusyResource",
+        &data["queues"]["busiest"][0],
+        "busiest[]",
+    );
+    assert_exact(
+        &doc,
+        "StatusInFlight",
+        &data["in_flight"],
+        "status.in_flight",
+    );
+    assert_exact(
+        &doc,
+        "StatusApplicationInFlight",
+        &data["in_flight"]["application"],
+        "in_flight.application",
+    );
+    assert_exact(&doc, "OutcomeSecond", &data["outcomes"][0], "outcomes[]");
+    assert_exact(
+        &doc,
+        "QuotaPoolStatus",
+        &data["quota_pools"][0],
+        "quota_pools[]",
+    );
+}
+
+/// The reads against a real origin: `GET /v1/reads/{name}` (application and subject scope),
+/// `POST /v1/reads/{name}:invalidate`, and an origin failure's `details.reason`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_answers_have_exactly_the_documented_fields() {
+    let doc = document();
+    let origin = crate::reads::OriginServer::start().await;
+    let stack = Stack::with_declaration(&crate::reads::declaration(&origin)).await;
+    let credential = stack.credential();
+    let enum_of = |field: &str| -> BTreeSet<String> {
+        schema(&doc, "ReadView")["properties"][field]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("ReadView.{field} has no enum"))
+            .iter()
+            .map(|v| v.as_str().expect("a string").to_string())
+            .collect()
+    };
+    assert_eq!(
+        enum_of("freshness"),
+        BTreeSet::from(["fresh".to_string(), "stale".to_string()])
+    );
+
+    let view = stack
+        .get("/v1/reads/page?id=fields", Some(&credential))
+        .await;
+    assert_eq!(view.status, StatusCode::OK, "{:?}", view.body);
+    assert_exact(&doc, "ReadViewEnvelope", &view.body, "read envelope");
+    assert_exact(&doc, "ReadView", view.data(), "GET /v1/reads/{name}");
+    assert_eq!(view.data()["freshness"], "fresh");
+    let token = stack.subject_token("user-1");
+    let mine = stack.get("/v1/reads/mine?id=1", Some(&token)).await;
+    assert_eq!(mine.status, StatusCode::OK, "{:?}", mine.body);
+    assert_exact(&doc, "ReadView", mine.data(), "a subject's read");
+
+    let invalidated = stack
+        .post(
+            "/v1/reads/stock:invalidate",
+            Some(&credential),
+            r#"{"dependencies": ["pool:stock", "offer:1"]}"#,
+        )
+        .await;
+    assert_eq!(invalidated.status, StatusCode::OK, "{:?}", invalidated.body);
+    assert_exact(
+        &doc,
+        "InvalidatedDependenciesEnvelope",
+        &invalidated.body,
+        "invalidate envelope",
+    );
+    assert_exact(
+        &doc,
+        "InvalidatedDependencies",
+        invalidated.data(),
+        "POST /v1/reads/{name}:invalidate",
+    );
+    for entry in invalidated.data()["dependencies"]
+        .as_array()
+        .expect("dependencies")
+    {
+        assert_exact(&doc, "InvalidatedDependency", entry, "dependencies[]");
+    }
+    assert_eq!(
+        keys(&serde_json::json!({"dependencies": []})),
+        properties(&doc, "InvalidateReadRequest"),
+        "the request's only field"
+    );
+
+    let reasons: BTreeSet<String> =
+        schema(&doc, "Error")["properties"]["details"]["properties"]["reason"]["enum"]
+            .as_array()
+            .expect("details.reason enum")
+            .iter()
+            .map(|v| v.as_str().expect("a string").to_string())
+            .collect();
+    let broken = stack
+        .get("/v1/reads/broken?id=fields", Some(&credential))
+        .await;
+    assert_eq!(
+        broken.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        broken.body
+    );
+    assert_eq!(keys(&broken.body), properties(&doc, "ErrorEnvelope"));
+    let error = &broken.body["error"];
+    assert!(keys(error).is_subset(&properties(&doc, "Error")), "{error}");
+    assert!(reasons.contains(error["details"]["reason"].as_str().expect("reason")));
 }

@@ -2,7 +2,8 @@
 //! Redis, what [`crate::gateway_process`] and [`crate::executor_processes`] start.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
 
 use sluice_durable::testkit::shared_redis;
 
@@ -16,8 +17,8 @@ pub(crate) struct SluiceProcess {
 }
 
 impl SluiceProcess {
-    /// Starts `sluice <args>` against the stack's database and the shared Redis, with `env` on
-    /// top, logging JSON at `info` to `log`.
+    /// Starts `sluice <args>` against the stack's database and the shared Redis, logging JSON
+    /// at `info` to `log`, with `env` on top (it may override `SLUICE_LOG`).
     pub(crate) fn spawn(
         stack: &Stack,
         args: &[&str],
@@ -30,9 +31,9 @@ impl SluiceProcess {
             .args(args)
             .env("SLUICE_DATABASE_URL", &stack.database_url)
             .env("SLUICE_REDIS_URL", shared_redis().url())
-            .envs(env.iter().copied())
             .env("SLUICE_LOG", "info")
             .env("SLUICE_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -47,6 +48,31 @@ impl SluiceProcess {
 
     pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` (`TERM`, `INT`) through kill(1): the workspace denies `unsafe`, so no
+    /// `libc::kill`.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
+    /// Polls for the process's exit for at most `within`.
+    pub(crate) async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::super::Declaration;
 use super::super::{
     AdmissionBudget, HandlerDecl, IntakeBudget, LimitDecl, ParamDecl, QuotaMode, QuotaPoolDecl,
-    ResourceKeyDecl, parse,
+    ReadDecl, ReadScope, ResourceKeyDecl, parse,
 };
 
 /// The example from the declaration format's documentation.
@@ -34,6 +34,15 @@ limits  = [ { key = "provider:{provider}", per_second = 5 }, { key = "account:{p
 [[quota_pool]]
 code = "offer-stock"
 capacity = 100
+
+[[read]]
+name = "offer"
+origin = "http://127.0.0.1:9000/offers/{id}"
+parameters = { id = { type = "uuid" } }
+scope = "application"            # or "subject"
+fresh_seconds = 2
+stale_seconds = 30
+dependencies = ["offer:{id}"]
 "#;
 
 /// The example, which must parse as written.
@@ -177,6 +186,38 @@ fn example_ocr_defaults() {
 }
 
 #[test]
+fn example_read_with_defaults() {
+    let model = example();
+    assert_eq!(
+        model.reads,
+        vec![ReadDecl {
+            name: "offer".into(),
+            origin: "http://127.0.0.1:9000/offers/{id}".into(),
+            parameters: BTreeMap::from([("id".to_owned(), ParamDecl::Uuid)]),
+            scope: ReadScope::Application,
+            fresh_seconds: 2,
+            stale_seconds: 30,
+            dependencies: vec!["offer:{id}".into()],
+            max_bytes: 262_144,
+            negative_seconds: 5,
+            timeout_ms: 2000,
+        }]
+    );
+    assert!(model.read("offer").is_some());
+    assert!(model.read("claim").is_none());
+}
+
+#[test]
+fn stored_declaration_without_reads_loads() {
+    let mut value = serde_json::to_value(example()).expect("to value");
+    let object = value.as_object_mut().expect("an object");
+    assert!(object.remove("reads").is_some());
+    let back: Declaration = serde_json::from_value(value).expect("from value");
+    assert!(back.reads.is_empty());
+    assert_eq!(back.commands, example().commands);
+}
+
+#[test]
 fn model_round_trips_through_json() {
     let mut model = example();
     model.quota_pools.push(QuotaPoolDecl {
@@ -202,6 +243,12 @@ fn model_round_trips_through_json() {
         },
     );
     model.commands.push(extra);
+    let mut read = model.reads[0].clone();
+    read.name = "mine".into();
+    read.scope = ReadScope::Subject;
+    read.parameters.clear();
+    read.dependencies.clear();
+    model.reads.push(read);
     let json = serde_json::to_string(&model).expect("serializes");
     let back: Declaration = serde_json::from_str(&json).expect("deserializes");
     assert_eq!(back, model);
@@ -221,4 +268,10 @@ fn json_shape_uses_tags() {
     assert_eq!(json["resource_key"]["from"], "input");
     assert_eq!(json["handler"]["kind"], "quota");
     assert_eq!(json["handler"]["mode"], "committed");
+    let read = serde_json::to_value(&model.reads[0]).expect("to value");
+    assert_eq!(read["scope"], "application");
+    assert_eq!(
+        read["parameters"]["id"],
+        serde_json::json!({ "type": "uuid" })
+    );
 }

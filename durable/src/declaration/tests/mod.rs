@@ -2,10 +2,12 @@
 
 mod example;
 mod input;
+mod read_helpers;
 mod rules_command;
 mod rules_handler;
 mod rules_limits;
 mod rules_params;
+mod rules_read;
 
 use super::parse;
 use crate::field_error::FieldError;
@@ -93,6 +95,7 @@ fn empty_document_uses_defaults() {
     assert!(model.namespace.allowed_origins.is_empty());
     assert!(model.commands.is_empty());
     assert!(model.quota_pools.is_empty());
+    assert!(model.reads.is_empty());
 }
 
 #[test]
@@ -103,13 +106,9 @@ fn pools_without_commands_are_allowed() {
 }
 
 #[test]
-fn declared_reads_are_refused() {
-    let text = format!("{}\n[[read]]\ncode = \"r\"\n", doc(&[]));
-    assert_refused(
-        &text,
-        "read",
-        "declared reads are not supported by this version",
-    );
+fn reads_wrong_types_are_refused() {
+    assert_refused("read = 3", "read", "must be an array");
+    assert_refused("read = [1]", "read[0]", "must be a table");
 }
 
 #[test]

@@ -172,6 +172,8 @@ fn decision_of(body: &[u8]) -> Reported {
         result: Option<Value>,
         #[serde(default)]
         error_code: Option<String>,
+        #[serde(default)]
+        invalidate: Option<Value>,
     }
     let Ok(parsed) = serde_json::from_slice::<Body>(body) else {
         return failed(
@@ -180,11 +182,13 @@ fn decision_of(body: &[u8]) -> Reported {
         );
     };
     let result = parsed.result.filter(Value::is_object);
+    let invalidate = dependencies(parsed.invalidate.as_ref());
     match parsed.outcome.as_str() {
         "succeeded" => Reported {
             status: "succeeded",
             result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
             error: None,
+            invalidate,
         },
         "rejected" => Reported {
             status: "rejected",
@@ -193,6 +197,7 @@ fn decision_of(body: &[u8]) -> Reported {
                 "the backend rejected the command".into(),
             )),
             result,
+            invalidate,
         },
         other => failed(
             "WEBHOOK_BAD_ANSWER",
@@ -206,7 +211,38 @@ fn failed(code: &str, message: String) -> Reported {
         status: "failed",
         result: None,
         error: Some((code.into(), message)),
+        invalidate: Vec::new(),
     }
+}
+
+/// The answer's `invalidate` list: at most 100 strings of 1 to 200 characters. The backend has
+/// already acted, so a malformed list does not fail the command: what is unusable is dropped
+/// (and logged), and those views expire by age.
+fn dependencies(list: Option<&Value>) -> Vec<String> {
+    let Some(list) = list else {
+        return Vec::new();
+    };
+    let usable: Vec<String> = list
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|d| !d.is_empty() && d.chars().count() <= 200)
+                .take(100)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if list
+        .as_array()
+        .is_none_or(|items| items.len() != usable.len())
+    {
+        tracing::warn!(
+            "a webhook answer's invalidate list was partly unusable; only strings of 1 to 200 characters, at most 100, are taken"
+        );
+    }
+    usable
 }
 
 /// `Retry-After` as delay-seconds or an HTTP date.
@@ -246,8 +282,24 @@ mod tests {
             Answer::Decided(Reported {
                 status: "succeeded",
                 result: Some(serde_json::json!({"a": 1})),
-                error: None
+                error: None,
+                invalidate: Vec::new(),
             })
+        );
+        let Answer::Decided(named) = classify(
+            StatusCode::OK,
+            None,
+            ok(r#"{"outcome":"succeeded","invalidate":["offer:1","",7,"pool:stock"]}"#),
+        ) else {
+            panic!("a 200 decides")
+        };
+        assert_eq!(
+            named.status, "succeeded",
+            "a bad invalidate list does not fail the command"
+        );
+        assert_eq!(
+            named.invalidate,
+            vec!["offer:1".to_string(), "pool:stock".to_string()]
         );
         let Answer::Decided(rejected) = classify(
             StatusCode::OK,

@@ -28,6 +28,7 @@ pub use store::Outcome;
 use super::claim::Claimed;
 use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
 use crate::DurableError;
+use crate::metrics::{self, HandlerKind};
 use crate::outbox::complete::Reported;
 use crate::outbox::rfc3339;
 use crate::projection::execution::{RateKey, renew, retake};
@@ -97,6 +98,7 @@ pub async fn run(
             )
             .await;
         }
+        let started = std::time::Instant::now();
         let answer = deps
             .client
             .deliver(client::Delivery {
@@ -107,6 +109,7 @@ pub async fn run(
                 timeout: target.timeout.min(remaining),
             })
             .await;
+        metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
         let (retry_after, doubtful, reason) = match answer {
             Answer::Decided(decided) => return decide(deps, row, &decided).await,
             Answer::Running => return running(deps, row, target).await,
@@ -191,7 +194,7 @@ async fn decide(deps: &Deps<'_>, row: &Claimed, decided: &Reported) -> Result<En
         result: decided.result.as_ref(),
         error,
     };
-    land(deps, row, &outcome).await
+    land(deps, row, &outcome, &decided.invalidate).await
 }
 
 /// Out of time: unknown if an attempt may have reached the backend unanswered, else expired.
@@ -221,7 +224,7 @@ async fn deadline(
         result: None,
         error: Some((code, &message)),
     };
-    land(deps, row, &outcome).await
+    land(deps, row, &outcome, &[]).await
 }
 
 async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
@@ -230,13 +233,33 @@ async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> 
         result: None,
         error: Some(("CANCELLED", "cancelled before the backend acted on it")),
     };
-    land(deps, row, &outcome).await
+    land(deps, row, &outcome, &[]).await
 }
 
-async fn land(deps: &Deps<'_>, row: &Claimed, outcome: &Outcome<'_>) -> Result<End, DurableError> {
+/// Lands a result; the dependencies a backend's answer names are invalidated before the result
+/// shows, so whoever sees it and reads the dependent views again finds the old values gone.
+async fn land(
+    deps: &Deps<'_>,
+    row: &Claimed,
+    outcome: &Outcome<'_>,
+    invalidate: &[String],
+) -> Result<End, DurableError> {
     let Some(updated_at) = store::land(deps.pg, row.id, deps.owner, outcome).await? else {
         return Ok(End::Elsewhere);
     };
+    // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
+    metrics::execution_landed(outcome.status);
+    if let Err(error) = crate::projection::cache::invalidate(
+        deps.redis,
+        deps.scripts,
+        deps.keys.application_id(),
+        row.namespace_id,
+        invalidate,
+    )
+    .await
+    {
+        tracing::warn!(%error, command_id = %row.id, "cached views the backend named not invalidated; they expire by age");
+    }
     mirror(deps, row, outcome, updated_at).await;
     Ok(End::Landed)
 }
@@ -273,6 +296,7 @@ async fn running(deps: &Deps<'_>, row: &Claimed, target: &Target) -> Result<End,
         (row.deadline_at - Utc::now()).num_milliseconds().max(0) + RUNNING_GRACE_MS;
     let held: Vec<(String, Uuid)> = target.leases.iter().map(|l| (l.clone(), row.id)).collect();
     if let Err(error) = renew(deps.redis, deps.scripts, &held, until_deadline as u64).await {
+        crate::metrics::storage_error(&error);
         tracing::warn!(command_id = %row.id, %error, "running permits not extended; they lapse with their lease");
     }
     set_status(deps, row.id, "running").await;

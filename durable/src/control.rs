@@ -1,0 +1,251 @@
+//! Operator pauses: an absolute value per namespace or per command.
+//!
+//! PostgreSQL holds the truth (`controls`, with a revision per scope and an audit row per
+//! change); Redis holds a copy `intake.lua` reads to refuse at once. Three things make a pause
+//! hold whatever fails:
+//! - Acceptance re-checks `controls` in its own INSERT, so a pause Redis never learned (or lost)
+//!   still refuses every new command.
+//! - A change takes the namespace's control lock exclusively, and every group-commit batch takes
+//!   it shared before its INSERT ([`lock_namespaces_shared`]): the change waits for batches
+//!   already inserting, and batches after it see it. Once a pause has answered, no command of
+//!   the namespace is accepted by a transaction that started before it either.
+//! - The Redis copy is written only after the commit, with the scope's revision (`control.lua`:
+//!   newest wins), by the call itself, every rebuild and every executor catalog refresh. A lost
+//!   write converges within seconds and an old value never overwrites a newer one.
+
+use fred::prelude::*;
+use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+use crate::DurableError;
+use crate::projection::{AppKeys, Scripts};
+use crate::tenancy::audit;
+
+/// One scope's pause state as PostgreSQL holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseState {
+    pub namespace_id: Uuid,
+    /// `None` for the whole namespace.
+    pub command: Option<String>,
+    pub paused: bool,
+    /// Starts at 0 for a scope never set; every change adds one, a repeat adds nothing.
+    pub revision: i64,
+}
+
+impl PauseState {
+    fn scope(&self) -> String {
+        match &self.command {
+            Some(command) => format!("{}:{command}", self.namespace_id),
+            None => self.namespace_id.to_string(),
+        }
+    }
+}
+
+/// A pause or resume as an operator asked for it.
+#[derive(Debug, Clone)]
+pub struct SetPause<'a> {
+    pub application_id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: Option<&'a str>,
+    pub paused: bool,
+    pub reason: &'a str,
+    pub actor: &'a str,
+}
+
+/// Sets the pause value of one scope and propagates it to Redis.
+///
+/// Refuses with [`DurableError::Unavailable`] before changing anything when Redis is
+/// unreachable. If Redis fails between the commit and the propagation the error is the same,
+/// and the stored value may have changed: repeating the call is safe (a repeat changes nothing
+/// in PostgreSQL and writes Redis again).
+pub async fn set_pause(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    change: &SetPause<'_>,
+) -> Result<PauseState, DurableError> {
+    require_redis(redis).await?;
+    let mut tx = pg.begin().await?;
+    // The namespace's control lock, exclusive: see [`lock_namespaces_shared`] for its other side.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:control:' || $1::text, 0))")
+        .bind(change.namespace_id)
+        .execute(&mut *tx)
+        .await?;
+    let command = change.command.unwrap_or("");
+    let before: Option<(bool, i64)> = sqlx::query_as(
+        "SELECT paused, revision FROM controls WHERE namespace_id = $1 AND command = $2",
+    )
+    .bind(change.namespace_id)
+    .bind(command)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let revision = match before {
+        Some((paused, revision)) if paused == change.paused => revision,
+        // Resuming a scope that was never paused: there is nothing to change or audit.
+        None if !change.paused => 0,
+        _ => {
+            // clock_timestamp(), not now(): the moment the lock was held, after every batch
+            // that was inserting had committed.
+            let revision: i64 = sqlx::query_scalar(
+                "INSERT INTO controls (namespace_id, command, paused, reason, revision, updated_at)
+                 VALUES ($1, $2, $3, $4, 1, clock_timestamp())
+                 ON CONFLICT (namespace_id, command) DO UPDATE
+                    SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
+                        revision = controls.revision + 1, updated_at = clock_timestamp()
+                 RETURNING revision",
+            )
+            .bind(change.namespace_id)
+            .bind(command)
+            .bind(change.paused)
+            .bind(change.reason)
+            .fetch_one(&mut *tx)
+            .await?;
+            audit(
+                &mut tx,
+                change.application_id,
+                Some(change.namespace_id),
+                change.actor,
+                if change.paused {
+                    "control.pause"
+                } else {
+                    "control.resume"
+                },
+                serde_json::json!({
+                    "command": change.command,
+                    "paused": change.paused,
+                    "before": before.map(|(paused, _)| paused),
+                    "reason": change.reason,
+                    "revision": revision.to_string(),
+                }),
+            )
+            .await?;
+            revision
+        }
+    };
+    tx.commit().await?;
+    let state = PauseState {
+        namespace_id: change.namespace_id,
+        command: change.command.map(str::to_string),
+        paused: change.paused,
+        revision,
+    };
+    store_in_redis(
+        redis,
+        scripts,
+        change.application_id,
+        std::slice::from_ref(&state),
+    )
+    .await
+    .map_err(|error| {
+        DurableError::Unavailable(format!(
+            "the pause was stored but Redis did not take it ({error}); repeat the same call"
+        ))
+    })?;
+    Ok(state)
+}
+
+/// Fails fast, before any change, when no Redis connection is up.
+async fn require_redis(redis: &Pool) -> Result<(), DurableError> {
+    let client = redis.next_connected();
+    if client.is_connected() {
+        Ok(())
+    } else {
+        Err(DurableError::Unavailable(
+            "Redis is unreachable; nothing was changed".into(),
+        ))
+    }
+}
+
+/// Takes the control locks of a batch's namespaces, shared, in one statement. Must run in the
+/// batch's transaction before its INSERT, as a statement of its own: the INSERT's snapshot is
+/// then taken after any pause that held the lock has committed.
+pub async fn lock_namespaces_shared(
+    conn: &mut PgConnection,
+    namespaces: &[Uuid],
+) -> Result<(), DurableError> {
+    // Sorted and distinct: every batch takes its locks in the same order, so two batches never
+    // wait on each other through pauses queued between them.
+    let mut ordered = namespaces.to_vec();
+    ordered.sort_unstable();
+    ordered.dedup();
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended('sluice:control:' || n::text, 0))
+           FROM unnest($1::uuid[]) AS n",
+    )
+    .bind(&ordered)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Every pause scope of a namespace that was ever set.
+pub async fn namespace_pauses(
+    pg: &PgPool,
+    namespace_id: Uuid,
+) -> Result<Vec<PauseState>, DurableError> {
+    let rows = sqlx::query(
+        "SELECT namespace_id, command, paused, revision FROM controls
+          WHERE namespace_id = $1 ORDER BY command",
+    )
+    .bind(namespace_id)
+    .fetch_all(pg)
+    .await?;
+    rows.iter().map(pause_from_row).collect()
+}
+
+fn pause_from_row(row: &sqlx::postgres::PgRow) -> Result<PauseState, DurableError> {
+    let command: String = row.try_get("command")?;
+    Ok(PauseState {
+        namespace_id: row.try_get("namespace_id")?,
+        command: (!command.is_empty()).then_some(command),
+        paused: row.try_get("paused")?,
+        revision: row.try_get("revision")?,
+    })
+}
+
+/// Writes pause states where `intake.lua` reads them; an older revision never overwrites a
+/// newer one.
+pub async fn store_in_redis(
+    redis: &Pool,
+    scripts: &Scripts,
+    application_id: Uuid,
+    states: &[PauseState],
+) -> Result<(), DurableError> {
+    if states.is_empty() {
+        return Ok(());
+    }
+    let mut args: Vec<Value> = Vec::with_capacity(states.len() * 3);
+    for state in states {
+        args.push(state.scope().into());
+        args.push(if state.paused { "1" } else { "0" }.into());
+        args.push(state.revision.into());
+    }
+    let _: i64 = scripts
+        .control
+        .call(redis, vec![AppKeys::new(application_id).meta()], args)
+        .await?;
+    Ok(())
+}
+
+/// Reads every pause of an application from PostgreSQL, as committed now, and stores them in
+/// Redis (rebuilds, catalog refreshes).
+pub async fn refresh_in_redis(
+    pg: &PgPool,
+    redis: &Pool,
+    scripts: &Scripts,
+    application_id: Uuid,
+) -> Result<(), DurableError> {
+    let rows = sqlx::query(
+        "SELECT c.namespace_id, c.command, c.paused, c.revision FROM controls c
+           JOIN namespaces n ON n.id = c.namespace_id
+          WHERE n.application_id = $1",
+    )
+    .bind(application_id)
+    .fetch_all(pg)
+    .await?;
+    let states = rows
+        .iter()
+        .map(pause_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    store_in_redis(redis, scripts, application_id, &states).await
+}

@@ -1,0 +1,1592 @@
+//! `GET /v1/status` against real servers: every figure of the board equals what the test
+//! computes on its own (its own SQL over `commands` and `quota_pools`, `ZCARD`/`ZCOUNT` of the
+//! live Redis keys), the pause flags follow `POST /v1/control`, only `status:read` opens it, it
+//! still answers from PostgreSQL while Redis is gone, and with a million rows in the namespace
+//! none of its queries scans `commands`. At the Lua level: `status.lua` reads only its own
+//! namespace and live permits, and `finish.lua` / `finish_waiting.lua` count each command's
+//! outcome exactly once whoever mirrors it, however many times.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use fred::prelude::*;
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use sluice_durable::executor::Executor;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::execution::{AdmitLimits, Finished, finish};
+use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
+use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
+use sluice_durable::tenancy;
+use sluice_durable::testkit::RedisServer;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::execution::{
+    OPEN_ADMISSION, cancel, enqueue_command, fast_executor, pool, quota_command,
+};
+use crate::lua_fixture;
+use crate::support::*;
+use crate::webhook_backend::{Answer, Backend, handler};
+use crate::webhooks::{ACCOUNT_LIMIT, complete, enqueue_ocr, ocr_declaration, stack_with};
+
+const TERMINAL: [&str; 5] = ["succeeded", "rejected", "failed", "expired", "cancelled"];
+
+// ---------------------------------------------------------------------------------------------
+// What the board says, and what the servers hold.
+// ---------------------------------------------------------------------------------------------
+
+/// The board's `data` as `bearer` gets it (must be `200`).
+async fn board(stack: &Stack, bearer: &str) -> Value {
+    let reply = stack.get("/v1/status", Some(bearer)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    reply.data().clone()
+}
+
+/// Unfinished rows of `namespace` per (command, status): count and oldest `accepted_at`,
+/// computed with the test's own SQL (terminal statuses excluded, not unfinished ones listed).
+async fn pg_unfinished(
+    stack: &Stack,
+    namespace: Uuid,
+) -> BTreeMap<(String, String), (i64, DateTime<Utc>)> {
+    sqlx::query_as::<_, (String, String, i64, DateTime<Utc>)>(
+        "SELECT command, status, count(*), min(accepted_at) FROM commands
+          WHERE namespace_id = $1
+            AND status NOT IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')
+          GROUP BY command, status",
+    )
+    .bind(namespace)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("unfinished rows")
+    .into_iter()
+    .map(|(command, status, n, oldest)| ((command, status), (n, oldest)))
+    .collect()
+}
+
+/// Every row of `namespace` per (command, status).
+async fn pg_statuses(stack: &Stack, namespace: Uuid) -> BTreeMap<(String, String), i64> {
+    sqlx::query_as::<_, (String, String, i64)>(
+        "SELECT command, status, count(*) FROM commands WHERE namespace_id = $1 GROUP BY 1, 2",
+    )
+    .bind(namespace)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("rows by status")
+    .into_iter()
+    .map(|(command, status, n)| ((command, status), n))
+    .collect()
+}
+
+fn expect_statuses(pairs: &[(&str, &str, i64)]) -> BTreeMap<(String, String), i64> {
+    pairs
+        .iter()
+        .map(|(c, s, n)| ((c.to_string(), s.to_string()), *n))
+        .collect()
+}
+
+/// A decimal-string count of the board.
+fn dec(value: &Value) -> i64 {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("a decimal string, not {value}"))
+        .parse()
+        .expect("a decimal count")
+}
+
+/// The board's command entry `code`.
+fn command_of<'a>(board: &'a Value, code: &str) -> &'a Value {
+    board["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .find(|c| c["command"] == code)
+        .unwrap_or_else(|| panic!("no command {code} on the board: {}", board["commands"]))
+}
+
+/// The per-command statuses and `waiting` of the board equal PostgreSQL's rows: same
+/// (command, status) pairs, same counts, same oldest `accepted_at` (to the millisecond shown).
+async fn assert_counts_match(stack: &Stack, namespace: Uuid, board: &Value) {
+    let truth = pg_unfinished(stack, namespace).await;
+    let mut shown = BTreeMap::new();
+    for command in board["commands"].as_array().expect("commands") {
+        let code = command["command"].as_str().expect("code").to_string();
+        let mut accepted = 0;
+        for entry in command["statuses"].as_array().expect("statuses") {
+            let status = entry["status"].as_str().expect("status").to_string();
+            let oldest =
+                DateTime::parse_from_rfc3339(entry["oldest_accepted_at"].as_str().expect("oldest"))
+                    .expect("RFC 3339")
+                    .with_timezone(&Utc);
+            if status == "accepted" {
+                accepted = dec(&entry["count"]);
+            }
+            let previous = shown.insert((code.clone(), status), (dec(&entry["count"]), oldest));
+            assert!(previous.is_none(), "a status shown twice: {command}");
+        }
+        assert_eq!(
+            dec(&command["waiting"]),
+            accepted,
+            "waiting is the accepted count: {command}"
+        );
+    }
+    let expected: BTreeMap<_, _> = truth.iter().map(|(k, (n, _))| (k.clone(), *n)).collect();
+    let counted: BTreeMap<_, _> = shown.iter().map(|(k, (n, _))| (k.clone(), *n)).collect();
+    assert_eq!(counted, expected, "counts per command and status");
+    for (key, (_, oldest)) in &truth {
+        assert_eq!(
+            shown[key].1.timestamp_millis(),
+            oldest.timestamp_millis(),
+            "oldest accepted_at of {key:?}"
+        );
+    }
+}
+
+/// The quota pools of the board equal the table.
+async fn assert_pools_match(stack: &Stack, namespace: Uuid, board: &Value) {
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT code, capacity, allocated, reserved FROM quota_pools WHERE namespace_id = $1
+          ORDER BY code",
+    )
+    .bind(namespace)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("pools");
+    let expected: Vec<Value> = rows
+        .into_iter()
+        .map(|(code, capacity, allocated, reserved)| {
+            json!({"code": code, "capacity": capacity, "allocated": allocated,
+                   "reserved": reserved, "available": capacity - allocated - reserved})
+        })
+        .collect();
+    assert_eq!(board["quota_pools"], json!(expected), "quota pools");
+}
+
+fn now_ms() -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    now.as_millis() as f64
+}
+
+/// Live members (expiry after now) of a lease zset.
+async fn live(redis: &Pool, key: &str) -> i64 {
+    redis
+        .next()
+        .zcount(key, now_ms() + 1.0, f64::INFINITY)
+        .await
+        .expect("zcount")
+}
+
+async fn zcard(redis: &Pool, key: &str) -> i64 {
+    redis.next().zcard(key).await.expect("zcard")
+}
+
+/// An executor in this process, and the task to await once its token is cancelled (so the
+/// test knows it has stopped, not merely that it was asked to).
+fn spawn_executor(stack: &Stack) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let shutdown = CancellationToken::new();
+    let executor = Executor::new(stack.pg.clone(), stack.redis.clone(), fast_executor());
+    let running = tokio::spawn(executor.run(shutdown.clone()));
+    (shutdown, running)
+}
+
+/// Every whole second of outcomes the board showed, read in the background every 50 ms. A
+/// second the board shows is over (the current one is never shown), so its figures must never
+/// change afterwards; the sum over all seconds seen is what finished while watching.
+struct OutcomeLog {
+    seconds: Arc<Mutex<BTreeMap<String, Value>>>,
+    changed: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+}
+
+impl OutcomeLog {
+    fn watch(stack: Arc<Stack>, bearer: String) -> OutcomeLog {
+        let log = OutcomeLog {
+            seconds: Arc::default(),
+            changed: Arc::default(),
+            stop: CancellationToken::new(),
+        };
+        let (seconds, changed, stop) = (log.seconds.clone(), log.changed.clone(), log.stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let reply = stack.get("/v1/status", Some(&bearer)).await;
+                if reply.status == StatusCode::OK {
+                    let mut seen = seconds.lock().expect("outcome log");
+                    for second in reply.data()["outcomes"].as_array().into_iter().flatten() {
+                        let at = second["second"].as_str().expect("second").to_string();
+                        match seen.get(&at) {
+                            Some(before) if before != second => changed
+                                .lock()
+                                .expect("changes")
+                                .push(format!("{at}: {before} then {second}")),
+                            Some(_) => {}
+                            None => {
+                                seen.insert(at, second.clone());
+                            }
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        });
+        log
+    }
+
+    /// Outcomes per final status over every second seen.
+    fn totals(&self) -> BTreeMap<String, i64> {
+        let seen = self.seconds.lock().expect("outcome log");
+        TERMINAL
+            .iter()
+            .map(|status| {
+                let sum = seen
+                    .values()
+                    .map(|s| s[*status].as_i64().expect("a count"))
+                    .sum();
+                (status.to_string(), sum)
+            })
+            .collect()
+    }
+}
+
+impl Drop for OutcomeLog {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Terminal rows of `namespace` per status (all statuses present, 0 when none).
+async fn pg_finished(stack: &Stack, namespace: Uuid) -> BTreeMap<String, i64> {
+    let rows = pg_statuses(stack, namespace).await;
+    TERMINAL
+        .iter()
+        .map(|status| {
+            let n = rows
+                .iter()
+                .filter(|((_, s), _)| s == status)
+                .map(|(_, n)| n)
+                .sum();
+            (status.to_string(), n)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The board of a live namespace.
+// ---------------------------------------------------------------------------------------------
+
+/// Two commands (a quota `claim`, a webhook `ocr` whose backend answers `202`, one in flight per
+/// account) over several resources: claims executed and waiting, ocr running and waiting behind
+/// their account's limit, results landed twice and cancels made twice; a second namespace of
+/// the same application with deeper queues. Every figure of the board equals PostgreSQL (the
+/// test's own SQL) or the live Redis keys, and the outcomes per second add up to exactly the
+/// commands that finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_board_equals_postgres_and_the_live_projection() {
+    let backend = Backend::start(handler(|_| async { Answer::status(202) })).await;
+    let declaration = quota_command("claim", OPEN_ADMISSION, "", "stock")
+        + &pool("stock", 3)
+        + &ocr_declaration(&backend.url("/ocr"), 10_000, 600, ACCOUNT_LIMIT);
+    let stack = Arc::new(stack_with(&backend, &declaration).await);
+    let ns = stack.creds.namespace_id;
+    let keys = stack.keys();
+    let operator = credential_with_scopes(&stack, ns, &["status:read"]).await;
+    let outcomes = OutcomeLog::watch(stack.clone(), operator.clone());
+
+    // Another namespace of the same application: its queues share the ready set.
+    let other = bootstrap_namespace(&stack, "other", vec![], false).await;
+    tenancy::apply_declaration(
+        &stack.pg,
+        other.namespace_id,
+        &(quota_command("claim", OPEN_ADMISSION, "", "stock") + &pool("stock", 10)),
+        "test",
+        None,
+    )
+    .await
+    .expect("declare the other namespace");
+
+    // 1. With an executor: six claims over three offers (three allocated, three sold out), six
+    //    ocr over three accounts (one running per account; the rest wait behind the limit).
+    let (executor, running) = spawn_executor(&stack);
+    let offers: Vec<String> = (0..3).map(|_| offer()).collect();
+    for i in 0..6 {
+        let reply = enqueue_command(
+            &stack,
+            "claim",
+            &format!("buyer-{i}"),
+            &key(),
+            &offers[i % 3],
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    }
+    let mut ocr: HashMap<&str, Vec<String>> = HashMap::new();
+    for (account, n) in [("a", 3), ("b", 2), ("c", 1)] {
+        for j in 0..n {
+            let id = enqueue_ocr(
+                &stack,
+                &format!("reader-{account}{j}"),
+                "gitee",
+                account,
+                "d",
+            )
+            .await;
+            ocr.entry(account).or_default().push(id);
+        }
+    }
+    let settled = expect_statuses(&[
+        ("claim", "succeeded", 3),
+        ("claim", "rejected", 3),
+        ("ocr", "running", 3),
+        ("ocr", "accepted", 3),
+    ]);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            pg_statuses(&stack, ns).await == settled
+        })
+        .await,
+        "claims decided and one ocr running per account: {:?}",
+        pg_statuses(&stack, ns).await
+    );
+    executor.cancel();
+    running.await.expect("the executor stops");
+
+    // 2. No executor any more: claims waiting on two offers; five waiting on one offer of the
+    //    other namespace, deeper than any queue of this one.
+    let (x, y, z) = (offer(), offer(), offer());
+    let mut waiting_claims = Vec::new();
+    for (i, offer_id) in [&x, &x, &x, &y].into_iter().enumerate() {
+        let reply = enqueue_command(&stack, "claim", &format!("late-{i}"), &key(), offer_id).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        waiting_claims.push(reply.data()["command_id"].as_str().expect("id").to_string());
+    }
+    for i in 0..5 {
+        let body =
+            json!({"request_key": key(), "subject": format!("o-{i}"), "input": {"offer": z}});
+        let reply = stack
+            .post(
+                "/v1/commands/claim:enqueue",
+                Some(&other.credential),
+                &body.to_string(),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    }
+
+    // 3. Results through the gateway, each twice: account c's ocr lands (finish.lua), a waiting
+    //    ocr of account a and a waiting claim are cancelled (finish_waiting.lua).
+    for _ in 0..2 {
+        let landed = complete(&stack, &ocr["c"][0], json!({"outcome": "succeeded"})).await;
+        assert_eq!(landed.status, StatusCode::OK, "{:?}", landed.body);
+        for id in [&ocr["a"][1], &waiting_claims[0]] {
+            let cancelled = cancel(&stack, id).await;
+            assert_eq!(cancelled.status, StatusCode::OK, "{:?}", cancelled.body);
+            assert_eq!(cancelled.data()["status"], "cancelled");
+        }
+    }
+    assert_eq!(
+        pg_statuses(&stack, ns).await,
+        expect_statuses(&[
+            ("claim", "succeeded", 3),
+            ("claim", "rejected", 3),
+            ("claim", "cancelled", 1),
+            ("claim", "accepted", 3),
+            ("ocr", "running", 2),
+            ("ocr", "accepted", 2),
+            ("ocr", "succeeded", 1),
+            ("ocr", "cancelled", 1),
+        ])
+    );
+
+    let shown = board(&stack, &operator).await;
+    println!("status board: {shown:#}");
+
+    // Head: this namespace, the trusted generation, ready.
+    let generation: i64 =
+        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+            .bind(stack.creds.application_id)
+            .fetch_one(&stack.pg)
+            .await
+            .expect("generation");
+    assert_eq!(shown["namespace"], json!(ns));
+    assert_eq!(shown["generation"], json!(generation.to_string()));
+    assert_eq!(shown["ready"], true);
+    assert_eq!(shown["projection_reachable"], true);
+    assert_eq!(shown["paused"], json!({"namespace": false, "commands": []}));
+
+    // PostgreSQL's part.
+    assert_counts_match(&stack, ns, &shown).await;
+    assert_pools_match(&stack, ns, &shown).await;
+    assert_eq!(
+        shown["quota_pools"],
+        json!([{"code": "stock", "capacity": 3, "allocated": 3, "reserved": 0, "available": 0}])
+    );
+    let codes: Vec<&str> = shown["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| c["command"].as_str().expect("code"))
+        .collect();
+    assert_eq!(codes, ["claim", "ocr"], "declared commands, in order");
+    assert_eq!(command_of(&shown, "claim")["handler"], "quota");
+    assert_eq!(command_of(&shown, "ocr")["handler"], "webhook");
+    assert_eq!(command_of(&shown, "ocr")["max_in_flight"], 1000);
+    assert_eq!(command_of(&shown, "claim")["waiting"], "3");
+    assert_eq!(command_of(&shown, "ocr")["waiting"], "2");
+
+    // Queues: exactly this namespace's queues with waiting commands (from PostgreSQL), deepest
+    // first, each as deep as its Redis queue.
+    let by_resource: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT command, resource_key, count(*) FROM commands
+          WHERE namespace_id = $1 AND status = 'accepted' GROUP BY 1, 2",
+    )
+    .bind(ns)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("queues");
+    let queues = &shown["queues"];
+    let busiest = queues["busiest"].as_array().expect("busiest");
+    let listed: HashSet<(String, String, i64)> = busiest
+        .iter()
+        .map(|q| {
+            (
+                q["command"].as_str().expect("command").to_string(),
+                q["resource_key"].as_str().expect("resource").to_string(),
+                q["waiting"].as_i64().expect("waiting"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        by_resource.iter().cloned().collect::<HashSet<_>>(),
+        "busiest queues"
+    );
+    assert_eq!(busiest.len(), by_resource.len(), "{busiest:?}");
+    assert_eq!(queues["resources_waiting"], json!(by_resource.len()));
+    assert_eq!(
+        queues["scanned"],
+        json!(zcard(&stack.redis, &keys.ready()).await)
+    );
+    let depths: Vec<i64> = busiest
+        .iter()
+        .map(|q| q["waiting"].as_i64().unwrap_or(-1))
+        .collect();
+    assert!(
+        depths.windows(2).all(|w| w[0] >= w[1]),
+        "deepest first: {depths:?}"
+    );
+    assert_eq!(depths.first(), Some(&2), "{busiest:?}");
+    for q in busiest {
+        let (command, resource) = (
+            q["command"].as_str().expect("command"),
+            q["resource_key"].as_str().expect("resource"),
+        );
+        assert_ne!(resource, z, "another namespace's queue shows");
+        assert_eq!(
+            q["waiting"].as_i64(),
+            Some(zcard(&stack.redis, &keys.queue(ns, command, resource)).await),
+            "{q}"
+        );
+        let suffix = AppKeys::queue_suffix(ns, command, resource);
+        assert_eq!(
+            q["in_flight"].as_i64(),
+            Some(live(&stack.redis, &keys.resource_leases(&suffix)).await),
+            "{q}"
+        );
+    }
+
+    // In flight: the live members of the lease zsets.
+    let app_live = live(&stack.redis, &keys.application_leases()).await;
+    assert_eq!(app_live, 2, "the two running ocr hold application permits");
+    assert_eq!(
+        shown["in_flight"]["application"]["in_flight"],
+        json!(app_live)
+    );
+    let max_concurrency: i64 =
+        sqlx::query_scalar("SELECT max_concurrency FROM applications WHERE id = $1")
+            .bind(stack.creds.application_id)
+            .fetch_one(&stack.pg)
+            .await
+            .expect("max_concurrency");
+    assert_eq!(
+        shown["in_flight"]["application"]["max_concurrency"],
+        json!(max_concurrency)
+    );
+    for code in ["claim", "ocr"] {
+        assert_eq!(
+            command_of(&shown, code)["in_flight"],
+            json!(live(&stack.redis, &keys.command_leases(ns, code)).await),
+            "{code}"
+        );
+    }
+    assert_eq!(command_of(&shown, "ocr")["in_flight"], 2);
+    let holders: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT k->>1, count(*) FROM commands, jsonb_array_elements(limit_keys) AS k
+          WHERE namespace_id = $1 AND status IN ('executing', 'running', 'retry_wait')
+          GROUP BY 1",
+    )
+    .bind(ns)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("holders")
+    .into_iter()
+    .collect();
+    assert_eq!(
+        holders.keys().collect::<HashSet<_>>(),
+        HashSet::from([
+            &"account:gitee:a".to_string(),
+            &"account:gitee:b".to_string()
+        ])
+    );
+    let limit_keys = shown["in_flight"]["limit_keys"]
+        .as_array()
+        .expect("limit keys");
+    assert_eq!(limit_keys.len(), holders.len(), "{limit_keys:?}");
+    for entry in limit_keys {
+        let key = entry["key"].as_str().expect("key");
+        assert_eq!(
+            entry["holders"].as_i64(),
+            holders.get(key).copied(),
+            "{entry}"
+        );
+        let held = live(&stack.redis, &keys.limit_leases(ns, key)).await;
+        assert_eq!(held, 1, "{key}");
+        assert_eq!(entry["in_flight"], json!(held), "{entry}");
+    }
+
+    // Outcomes: every second seen adds up to exactly the commands that finished, each once.
+    let finished = pg_finished(&stack, ns).await;
+    assert_eq!(
+        finished.values().sum::<i64>(),
+        9,
+        "3 + 1 succeeded, 3 rejected, 2 cancelled: {finished:?}"
+    );
+    let added_up = eventually(Duration::from_secs(15), || async {
+        outcomes.totals() == finished
+    })
+    .await;
+    assert!(
+        added_up,
+        "outcomes seen {:?}, finished {finished:?}; seconds {:?}",
+        outcomes.totals(),
+        outcomes.seconds.lock().expect("log")
+    );
+    let changed = outcomes.changed.lock().expect("changes").clone();
+    assert!(changed.is_empty(), "a past second changed: {changed:?}");
+
+    // The other namespace's board shows its own queue and nothing of this one.
+    let theirs = board(&stack, &other.credential).await;
+    assert_eq!(theirs["namespace"], json!(other.namespace_id));
+    let their_busiest = theirs["queues"]["busiest"].as_array().expect("busiest");
+    assert_eq!(their_busiest.len(), 1, "{their_busiest:?}");
+    assert_eq!(their_busiest[0]["resource_key"], json!(z));
+    assert_eq!(their_busiest[0]["waiting"], 5);
+    assert_eq!(theirs["in_flight"]["limit_keys"], json!([]));
+    assert_counts_match(&stack, other.namespace_id, &theirs).await;
+    assert_eq!(
+        theirs["outcomes"]
+            .as_array()
+            .expect("outcomes")
+            .iter()
+            .map(|s| TERMINAL
+                .iter()
+                .map(|t| s[*t].as_i64().unwrap_or(-1))
+                .sum::<i64>())
+            .sum::<i64>(),
+        0,
+        "no outcomes in the other namespace"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pauses, scopes, parameters.
+// ---------------------------------------------------------------------------------------------
+
+async fn control(stack: &Stack, bearer: &str, body: Value) {
+    let reply = stack
+        .post("/v1/control", Some(bearer), &body.to_string())
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+}
+
+/// (namespace paused, paused commands, per-command flags) of the board.
+fn pause_flags(board: &Value) -> (bool, Value, Vec<(String, bool)>) {
+    let per_command = board["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| {
+            (
+                c["command"].as_str().expect("code").to_string(),
+                c["paused"].as_bool().expect("paused"),
+            )
+        })
+        .collect();
+    (
+        board["paused"]["namespace"]
+            .as_bool()
+            .expect("namespace flag"),
+        board["paused"]["commands"].clone(),
+        per_command,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_flags_follow_the_controls() {
+    let declaration = quota_command("claim", OPEN_ADMISSION, "", "stock")
+        + &quota_command("refund", OPEN_ADMISSION, "", "stock")
+        + &pool("stock", 10);
+    let stack = Stack::with_declaration(&declaration).await;
+    let ns = stack.creds.namespace_id;
+    let operator = credential_with_scopes(&stack, ns, &["status:read", "control:manage"]).await;
+    let flags = |claim: bool, refund: bool| {
+        vec![("claim".to_string(), claim), ("refund".to_string(), refund)]
+    };
+
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (false, json!([]), flags(false, false))
+    );
+    control(&stack, &operator, json!({"paused": true, "reason": "x"})).await;
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (true, json!([]), flags(false, false)),
+        "the namespace is paused, no command by itself"
+    );
+    control(
+        &stack,
+        &operator,
+        json!({"paused": true, "reason": "x", "command": "claim"}),
+    )
+    .await;
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (true, json!(["claim"]), flags(true, false))
+    );
+    control(&stack, &operator, json!({"paused": false, "reason": "x"})).await;
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (false, json!(["claim"]), flags(true, false)),
+        "resuming the namespace leaves the command's own pause"
+    );
+    // Absolute: the same call again changes nothing.
+    control(
+        &stack,
+        &operator,
+        json!({"paused": true, "reason": "again", "command": "claim"}),
+    )
+    .await;
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (false, json!(["claim"]), flags(true, false))
+    );
+    control(
+        &stack,
+        &operator,
+        json!({"paused": false, "reason": "x", "command": "claim"}),
+    )
+    .await;
+    assert_eq!(
+        pause_flags(&board(&stack, &operator).await),
+        (false, json!([]), flags(false, false))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_needs_status_read_and_takes_no_parameters() {
+    let stack = Stack::start().await;
+    let ns = stack.creds.namespace_id;
+    let reader = credential_with_scopes(&stack, ns, &["status:read"]).await;
+    // Every other scope a namespace credential can hold.
+    let others = credential_with_scopes(
+        &stack,
+        ns,
+        &[
+            "commands:enqueue",
+            "commands:read",
+            "commands:cancel",
+            "commands:complete",
+            "reads:read",
+            "reads:invalidate",
+            "quotas:manage",
+            "control:manage",
+            "declarations:manage",
+            "application:resources:read",
+            "application:resources:manage",
+        ],
+    )
+    .await;
+
+    assert_eq!(board(&stack, &reader).await["namespace"], json!(ns));
+    assert_eq!(
+        board(&stack, &stack.credential()).await["namespace"],
+        json!(ns),
+        "the bootstrap credential holds every namespace scope"
+    );
+    let token = stack.subject_token("user-1");
+    for (who, bearer) in [("without status:read", others), ("a subject token", token)] {
+        let reply = stack.get("/v1/status", Some(&bearer)).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::FORBIDDEN,
+            "{who}: {:?}",
+            reply.body
+        );
+        assert_eq!(reply.code(), "PERMISSION_DENIED", "{who}: {:?}", reply.body);
+    }
+    let anonymous = stack.get("/v1/status", None).await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::UNAUTHORIZED,
+        "{:?}",
+        anonymous.body
+    );
+    assert_eq!(anonymous.code(), "UNAUTHENTICATED");
+
+    for (query, field) in [
+        ("verbose=1", "verbose"),
+        (&*format!("namespace={ns}"), "namespace"),
+        ("top", "top"),
+    ] {
+        let reply = stack
+            .get(&format!("/v1/status?{query}"), Some(&reader))
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {:?}",
+            reply.body
+        );
+        assert_eq!(reply.code(), "INVALID_ARGUMENT", "{query}");
+        assert_eq!(reply.field(), field, "{query}: {:?}", reply.body);
+    }
+    // An empty query string is no parameter.
+    let bare = stack.get("/v1/status?", Some(&reader)).await;
+    assert_eq!(bare.status, StatusCode::OK, "{:?}", bare.body);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis gone.
+// ---------------------------------------------------------------------------------------------
+
+/// Redis killed under the gateway: the board is still `200`, from PostgreSQL, says the
+/// projection cannot be read (`projection_reachable: false`, `ready: false`, projection figures
+/// `null`), and its PostgreSQL counts are right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_the_board_answers_from_postgres() {
+    let mut redis = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis");
+    let stack = Stack::start_with(StackOptions {
+        redis_url: Some(redis.url()),
+        ..StackOptions::default()
+    })
+    .await;
+    let ns = stack.creds.namespace_id;
+    let operator = credential_with_scopes(&stack, ns, &["status:read", "control:manage"]).await;
+    let (a, b) = (offer(), offer());
+    for (i, offer_id) in [&a, &a, &a, &b, &b].into_iter().enumerate() {
+        let reply = stack.enqueue(&format!("user-{i}"), &key(), offer_id).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    }
+    control(
+        &stack,
+        &operator,
+        json!({"paused": true, "reason": "x", "command": "claim"}),
+    )
+    .await;
+    let healthy = board(&stack, &operator).await;
+    assert_eq!(healthy["projection_reachable"], true);
+    assert_eq!(healthy["ready"], true);
+    assert_eq!(healthy["queues"]["resources_waiting"], 2);
+
+    redis = tokio::task::spawn_blocking(move || {
+        redis.kill();
+        redis
+    })
+    .await
+    .expect("kill redis");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            stack.redis.clients().iter().all(|c| !c.is_connected())
+        })
+        .await,
+        "the gateway notices that Redis is gone"
+    );
+
+    let asked = Instant::now();
+    let shown = board(&stack, &operator).await;
+    let took = asked.elapsed();
+    println!("status board without Redis in {took:?}: {shown:#}");
+    assert!(took < Duration::from_secs(2), "answered in {took:?}");
+    assert_eq!(shown["projection_reachable"], false);
+    assert_eq!(shown["ready"], false);
+    assert_eq!(shown["generation"], healthy["generation"]);
+    assert_eq!(shown["queues"], Value::Null);
+    assert_eq!(shown["outcomes"], json!([]));
+    assert_eq!(shown["in_flight"]["application"]["in_flight"], Value::Null);
+    assert_eq!(command_of(&shown, "claim")["in_flight"], Value::Null);
+    assert_eq!(command_of(&shown, "claim")["waiting"], "5");
+    assert_eq!(
+        shown["paused"],
+        json!({"namespace": false, "commands": ["claim"]})
+    );
+    assert_counts_match(&stack, ns, &shown).await;
+    assert_pools_match(&stack, ns, &shown).await;
+    drop(redis);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A million rows.
+// ---------------------------------------------------------------------------------------------
+
+/// Rows of the million-row namespace: `ROWS` in all, the last `UNFINISHED` of them (the newest,
+/// as in a live table) unfinished.
+const ROWS: i64 = 1_000_000;
+const UNFINISHED: i64 = 50_000;
+
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan: (node type, relation, index).
+fn plan_nodes(plan: &Value, out: &mut Vec<(String, String, String)>) {
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    out.push((
+        text(&plan["Node Type"]),
+        text(&plan["Relation Name"]),
+        text(&plan["Index Name"]),
+    ));
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        plan_nodes(child, out);
+    }
+}
+
+/// The nodes of the plan of `sql` with the namespace as `$1` (and a limit as `$2` if it has one).
+async fn plan_of(
+    stack: &Stack,
+    sql: &str,
+    params: usize,
+    ns: Uuid,
+) -> Vec<(String, String, String)> {
+    let explain = format!("EXPLAIN (FORMAT JSON) {sql}");
+    let mut query = sqlx::query_scalar::<_, Value>(sqlx::AssertSqlSafe(explain)).bind(ns);
+    if params == 2 {
+        query = query.bind(TOP);
+    }
+    let plan = query.fetch_one(&stack.pg).await.expect("explain");
+    let mut nodes = Vec::new();
+    plan_nodes(&plan[0]["Plan"], &mut nodes);
+    nodes
+}
+
+/// Every index of `commands` with its definition.
+async fn commands_indexes(stack: &Stack) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes
+          WHERE schemaname = current_schema() AND tablename = 'commands' ORDER BY 1",
+    )
+    .fetch_all(&stack.pg)
+    .await
+    .expect("indexes of commands")
+}
+
+/// One namespace with a million rows (950,000 finished, 50,000 unfinished over five statuses and
+/// three commands, one of them no longer declared): after `ANALYZE`, no query of the board that
+/// reads `commands` plans a sequential scan of it (the naive count over the namespace does, so
+/// the check can see one), and the board's counts equal PostgreSQL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_rows_are_counted_without_scanning_commands() {
+    let started = Instant::now();
+    let declaration = quota_command("claim", OPEN_ADMISSION, "", "stock")
+        + &quota_command("refund", OPEN_ADMISSION, "", "stock")
+        + &pool("stock", 10);
+    let stack = Stack::with_declaration(&declaration).await;
+    let ns = stack.creds.namespace_id;
+    let operator = credential_with_scopes(&stack, ns, &["status:read"]).await;
+
+    // A bulk load, in one transaction: foreign-key triggers skipped (the ids are the stack's
+    // own), the indexes of `commands` dropped and built again afterwards from their own
+    // definitions (a third faster than maintaining them row by row), checked identical below.
+    let indexes_before = commands_indexes(&stack).await;
+    let mut tx = stack.pg.begin().await.expect("begin");
+    for setting in [
+        "SET LOCAL session_replication_role = replica",
+        "SET LOCAL statement_timeout = 0",
+        "SET LOCAL maintenance_work_mem = '256MB'",
+    ] {
+        sqlx::query(setting)
+            .execute(&mut *tx)
+            .await
+            .expect("bulk load settings");
+    }
+    let constraints: Vec<(String, String)> = sqlx::query_as(
+        "SELECT conname::text, pg_get_constraintdef(oid) FROM pg_constraint
+          WHERE conrelid = 'commands'::regclass AND contype IN ('p', 'u') ORDER BY 1",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .expect("constraints");
+    let plain: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes
+          WHERE schemaname = current_schema() AND tablename = 'commands'
+            AND indexname NOT IN (SELECT conname FROM pg_constraint
+                                   WHERE conrelid = 'commands'::regclass)
+          ORDER BY 1",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .expect("indexes");
+    for (name, _) in &plain {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP INDEX \"{name}\"")))
+            .execute(&mut *tx)
+            .await
+            .expect("drop index");
+    }
+    for (name, _) in &constraints {
+        let drop = format!("ALTER TABLE commands DROP CONSTRAINT \"{name}\"");
+        sqlx::query(sqlx::AssertSqlSafe(drop))
+            .execute(&mut *tx)
+            .await
+            .expect("drop constraint");
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
+                content_sha256, input, resource_key, queue_seq, status, accepted_at, deadline_at,
+                max_wait_at, updated_at, finished_at, limit_keys)
+         SELECT lpad(to_hex(i), 32, '0')::uuid, $1, $2,
+                CASE WHEN i % 1000 = 7 THEN 'retired' WHEN i % 2 = 0 THEN 'claim' ELSE 'refund' END,
+                's' || i, 'k' || i, '\\x00'::bytea, '{}'::jsonb, 'r' || (i % 5000), i, s.status,
+                now() - make_interval(secs => $3 - i), now() + interval '1 hour',
+                now() + interval '1 hour', now(),
+                CASE WHEN i <= $3 - $4 THEN now() END,
+                CASE WHEN s.status IN ('executing', 'running', 'retry_wait')
+                     THEN jsonb_build_array(jsonb_build_array('acct:{a}', 'acct:' || (i % 7)))
+                     ELSE '[]'::jsonb END
+           FROM generate_series(1, $3) AS i,
+                LATERAL (SELECT CASE
+                    WHEN i <= $3 - $4 THEN
+                        (ARRAY['succeeded', 'rejected', 'failed', 'expired', 'cancelled'])[i % 5 + 1]
+                    WHEN i % 25 < 19 THEN 'accepted'
+                    WHEN i % 25 < 21 THEN 'executing'
+                    WHEN i % 25 < 23 THEN 'running'
+                    WHEN i % 25 < 24 THEN 'retry_wait'
+                    ELSE 'needs_review' END AS status) AS s",
+    )
+    .bind(stack.creds.application_id)
+    .bind(ns)
+    .bind(ROWS)
+    .bind(UNFINISHED)
+    .execute(&mut *tx)
+    .await
+    .expect("a million rows");
+    for (name, definition) in &constraints {
+        let add = format!("ALTER TABLE commands ADD CONSTRAINT \"{name}\" {definition}");
+        sqlx::query(sqlx::AssertSqlSafe(add))
+            .execute(&mut *tx)
+            .await
+            .expect("add constraint");
+    }
+    for (_, definition) in &plain {
+        sqlx::query(sqlx::AssertSqlSafe(definition.clone()))
+            .execute(&mut *tx)
+            .await
+            .expect("create index");
+    }
+    tx.commit().await.expect("commit");
+    assert_eq!(inserted.rows_affected(), ROWS as u64);
+    assert_eq!(
+        commands_indexes(&stack).await,
+        indexes_before,
+        "the indexes of commands are the migrations' own again"
+    );
+    let loaded = started.elapsed();
+    sqlx::query("ANALYZE commands")
+        .execute(&stack.pg)
+        .await
+        .expect("analyze");
+    let analyzed = started.elapsed();
+
+    for (sql, params) in COMMANDS_QUERIES {
+        let nodes = plan_of(&stack, sql, params, ns).await;
+        println!("plan {nodes:?}\n  of {sql}");
+        assert!(
+            nodes.iter().any(|(_, relation, _)| relation == "commands"),
+            "the query reads commands: {nodes:?}"
+        );
+        assert!(
+            !nodes
+                .iter()
+                .any(|(node, relation, _)| node == "Seq Scan" && relation == "commands"),
+            "a sequential scan of commands: {nodes:?}\n  in {sql}"
+        );
+    }
+    // The naive count over the namespace does scan: the check above can see a scan.
+    let naive = plan_of(
+        &stack,
+        "SELECT command, status, count(*), min(accepted_at) FROM commands
+          WHERE namespace_id = $1 GROUP BY 1, 2",
+        1,
+        ns,
+    )
+    .await;
+    assert!(
+        naive
+            .iter()
+            .any(|(node, relation, _)| node == "Seq Scan" && relation == "commands"),
+        "{naive:?}"
+    );
+
+    let asked = Instant::now();
+    let shown = board(&stack, &operator).await;
+    let took = asked.elapsed();
+    assert_counts_match(&stack, ns, &shown).await;
+    let total: i64 = shown["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .flat_map(|c| c["statuses"].as_array().expect("statuses").iter())
+        .map(|s| dec(&s["count"]))
+        .sum();
+    assert_eq!(total, UNFINISHED);
+    let retired = command_of(&shown, "retired");
+    assert_eq!(retired["handler"], Value::Null, "no longer declared");
+    assert!(dec(&retired["waiting"]) > 0, "{retired}");
+    let held: i64 = shown["in_flight"]["limit_keys"]
+        .as_array()
+        .expect("limit keys")
+        .iter()
+        .map(|k| k["holders"].as_i64().expect("holders"))
+        .sum();
+    assert_eq!(
+        held,
+        UNFINISHED * 5 / 25,
+        "executing + running + retry_wait"
+    );
+    println!(
+        "a million rows: loaded in {loaded:?}, analyzed at {analyzed:?}, board in {took:?}, \
+         test {:?}",
+        started.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scripts alone.
+// ---------------------------------------------------------------------------------------------
+
+/// The helpers of this file on the shared Lua bench.
+enum StatusCalls {}
+
+type LuaBench = lua_fixture::Bench<StatusCalls>;
+
+impl LuaBench {
+    /// Queues a command of this bench's namespace the way `accept.lua` leaves it (its status
+    /// hash names its namespace and command, which the outcome counting reads).
+    async fn queue_waiting(&self, command: &str, resource: &str) -> Uuid {
+        let ns = self.namespace.to_string();
+        self.queue_command(
+            command,
+            resource,
+            self.next_seq(),
+            vec![
+                ("status".into(), "accepted".into()),
+                ("ns".into(), ns.clone()),
+                ("cmd".into(), command.into()),
+            ],
+            vec![
+                "unfinished".into(),
+                format!("waiting:{ns}"),
+                format!("queued:{ns}:{command}"),
+            ],
+        )
+        .await
+    }
+
+    async fn figures(
+        &self,
+        commands: &[&str],
+        limit_keys: &[&str],
+        scan: i64,
+    ) -> status::ProjectionFigures {
+        status::projection(
+            &self.redis,
+            &self.scripts,
+            &self.keys,
+            self.namespace,
+            commands,
+            limit_keys,
+            scan,
+        )
+        .await
+        .expect("status.lua")
+    }
+
+    async fn zadd(&self, key: &str, score: f64, member: &str) {
+        let _: i64 = self
+            .redis
+            .next()
+            .zadd(key, None, None, false, false, (score, member))
+            .await
+            .expect("zadd");
+    }
+}
+
+/// Outcomes of every second `figures` shows, per final status.
+fn outcome_totals(figures: &status::ProjectionFigures) -> BTreeMap<&'static str, i64> {
+    let mut totals = BTreeMap::new();
+    for o in &figures.outcomes {
+        for (status, n) in [
+            ("succeeded", o.succeeded),
+            ("rejected", o.rejected),
+            ("failed", o.failed),
+            ("expired", o.expired),
+            ("cancelled", o.cancelled),
+        ] {
+            *totals.entry(status).or_insert(0) += n;
+        }
+    }
+    totals
+}
+
+/// `status.lua`: the busiest queues are this namespace's non-empty ones among the first `scan`
+/// ready resources, deepest first; another namespace's queue and a served queue still in the
+/// ready set never show; permits count only while live; ten whole seconds of outcomes; nothing
+/// is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lua_reads_its_namespace_and_live_permits_only() {
+    let bench = LuaBench::new().await;
+    let ns = bench.namespace;
+    for _ in 0..3 {
+        bench.queue_waiting("claim", "r1").await;
+    }
+    bench.queue_waiting("claim", "r2").await;
+    for _ in 0..2 {
+        bench.queue_waiting("ocr", "r3").await;
+    }
+    // Another namespace's deeper queue, and a queue of this one that admit.lua emptied but has
+    // not yet dropped from the ready set.
+    let other = Uuid::now_v7();
+    let other_suffix = AppKeys::queue_suffix(other, "claim", "z");
+    for i in 0..5 {
+        bench
+            .zadd(
+                &bench.keys.queue_by_suffix(&other_suffix),
+                i as f64,
+                &Uuid::now_v7().to_string(),
+            )
+            .await;
+    }
+    let stale = bench.suffix("claim", "served");
+    // Turn order: the other namespace first, then r1, r2, r3, the emptied one.
+    for (turn, suffix) in [
+        &other_suffix,
+        &bench.suffix("claim", "r1"),
+        &bench.suffix("claim", "r2"),
+        &bench.suffix("ocr", "r3"),
+        &stale,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        bench.zadd(&bench.keys.ready(), turn as f64, suffix).await;
+    }
+    // Permits: live ones and lapsed ones.
+    let (ahead, behind) = (now_ms() + 60_000.0, now_ms() - 60_000.0);
+    for (key, score) in [
+        (bench.keys.application_leases(), ahead),
+        (bench.keys.application_leases(), ahead),
+        (bench.keys.application_leases(), behind),
+        (bench.keys.command_leases(ns, "claim"), ahead),
+        (bench.keys.command_leases(ns, "claim"), behind),
+        (bench.keys.command_leases(other, "claim"), ahead),
+        (bench.keys.limit_leases(ns, "acct:a"), ahead),
+        (bench.keys.limit_leases(ns, "acct:b"), behind),
+        (
+            bench.keys.resource_leases(&bench.suffix("claim", "r1")),
+            ahead,
+        ),
+    ] {
+        bench.zadd(&key, score, &Uuid::now_v7().to_string()).await;
+    }
+    let mut before = scan_keys(&bench.redis, &bench.keys.pattern()).await;
+    before.sort();
+
+    let figures = bench
+        .figures(
+            &["claim", "ocr", "gone"],
+            &["acct:a", "acct:b", "acct:none"],
+            RESOURCES_SCANNED,
+        )
+        .await;
+    assert_eq!(figures.generation, Some(1));
+    assert!(figures.ready);
+    assert_eq!(
+        (figures.resources_scanned, figures.resources_waiting),
+        (5, 3)
+    );
+    assert_eq!(figures.application_in_flight, 2);
+    assert_eq!(figures.command_in_flight, [1, 0, 0]);
+    assert_eq!(figures.limit_key_in_flight, [1, 0, 0]);
+    let busiest: Vec<(&str, &str, i64, i64)> = figures
+        .busiest
+        .iter()
+        .map(|b| {
+            (
+                b.command.as_str(),
+                b.resource_key.as_str(),
+                b.waiting,
+                b.in_flight,
+            )
+        })
+        .collect();
+    assert_eq!(
+        busiest,
+        [
+            ("claim", "r1", 3, 1),
+            ("ocr", "r3", 2, 0),
+            ("claim", "r2", 1, 0)
+        ]
+    );
+    assert_eq!(figures.outcomes.len(), OUTCOME_SECONDS as usize);
+    let seconds: Vec<i64> = figures.outcomes.iter().map(|o| o.unix_second).collect();
+    assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "{seconds:?}");
+    let now_s = (now_ms() / 1000.0) as i64;
+    assert!(
+        (now_s - 2..=now_s).contains(&(seconds[9] + 1)),
+        "the last whole second: {seconds:?} at {now_s}"
+    );
+    assert!(outcome_totals(&figures).values().all(|n| *n == 0));
+
+    // Only the first two ready resources looked at: the other namespace's and r1.
+    let first_two = bench.figures(&["claim"], &[], 2).await;
+    assert_eq!(
+        (first_two.resources_scanned, first_two.resources_waiting),
+        (2, 1)
+    );
+    assert_eq!(first_two.busiest.len(), 1);
+    assert_eq!(first_two.busiest[0].resource_key, "r1");
+
+    let mut after = scan_keys(&bench.redis, &bench.keys.pattern()).await;
+    after.sort();
+    assert_eq!(before, after, "status.lua created or removed keys");
+}
+
+/// `status.lua` keeps the [`TOP`] deepest of many queues, deepest first and equal depths by
+/// name, whatever the turn order, and counts every non-empty queue it looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lua_keeps_the_deepest_queues_in_order() {
+    let bench = LuaBench::new().await;
+    // 40 resources, depths 1..=8 in a scrambled turn order (so many ties).
+    let mut expected: Vec<(i64, String)> = Vec::new();
+    for i in 0..40_i64 {
+        let resource = format!("r{:02}", (i * 17) % 40);
+        let depth = 1 + (i * 7) % 8;
+        for _ in 0..depth {
+            bench.queue_waiting("claim", &resource).await;
+        }
+        bench
+            .zadd(
+                &bench.keys.ready(),
+                i as f64,
+                &bench.suffix("claim", &resource),
+            )
+            .await;
+        expected.push((depth, resource));
+    }
+    expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    expected.truncate(TOP as usize);
+    let figures = bench.figures(&["claim"], &[], RESOURCES_SCANNED).await;
+    let shown: Vec<(i64, String)> = figures
+        .busiest
+        .iter()
+        .map(|b| (b.waiting, b.resource_key.clone()))
+        .collect();
+    assert_eq!(shown, expected);
+    assert_eq!(
+        (figures.resources_scanned, figures.resources_waiting),
+        (40, 40)
+    );
+}
+
+/// How one command ends, as the mirrors of its final status would race in production.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// Cancelled or expired while waiting: `finish_waiting.lua` from three callers.
+    Waiting(&'static str),
+    /// Landed after running: `finish.lua` from three callers (a landing mirrored again).
+    Landed(&'static str),
+    /// Ended by a sweeper while its executor lands the same status: `finish_waiting.lua` and
+    /// `finish.lua` together.
+    Both(&'static str),
+    /// `needs_review` first (mirrored before the race: not final, counts nothing), then
+    /// decided: counted once, at the decision.
+    Reviewed(&'static str),
+}
+
+impl Ending {
+    fn status(self) -> &'static str {
+        match self {
+            Ending::Waiting(s) | Ending::Landed(s) | Ending::Both(s) | Ending::Reviewed(s) => s,
+        }
+    }
+}
+
+/// What the mirrors of one command need to know about it.
+#[derive(Debug, Clone)]
+struct Mirrored {
+    id: Uuid,
+    resource: String,
+    suffix: String,
+}
+
+impl Mirrored {
+    fn landed(&self, namespace: Uuid, status: &'static str) -> Finished<'_> {
+        Finished {
+            command_id: self.id,
+            namespace_id: namespace,
+            command: "claim",
+            queue_suffix: &self.suffix,
+            status,
+            updated_at: "2026-01-01T00:00:00.000Z".into(),
+            result: None,
+            error: None,
+            retention_ms: 60_000,
+            unix_second: 0,
+        }
+    }
+
+    fn waiting(&self, namespace: Uuid, status: &'static str) -> FinishedWaiting<'_> {
+        FinishedWaiting {
+            command_id: self.id,
+            namespace_id: namespace,
+            command: "claim",
+            resource_key: &self.resource,
+            status,
+            updated_at: "2026-01-01T00:00:00.000Z".into(),
+            error: None,
+            retention_ms: 60_000,
+        }
+    }
+}
+
+/// `finish.lua` and `finish_waiting.lua` raced from eight tasks, three mirror calls per command:
+/// each command is counted out once and its outcome counted once, in its final status, and the
+/// outcome seconds `status.lua` returns add up to exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_outcome_is_counted_once_whoever_mirrors_it() {
+    const N: usize = 200;
+    let bench = LuaBench::new().await;
+    let ns = bench.namespace;
+    bench
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
+        .await;
+    let mut commands = Vec::with_capacity(N);
+    for i in 0..N {
+        let resource = format!("r{}", i % 8);
+        let id = bench.queue_waiting("claim", &resource).await;
+        commands.push(Mirrored {
+            id,
+            suffix: bench.suffix("claim", &resource),
+            resource,
+        });
+    }
+    // Half of them start (admit.lua: executing, permits held).
+    let heads = bench
+        .admitted_heads(AdmitLimits {
+            min_generation: 1,
+            max_heads: (N / 2) as u32,
+            scan_limit: 100,
+            lease_ms: 60_000,
+            lookahead: 1,
+        })
+        .await;
+    assert_eq!(heads.len(), N / 2);
+    let started: HashSet<Uuid> = heads.iter().map(|h| h.command_id).collect();
+    let (mut w, mut s) = (0, 0);
+    let mut jobs: Vec<(Mirrored, Ending)> = Vec::new();
+    for command in commands {
+        let ending = if started.contains(&command.id) {
+            s += 1;
+            match s % 4 {
+                0 => Ending::Landed("succeeded"),
+                1 => Ending::Landed("rejected"),
+                2 => Ending::Both("expired"),
+                _ if s % 8 == 3 => Ending::Reviewed("succeeded"),
+                _ => Ending::Reviewed("failed"),
+            }
+        } else {
+            w += 1;
+            Ending::Waiting(if w % 2 == 0 { "cancelled" } else { "expired" })
+        };
+        jobs.push((command, ending));
+    }
+    let mut expected: BTreeMap<&'static str, i64> = TERMINAL.iter().map(|s| (*s, 0)).collect();
+    for (_, ending) in &jobs {
+        *expected.get_mut(ending.status()).expect("a final status") += 1;
+    }
+    // Reviewed ones go to needs_review first, twice: the permits go back, nothing is counted.
+    for (command, ending) in &jobs {
+        if let Ending::Reviewed(_) = ending {
+            for _ in 0..2 {
+                finish(
+                    &bench.redis,
+                    &bench.scripts,
+                    &bench.keys,
+                    &command.landed(ns, "needs_review"),
+                )
+                .await
+                .expect("finish.lua");
+            }
+        }
+    }
+    let reviewed = jobs
+        .iter()
+        .filter(|(_, e)| matches!(e, Ending::Reviewed(_)))
+        .count() as i64;
+    assert_eq!(
+        bench.counter("unfinished").await,
+        N as i64,
+        "needs_review stays unfinished"
+    );
+    assert!(reviewed > 0);
+
+    // Three mirror calls per command, shuffled over eight tasks.
+    let jobs = Arc::new(jobs);
+    let mut calls: Vec<(usize, usize)> = (0..N).flat_map(|j| (0..3).map(move |k| (j, k))).collect();
+    {
+        use rand::seq::SliceRandom;
+        calls.shuffle(&mut rand::rng());
+    }
+    let calls = Arc::new(Mutex::new(calls));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (bench, calls, jobs) = (bench.clone(), calls.clone(), jobs.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let Some((j, k)) = calls.lock().expect("calls").pop() else {
+                    return;
+                };
+                let (command, ending) = &jobs[j];
+                let by_waiting = match ending {
+                    Ending::Waiting(_) => true,
+                    Ending::Both(_) => k == 0,
+                    Ending::Landed(_) | Ending::Reviewed(_) => false,
+                };
+                if by_waiting {
+                    let done = command.waiting(ns, ending.status());
+                    finish_waiting(&bench.redis, &bench.scripts, &bench.keys, &done)
+                        .await
+                        .expect("finish_waiting.lua");
+                } else {
+                    let done = command.landed(ns, ending.status());
+                    finish(&bench.redis, &bench.scripts, &bench.keys, &done)
+                        .await
+                        .expect("finish.lua");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a mirroring task");
+    }
+
+    for (command, ending) in jobs.iter() {
+        assert_eq!(
+            bench.status(command.id).await.as_deref(),
+            Some(ending.status()),
+            "{command:?} {ending:?}"
+        );
+    }
+    assert_eq!(
+        bench.counter("unfinished").await,
+        0,
+        "each counted out once"
+    );
+    assert_eq!(bench.waiting().await, 0);
+    assert_eq!(bench.counter(&format!("queued:{ns}:claim")).await, 0);
+    assert_eq!(
+        live(&bench.redis, &bench.keys.command_leases(ns, "claim")).await,
+        0,
+        "every permit given back"
+    );
+    // Every mirror call ran within the last seconds: once the current second is over, the ten
+    // seconds status.lua returns hold them all.
+    let totals =
+        || async { outcome_totals(&bench.figures(&["claim"], &[], RESOURCES_SCANNED).await) };
+    let counted = eventually(Duration::from_secs(5), || async {
+        totals().await == expected
+    })
+    .await;
+    assert!(
+        counted,
+        "outcomes {:?}, expected {expected:?}",
+        totals().await
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late mirrors.
+// ---------------------------------------------------------------------------------------------
+
+/// A late `needs_review` mirror (the running-deadline sweeper committed `needs_review`, then
+/// `:complete` committed `succeeded`, and the sweeper's Redis call arrives last) turns the
+/// status hash from `succeeded` back to `needs_review`: ticket polls show `needs_review` for a
+/// command PostgreSQL says succeeded, and the next mirror of the final status counts the
+/// command out (and its outcome) a second time — unless `finish.lua` and `finish_waiting.lua`
+/// never move a terminal hash back to a non-terminal status, which they now refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_needs_review_mirror_never_reopens_a_final_status() {
+    let bench = LuaBench::new().await;
+    let ns = bench.namespace;
+    bench
+        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
+        .await;
+    let id = bench.queue_waiting("claim", "r").await;
+    let heads = bench
+        .admitted_heads(AdmitLimits {
+            min_generation: 1,
+            max_heads: 1,
+            scan_limit: 10,
+            lease_ms: 60_000,
+            lookahead: 1,
+        })
+        .await;
+    assert_eq!(heads.len(), 1);
+    let command = Mirrored {
+        id,
+        resource: "r".into(),
+        suffix: bench.suffix("claim", "r"),
+    };
+    let mirror = |status| command.landed(ns, status);
+    finish(
+        &bench.redis,
+        &bench.scripts,
+        &bench.keys,
+        &mirror("succeeded"),
+    )
+    .await
+    .expect("finish.lua");
+    finish(
+        &bench.redis,
+        &bench.scripts,
+        &bench.keys,
+        &mirror("needs_review"),
+    )
+    .await
+    .expect("finish.lua");
+    let after_late = bench.status(id).await;
+    finish(
+        &bench.redis,
+        &bench.scripts,
+        &bench.keys,
+        &mirror("succeeded"),
+    )
+    .await
+    .expect("finish.lua");
+    assert_eq!(
+        (after_late.as_deref(), bench.counter("unfinished").await),
+        (Some("succeeded"), 0),
+        "the status after the late mirror, and unfinished after one more final mirror"
+    );
+}
