@@ -121,9 +121,12 @@ async fn route(
         (&Method::GET, ["healthz"]) => Ok(Answer::Plain(plain(StatusCode::OK, "ok\n"))),
         (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::readiness(gateway).await)),
         // No credential, like the probes: the scraper is local and the figures name no secret.
-        (&Method::GET, ["metrics"]) => Ok(Answer::Plain(exposition(
-            metrics::gateway_text(&gateway.pg, &gateway.redis, &gateway.scripts).await,
-        ))),
+        (&Method::GET, ["metrics"]) => {
+            let mut text =
+                metrics::gateway_text(&gateway.pg, &gateway.redis, &gateway.scripts).await;
+            text.push_str(&gateway.reads.exposition());
+            Ok(Answer::Plain(exposition(text)))
+        }
         (&Method::GET, ["v1", "tickets", ticket]) => {
             let claims = tickets::verify(gateway, ticket)?;
             *namespace = Some(claims.namespace_id);

@@ -38,6 +38,14 @@ pub async fn status(gateway: &Gateway, caller: &Caller) -> Handled {
     data["namespace"] = json!(caller.namespace_id);
     data["namespace_name"] = json!(namespace.namespace);
     data["application_id"] = json!(namespace.application_id);
+    // This gateway process's read-cache figures (each process has its own L1 and counters).
+    data["cache"] = gateway
+        .reads
+        .figures()
+        .iter()
+        .map(|(event, count)| (event.to_string(), json!(count.to_string())))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
     Ok((StatusCode::OK, data))
 }
 

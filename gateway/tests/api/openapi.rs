@@ -343,6 +343,7 @@ async fn operator_answers_have_exactly_the_documented_fields() {
     let data = board.data();
     assert_exact(&doc, "StatusBoard", data, "status");
     assert_exact(&doc, "StatusPaused", &data["paused"], "status.paused");
+    assert_exact(&doc, "StatusCache", &data["cache"], "status.cache");
     assert_exact(
         &doc,
         "StatusCommand",
