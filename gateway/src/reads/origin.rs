@@ -6,11 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::StatusCode;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use sluice_durable::executor::webhook::{HttpsClient, https_client};
 use sluice_durable::projection::cache::Origin;
 
 /// What an origin answered.
@@ -27,7 +24,7 @@ const HARD_LIMIT_BYTES: usize = 1024 * 1024;
 
 #[derive(Clone)]
 pub struct OriginClient {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: HttpsClient<Empty<Bytes>>,
 }
 
 impl Default for OriginClient {
@@ -38,15 +35,8 @@ impl Default for OriginClient {
 
 impl OriginClient {
     pub fn new() -> Self {
-        let connector = HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
         Self {
-            client: Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(30))
-                .build(connector),
+            client: https_client(),
         }
     }
 

@@ -45,10 +45,29 @@ pub struct Delivery<'a> {
     pub timeout: Duration,
 }
 
-/// A pooled HTTP/1.1 client for `http://` and `https://` (rustls, Mozilla's roots).
+/// A pooled HTTP/1.1 client for `http://` and `https://` (rustls, Mozilla's roots): what the
+/// webhook handler and the gateway's read origins both call out with.
+pub type HttpsClient<B> = Client<HttpsConnector<HttpConnector>, B>;
+
+/// A new [`HttpsClient`]; idle connections are kept 30 s.
+pub fn https_client<B>() -> HttpsClient<B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let connector = HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
 #[derive(Clone)]
 pub struct WebhookClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient<Full<Bytes>>,
 }
 
 impl Default for WebhookClient {
@@ -59,15 +78,8 @@ impl Default for WebhookClient {
 
 impl WebhookClient {
     pub fn new() -> Self {
-        let connector = HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
         Self {
-            client: Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(30))
-                .build(connector),
+            client: https_client(),
         }
     }
 

@@ -21,7 +21,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use client::{Answer, WebhookClient};
+pub use client::{Answer, HttpsClient, WebhookClient, https_client};
 pub use signature::sign;
 pub use store::Outcome;
 
