@@ -389,7 +389,7 @@ async fn serve(args: ServeArgs) -> CliResult {
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let listener = crate::server::bind(args.listen)?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, config));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));

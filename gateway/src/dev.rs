@@ -96,7 +96,7 @@ pub async fn run(args: DevArgs) -> CliResult {
     tokio::spawn(watch_signals(shutdown.clone()));
     let executor = Executor::new(pg.clone(), redis.clone(), ExecutorConfig::default());
     let executor_task = tokio::spawn(executor.run(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let listener = crate::server::bind(args.listen)?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, GatewayConfig::default()));
     println!(
         "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{}/metrics\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",

@@ -36,6 +36,9 @@ pub fn eta_seconds(position: Option<u64>, drain_per_second: Option<f64>) -> Opti
 
 /// Milliseconds the client should wait before its next poll.
 ///
+/// The enqueue answer passes the command's declared start rate as `drain_per_second` (no drain
+/// is measured yet, and the queue cannot drain faster); ticket polls pass the measured rate.
+///
 /// Waiting with a known drain rate: about a quarter of the (unrounded) ETA, so the client
 /// checks a few times before its turn. Waiting without one: `1000 + 40 × position`. Not
 /// waiting: 1000. The result is clamped to [500, 15000], multiplied by `0.8 + 0.4 ×

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sluice's benchmarks against their baselines, then the drop scenario of the load generator.
+#
+# Needs a PostgreSQL and a Redis on loopback (deploy/local.sh installs and starts them; the
+# defaults are postgres://postgres@127.0.0.1:5432/postgres and redis://127.0.0.1:6379, override
+# with SLUICE_BENCH_DATABASE_URL / SLUICE_BENCH_REDIS_URL). Nothing else may load the machine
+# while it runs: the numbers are ratios measured in one run on it.
+#
+# How long: the release build (about 10 minutes from scratch on 2 cores, seconds when nothing
+# changed), then sluice-bench-baselines (3 pairs x 3 rounds x 2 sides x 3 s, warm-ups and 3
+# pgbench runs: about 75 s with the defaults), then the drop scenario of 10,000 subjects.
+# Arguments are passed to sluice-bench-baselines, e.g.
+#   loadtest/bench.sh --rounds 5 --seconds 5 --concurrency 128
+# Reports: the Markdown tables on stdout, target/loadtest/baselines.json, and the load
+# generator's reports in target/loadtest/.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+export SLUICE_BENCH_REDIS_URL="${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
+out=target/loadtest
+
+cargo build --release -p sluice-gateway -p sluice-loadtest
+mkdir -p "$out"
+
+echo "== sluice-bench-baselines (PostgreSQL $SLUICE_BENCH_DATABASE_URL, Redis $SLUICE_BENCH_REDIS_URL)"
+target/release/sluice-bench-baselines --json "$out/baselines.json" "$@"
+
+echo
+echo "== sluice-loadtest drop"
+target/release/sluice-loadtest drop --subjects 10000 --stack dev --out target/loadtest
+
+echo
+echo "Reports:"
+echo "  baselines: the tables above, and $out/baselines.json"
+echo "  drop scenario: $out/ (JSON and HTML)"

@@ -1,0 +1,41 @@
+//! `sluice-loadtest`: reproduces a drop (or a steady load, or backend services) on a local
+//! stack and reports it as an operator's capacity review would. Exits non-zero when an
+//! invariant does not hold; targets are reported, met or not.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_loadtest::scenario::{self, Options};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice-loadtest",
+    about = "Load a local Sluice stack with a drop, a steady load or backend services, verify \
+             the invariants from PostgreSQL and write a JSON and HTML report"
+)]
+struct Cli {
+    #[command(flatten)]
+    options: Options,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match scenario::run(cli.options).await {
+        Ok(written) => {
+            println!("{}", sluice_loadtest::summary::text(&written.report));
+            println!("report: {}", written.html.display());
+            println!("json:   {}", written.json.display());
+            if written.report.invariants_hold {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("an invariant does not hold: see the report");
+                ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("sluice-loadtest: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The declarations a run applies to its own namespace: a sale (`claim` on a quota pool, and the
+//! `offer` read) for `drop` and `steady`, webhook calls with limit keys for `backend`.
+
+use super::Options;
+
+/// The sale. The offer read depends on `offer:{offer}`, not on the pool: as the reference
+/// advises, content and stock use separate dependencies so that every allocation does not
+/// invalidate the page everybody is reading.
+pub fn sale(options: &Options, origin: &str) -> String {
+    format!(
+        r#"
+[namespace]
+max_waiting = 10000000
+
+[[command]]
+code = "claim"
+parameters = {{ offer = {{ type = "uuid" }} }}
+resource_key = {{ from = "input", field = "offer" }}
+deadline_seconds = {deadline}
+intake    = {{ per_second = {intake_rate}, burst = {intake_burst}, max_in_flight = {intake_in_flight} }}
+admission = {{ per_second = {admission_rate}, burst = {admission_rate}, max_in_flight = {admission_in_flight}, max_queue = 10000000, max_wait_seconds = {deadline} }}
+handler   = {{ kind = "quota", pool = "{POOL}", mode = "committed" }}
+
+[[quota_pool]]
+code = "{POOL}"
+capacity = {capacity}
+
+[[read]]
+name = "offer"
+origin = "{origin}/offers/{{offer}}"
+parameters = {{ offer = {{ type = "uuid" }} }}
+fresh_seconds = 5
+stale_seconds = 60
+dependencies = ["offer:{{offer}}"]
+timeout_ms = 2000
+"#,
+        deadline = options.deadline_seconds,
+        intake_rate = options.intake_per_second,
+        intake_burst = options.intake_burst,
+        intake_in_flight = options.intake_max_in_flight,
+        admission_rate = options.admission_per_second,
+        admission_in_flight = options.admission_max_in_flight,
+        capacity = options.capacity,
+    )
+}
+
+pub const POOL: &str = "stock";
+
+/// Webhook calls to providers: each command names a provider and an account; the provider's
+/// starts per second and the account's requests at once are limit keys shared by every command.
+pub fn backend(options: &Options, url: &str) -> String {
+    format!(
+        r#"
+[namespace]
+max_waiting = 10000000
+
+[[command]]
+code = "call"
+parameters = {{ provider = {{ type = "string", max_length = 32 }}, account = {{ type = "string", max_length = 32 }} }}
+resource_key = {{ from = "input", field = "account" }}
+deadline_seconds = {deadline}
+intake    = {{ per_second = {intake_rate}, burst = {intake_burst}, max_in_flight = {intake_in_flight} }}
+admission = {{ per_second = {admission_rate}, burst = {admission_rate}, max_in_flight = {admission_in_flight}, max_queue = 10000000, max_wait_seconds = {deadline} }}
+handler   = {{ kind = "webhook", url = "{url}", timeout_ms = 10000 }}
+limits = [ {{ key = "provider:{{provider}}", per_second = {provider_rate} }}, {{ key = "account:{{provider}}:{{account}}", max_in_flight = {account_in_flight} }} ]
+"#,
+        deadline = options.deadline_seconds,
+        intake_rate = options.intake_per_second,
+        intake_burst = options.intake_burst,
+        intake_in_flight = options.intake_max_in_flight,
+        admission_rate = options.admission_per_second,
+        admission_in_flight = options.admission_max_in_flight,
+        provider_rate = options.provider_per_second,
+        account_in_flight = options.account_max_in_flight,
+    )
+}

@@ -1,0 +1,228 @@
+//! The part every caller shares once it has decided to act: enqueue (retrying explicit,
+//! retryable refusals with the same request key, honouring `Retry-After`), poll the ticket at
+//! the pace the gateway advises, then read the authoritative result.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use rand::Rng;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::api::{Exchange, Outcome, exchange, is_terminal};
+use crate::driver::HttpClient;
+use crate::record::{Ending, Recorder};
+
+/// What every journey of a run shares.
+pub struct Context {
+    pub client: HttpClient,
+    pub base: String,
+    pub recorder: Arc<Recorder>,
+    /// Retry explicit retryable refusals (and unknown outcomes) with the same request key.
+    pub retry: bool,
+    /// How long a caller keeps trying from its arrival before it gives up.
+    pub patience: Duration,
+}
+
+/// One caller's intent.
+pub struct Intent<'a> {
+    pub command: &'a str,
+    /// Subject token or credential.
+    pub bearer: &'a str,
+    /// The enqueue body (carries the request key, fixed for every retry).
+    pub body: String,
+    pub arrived: Instant,
+}
+
+/// Endpoint names in the report.
+pub const ENQUEUE: &str = "enqueue";
+pub const POLL: &str = "poll ticket";
+pub const RESULT: &str = "read result";
+
+impl Context {
+    fn give_up_at(&self, arrived: Instant) -> Instant {
+        arrived + self.patience
+    }
+
+    /// Sleeps for the advised wait plus up to a second of jitter, unless that passes the
+    /// caller's patience; `false` when the caller gives up instead.
+    async fn wait_to_retry(&self, arrived: Instant, advice: Option<Duration>) -> bool {
+        if !self.retry {
+            return false;
+        }
+        let jitter = Duration::from_millis(rand::rng().random_range(0..1_000));
+        let wait = advice.unwrap_or(Duration::from_secs(1)) + jitter;
+        if Instant::now() + wait > self.give_up_at(arrived) {
+            return false;
+        }
+        self.recorder.retry();
+        tokio::time::sleep(wait).await;
+        true
+    }
+
+    async fn call(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<String>,
+    ) -> Exchange {
+        let uri = format!("{}{path}", self.base);
+        let answer = exchange(&self.client, method, &uri, bearer, body).await;
+        self.recorder.exchange(endpoint, &answer);
+        answer
+    }
+
+    /// The whole journey from the enqueue on; records the caller's ending.
+    pub async fn act(&self, intent: Intent<'_>) {
+        let ending = self.act_inner(&intent).await;
+        self.recorder.ending(intent.arrived, ending);
+    }
+
+    async fn act_inner(&self, intent: &Intent<'_>) -> Ending {
+        let accepted = match self.enqueue(intent).await {
+            Ok(data) => data,
+            Err(ending) => return ending,
+        };
+        let Some(id) = accepted
+            .get("command_id")
+            .and_then(Value::as_str)
+            .and_then(|id| Uuid::parse_str(id).ok())
+        else {
+            return Ending::Unknown;
+        };
+        self.recorder.accepted(id);
+        let ticket = accepted
+            .get("ticket")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !self.poll_until_terminal(intent, &ticket, &accepted).await {
+            return Ending::Unknown;
+        }
+        match self.read_result(intent, id).await {
+            Some(record) => {
+                let status = record
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                self.recorder.terminal_seen(id, &status);
+                if status == "succeeded" {
+                    Ending::Succeeded
+                } else {
+                    let code = record
+                        .pointer("/error/code")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| status.to_uppercase(), str::to_string);
+                    Ending::Rejected(code)
+                }
+            }
+            None => Ending::Unknown,
+        }
+    }
+
+    /// `Ok(data)` of the `202`/`200`, or the ending of a caller who never got in.
+    async fn enqueue(&self, intent: &Intent<'_>) -> Result<Value, Ending> {
+        let path = format!("/v1/commands/{}:enqueue", intent.command);
+        loop {
+            let answer = self
+                .call(
+                    ENQUEUE,
+                    Method::POST,
+                    &path,
+                    Some(intent.bearer),
+                    Some(intent.body.clone()),
+                )
+                .await;
+            let (ending, advice) = match answer.outcome {
+                Outcome::Success { data, .. } => return Ok(data),
+                // The API's own words: the outcome of a write answered UNAVAILABLE may be unknown.
+                Outcome::Refused {
+                    code, retry_after, ..
+                } if code == "UNAVAILABLE" => (Ending::Unknown, retry_after),
+                Outcome::Refused {
+                    code,
+                    retryable: true,
+                    retry_after,
+                    ..
+                } => (Ending::Refused(code), retry_after),
+                Outcome::Refused { code, .. } => return Err(Ending::Refused(code)),
+                Outcome::Unknown { .. } => (Ending::Unknown, None),
+            };
+            if !self.wait_to_retry(intent.arrived, advice).await {
+                return Err(ending);
+            }
+        }
+    }
+
+    /// Polls the ticket, each time after the `poll_after_ms` the last answer advised, until a
+    /// terminal status; `false` if the caller's patience ran out first.
+    async fn poll_until_terminal(
+        &self,
+        intent: &Intent<'_>,
+        ticket: &str,
+        accepted: &Value,
+    ) -> bool {
+        let mut status = accepted
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("accepted")
+            .to_string();
+        let mut advice = poll_after(accepted);
+        let path = format!("/v1/tickets/{ticket}");
+        while !is_terminal(&status) {
+            if Instant::now() + advice > self.give_up_at(intent.arrived) {
+                return false;
+            }
+            tokio::time::sleep(advice).await;
+            let answer = self.call(POLL, Method::GET, &path, None, None).await;
+            match answer.outcome {
+                Outcome::Success { data, .. } => {
+                    status = data
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    advice = poll_after(&data);
+                }
+                Outcome::Refused { retry_after, .. } => {
+                    advice = retry_after.unwrap_or(Duration::from_secs(1));
+                }
+                Outcome::Unknown { .. } => advice = Duration::from_secs(1),
+            }
+        }
+        true
+    }
+
+    /// `GET /v1/commands/{id}`: the full record, retried within the caller's patience.
+    async fn read_result(&self, intent: &Intent<'_>, id: Uuid) -> Option<Value> {
+        let path = format!("/v1/commands/{id}");
+        loop {
+            let answer = self
+                .call(RESULT, Method::GET, &path, Some(intent.bearer), None)
+                .await;
+            let advice = match answer.outcome {
+                Outcome::Success { data, .. } => return Some(data),
+                Outcome::Refused {
+                    retryable: false, ..
+                } => return None,
+                Outcome::Refused { retry_after, .. } => retry_after,
+                Outcome::Unknown { .. } => None,
+            };
+            if !self.wait_to_retry(intent.arrived, advice).await {
+                return None;
+            }
+        }
+    }
+}
+
+fn poll_after(data: &Value) -> Duration {
+    Duration::from_millis(
+        data.get("poll_after_ms")
+            .and_then(Value::as_u64)
+            .unwrap_or(1_000),
+    )
+}

@@ -1,0 +1,230 @@
+//! The Sluice processes a load run measures: started by the run itself (`sluice dev`, or
+//! `sluice serve` and `sluice execute` as two processes) on a free loopback port, or an
+//! external gateway that is already running.
+//!
+//! Started processes log to files in the run's output directory, so their output never mixes
+//! with the progress bar, and are stopped with SIGTERM (a graceful drain) when the run ends;
+//! `kill_on_drop` covers a run that fails half way.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use crate::bench_stack::BoxError;
+use crate::driver::HttpClient;
+
+/// How the stack is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StackKind {
+    /// `sluice dev`: gateway and executor in one process, as `deploy/local.sh` runs them.
+    Dev,
+    /// `sluice serve` and `sluice execute`: gateway and executor measured separately.
+    Split,
+    /// A gateway that is already running at `--gateway` (with its executor), on the database
+    /// given by `--database-url`.
+    External,
+}
+
+/// A process of the stack, for CPU and memory sampling.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub name: String,
+    pub pid: u32,
+}
+
+pub struct Stack {
+    pub kind: StackKind,
+    pub base: String,
+    pub description: String,
+    children: Vec<(String, Child)>,
+}
+
+/// What starting a stack needs.
+pub struct StackSpec<'a> {
+    pub kind: StackKind,
+    pub sluice_bin: &'a Path,
+    pub database_url: &'a str,
+    pub redis_url: &'a str,
+    pub external_gateway: Option<&'a str>,
+    /// Logs and `sluice dev`'s state directory.
+    pub dir: &'a Path,
+}
+
+impl Stack {
+    pub async fn start(spec: StackSpec<'_>, client: &HttpClient) -> Result<Self, BoxError> {
+        let stack = match spec.kind {
+            StackKind::External => {
+                let base = spec
+                    .external_gateway
+                    .ok_or("--stack external needs --gateway URL")?
+                    .trim_end_matches('/')
+                    .to_string();
+                crate::bench_stack::ensure_loopback(&base)?;
+                Self {
+                    kind: spec.kind,
+                    description: format!("external gateway at {base}"),
+                    base,
+                    children: Vec::new(),
+                }
+            }
+            StackKind::Dev => {
+                let listen = free_loopback_addr()?;
+                let child = spawn(
+                    &spec,
+                    "sluice-dev",
+                    &[
+                        "dev",
+                        "--listen",
+                        &listen,
+                        "--dir",
+                        &spec.dir.join("sluice-dev").display().to_string(),
+                    ],
+                    &[],
+                )?;
+                Self {
+                    kind: spec.kind,
+                    base: format!("http://{listen}"),
+                    description: "sluice dev (gateway and executor in one process)".into(),
+                    children: vec![("sluice dev".into(), child)],
+                }
+            }
+            StackKind::Split => {
+                run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
+                let listen = free_loopback_addr()?;
+                let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
+                let gateway = spawn(
+                    &spec,
+                    "sluice-serve",
+                    &["serve", "--listen", &listen],
+                    &[("SLUICE_TICKET_KEYS", ticket_keys.as_str())],
+                )?;
+                let executor = spawn(&spec, "sluice-execute", &["execute"], &[])?;
+                Self {
+                    kind: spec.kind,
+                    base: format!("http://{listen}"),
+                    description: "sluice serve + sluice execute (two processes)".into(),
+                    children: vec![("gateway".into(), gateway), ("executor".into(), executor)],
+                }
+            }
+        };
+        stack.wait_healthy(client, spec.dir).await?;
+        Ok(stack)
+    }
+
+    /// The started processes (none for an external stack).
+    pub fn watched(&self) -> Vec<Watched> {
+        self.children
+            .iter()
+            .filter_map(|(name, child)| {
+                child.id().map(|pid| Watched {
+                    name: name.clone(),
+                    pid,
+                })
+            })
+            .collect()
+    }
+
+    async fn wait_healthy(&self, client: &HttpClient, dir: &Path) -> Result<(), BoxError> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let uri = format!("{}/readyz", self.base);
+        loop {
+            if crate::api::status_of(client, &uri).await == Some(200) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the stack at {} was not ready within 60 s (logs in {})",
+                    self.base,
+                    dir.display()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM to every started process, then waits (10 s at most each) for the drain.
+    pub async fn stop(mut self) -> Result<(), BoxError> {
+        let mut failures = Vec::new();
+        for (name, child) in &mut self.children {
+            if let Some(pid) = child.id() {
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+            match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                Ok(Ok(status)) if status.success() => {}
+                Ok(Ok(status)) => failures.push(format!("{name} exited with {status}")),
+                Ok(Err(e)) => failures.push(format!("{name}: {e}")),
+                Err(_) => {
+                    let _ = child.start_kill();
+                    failures.push(format!("{name} did not stop within 10 s of SIGTERM"));
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; ").into())
+        }
+    }
+}
+
+/// A loopback address that was free a moment ago (the child binds it).
+fn free_loopback_addr() -> Result<String, BoxError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+fn command(spec: &StackSpec<'_>, log: &str, args: &[&str]) -> Result<Command, BoxError> {
+    let out = std::fs::File::create(spec.dir.join(format!("{log}.log")))?;
+    let mut command = Command::new(spec.sluice_bin);
+    command
+        .args(args)
+        .env("SLUICE_DATABASE_URL", spec.database_url)
+        .env("SLUICE_REDIS_URL", spec.redis_url)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+fn spawn(
+    spec: &StackSpec<'_>,
+    log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Child, BoxError> {
+    let mut command = command(spec, log, args)?;
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().map_err(|e| {
+        format!(
+            "could not start {} {}: {e} (build it with `cargo build --release -p sluice-gateway`)",
+            spec.sluice_bin.display(),
+            args.join(" ")
+        )
+        .into()
+    })
+}
+
+async fn run_to_end(spec: &StackSpec<'_>, log: &str, args: &[&str]) -> Result<(), BoxError> {
+    let status = command(spec, log, args)?.status().await?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("sluice {} failed: {status}", args.join(" ")).into())
+    }
+}
+
+/// `sluice` next to this binary (both are built into the same target directory).
+pub fn default_sluice_bin() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("sluice")))
+        .unwrap_or_else(|| PathBuf::from("target/release/sluice"))
+}

@@ -1,0 +1,227 @@
+//! The load generator against real stacks: a drop on `sluice dev`, backend services on `sluice
+//! serve` + `sluice execute`, and a run whose invariant breaks, which must exit non-zero.
+//! Each uses the test binary's own Redis and PostgreSQL (testkit) and a scratch database.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use clap::Parser;
+use sluice_durable::testkit::{shared_postgres, shared_redis};
+use sluice_durable::{db, projection};
+use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::state::Gateway;
+use sluice_gateway::ticket::TicketKeys;
+use sluice_loadtest::report::Report;
+use sluice_loadtest::scenario::{self, Options};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    options: Options,
+}
+
+/// The `sluice` binary of this build (`cargo test --workspace` builds it before any test runs;
+/// alone, this test builds it).
+fn sluice_bin() -> PathBuf {
+    let loadtest = PathBuf::from(env!("CARGO_BIN_EXE_sluice-loadtest"));
+    let sluice = loadtest.with_file_name("sluice");
+    if !sluice.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
+            .status()
+            .expect("cargo runs");
+        assert!(built.success(), "building the sluice binary failed");
+    }
+    sluice
+}
+
+fn options(args: &[&str], out: &std::path::Path) -> Options {
+    let database = shared_postgres().url("postgres");
+    let redis = shared_redis().url();
+    let sluice = sluice_bin();
+    let mut argv: Vec<String> = vec!["sluice-loadtest".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.extend([
+        "--database-url".into(),
+        database,
+        "--redis-url".into(),
+        redis,
+        "--sluice-bin".into(),
+        sluice.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+        "--quiet".into(),
+    ]);
+    Cli::parse_from(argv).options
+}
+
+fn reread(path: &std::path::Path) -> Report {
+    serde_json::from_slice(&std::fs::read(path).expect("the JSON report exists"))
+        .expect("the JSON report parses back")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_on_sluice_dev_answers_everyone_and_keeps_every_invariant() {
+    let out = tempfile::tempdir().expect("temp dir");
+    // 300 people in one second against an intake of 100 per second: most are refused
+    // RATE_LIMITED first and get in by retrying with the same key; 100 units for 300.
+    let options = options(
+        &[
+            "drop",
+            "--subjects",
+            "300",
+            "--capacity",
+            "100",
+            "--intake-per-second",
+            "100",
+            "--intake-burst",
+            "100",
+            "--stack",
+            "dev",
+        ],
+        out.path(),
+    );
+    let written = scenario::run(options).await.expect("the run completes");
+    let report = written.report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    let people = &report.people;
+    assert_eq!(people.arrived, 300);
+    assert_eq!(people.unknown, 0, "{people:?}");
+    assert_eq!(people.accepted, 300, "every retry got in: {people:?}");
+    assert_eq!(people.succeeded, 100);
+    assert_eq!(people.rejected.get("SOLD_OUT"), Some(&200));
+    assert!(
+        people
+            .refusals_by_code
+            .get("RATE_LIMITED")
+            .copied()
+            .unwrap_or(0)
+            > 0
+            && people.retries > 0,
+        "the intake budget refused and the callers retried: {people:?}"
+    );
+    assert_eq!(report.requests["enqueue"].by_status["202"], 300);
+    assert!(report.peaks.samples > 0, "the status board was sampled");
+    let names: Vec<&str> = report.processes.iter().map(|p| p.name.as_str()).collect();
+    assert!(names.contains(&"sluice dev"), "{names:?}");
+    assert!(report.timeline.iter().map(|s| s.arrivals).sum::<u64>() == 300);
+    let again = reread(&written.json);
+    assert_eq!(again.people.succeeded, 100);
+    let html = std::fs::read_to_string(&written.html).expect("the HTML report exists");
+    assert!(html.contains("<svg"), "the page has its charts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_services_on_two_processes_stay_within_their_limit_keys() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = options(
+        &[
+            "backend",
+            "--rate",
+            "150",
+            "--seconds",
+            "2",
+            "--providers",
+            "2",
+            "--accounts",
+            "4",
+            "--account-max-in-flight",
+            "1",
+            "--provider-per-second",
+            "40",
+            "--backend-delay-ms",
+            "10",
+            "--stack",
+            "split",
+        ],
+        out.path(),
+    );
+    let written = scenario::run(options).await.expect("the run completes");
+    let report = written.report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    assert_eq!(report.people.arrived, 300);
+    assert_eq!(report.people.succeeded, 300, "{:?}", report.people);
+    for name in [
+        "every webhook call signed",
+        "account requests at once within max_in_flight (backend's view)",
+        "provider starts per second within the token bucket (backend's view)",
+    ] {
+        assert!(
+            report.invariants.iter().any(|c| c.name == name && c.holds),
+            "{name} was checked"
+        );
+    }
+    // Each provider gets 150 calls and starts at most 40 at once plus 40 per second after: the
+    // last start is 2.75 s after the first at the earliest, though arrivals end at 2 s.
+    assert!(
+        report.duration_seconds >= 2.75,
+        "the provider limit paced the calls: {} s",
+        report.duration_seconds
+    );
+    let names: Vec<&str> = report.processes.iter().map(|p| p.name.as_str()).collect();
+    assert!(
+        names.contains(&"gateway") && names.contains(&"executor"),
+        "{names:?}"
+    );
+}
+
+/// A gateway with no executor behind it: nothing accepted ever ends, so "every row is terminal"
+/// cannot hold, and the binary must say so with its exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_invariant_exits_non_zero() {
+    let pg_url = shared_postgres().fresh_database().await;
+    let redis_url = shared_redis().url();
+    let pg = db::connect(&pg_url, 4).await.expect("postgres");
+    db::run_migrations(&pg).await.expect("migrations");
+    let redis = projection::connect_redis(&redis_url, 2)
+        .await
+        .expect("redis");
+    let (_, tickets) = TicketKeys::generate();
+    let gateway = Arc::new(Gateway::new(pg, redis, tickets, GatewayConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    tokio::spawn(sluice_gateway::server::run(
+        listener,
+        gateway,
+        shutdown.clone(),
+    ));
+    let out = tempfile::tempdir().expect("temp dir");
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-loadtest"))
+        .args([
+            "drop",
+            "--subjects",
+            "20",
+            "--stack",
+            "external",
+            "--gateway",
+            &base,
+        ])
+        .args(["--database-url", &pg_url, "--redis-url", &redis_url])
+        .args(["--patience-seconds", "3", "--drain-seconds", "1", "--quiet"])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .await
+        .expect("the load generator runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(
+        run.status.code(),
+        Some(2),
+        "exit status; stdout: {stdout}; stderr: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("| every row is terminal | NO |"),
+        "the summary names the broken invariant: {stdout}"
+    );
+    assert!(stdout.contains("| unknown outcomes | 20 |"), "{stdout}");
+}
