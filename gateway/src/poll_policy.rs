@@ -11,12 +11,18 @@ pub const BASE_POLL_MS: u64 = 1000;
 pub const PER_POSITION_MS: u64 = 40;
 /// Shortest hint before jitter: faster polling would not change what the client sees.
 pub const MIN_POLL_MS: u64 = 500;
-/// Longest hint before jitter: nobody should notice their turn more than ~15 s late.
-pub const MAX_POLL_MS: u64 = 15_000;
+/// Longest hint before jitter: nobody should notice their turn more than ~5 s late.
+///
+/// A drain measured early in a drop is slow (the executor shares the machine with the surge of
+/// intake) and speeds up once intake calms down, so long hints overshoot: with 15 s, people of
+/// a 10,000-subject drop read results up to 11 s after their commands had finished. At 5 s,
+/// 10,000 waiting people cost about 2,000 polls per second, a small share of what one gateway
+/// answers from Redis.
+pub const MAX_POLL_MS: u64 = 5_000;
 /// Final lower bound; `MIN_POLL_MS × 0.8` already respects it, so it is only a safety net.
 pub const MIN_JITTERED_POLL_MS: u64 = 400;
 /// Final upper bound; `MAX_POLL_MS × 1.2` already respects it, so it is only a safety net.
-pub const MAX_JITTERED_POLL_MS: u64 = 18_000;
+pub const MAX_JITTERED_POLL_MS: u64 = 6_000;
 
 /// A drain rate is usable only when it is a positive, finite number of completions/s.
 fn usable_rate(drain_per_second: Option<f64>) -> Option<f64> {
@@ -107,15 +113,16 @@ mod tests {
     fn without_rate_grows_linearly_then_clamps() {
         assert_eq!(poll_after_ms(Some(0), None, 0.5), 1000);
         assert_eq!(poll_after_ms(Some(10), None, 0.5), 1400);
+        assert_eq!(poll_after_ms(Some(50), None, 0.5), 3000);
         assert_eq!(poll_after_ms(Some(100), None, 0.5), 5000);
-        assert_eq!(poll_after_ms(Some(350), None, 0.5), 15_000);
-        assert_eq!(poll_after_ms(Some(u64::MAX), None, 0.5), 15_000);
+        assert_eq!(poll_after_ms(Some(350), None, 0.5), 5000);
+        assert_eq!(poll_after_ms(Some(u64::MAX), None, 0.5), 5000);
     }
 
     #[test]
     fn with_rate_aims_at_a_quarter_of_the_eta() {
-        // 399 ahead of 1/s: ETA 400 s, a quarter is 100 s, clamped to 15 s.
-        assert_eq!(poll_after_ms(Some(399), Some(1.0), 0.5), 15_000);
+        // 399 ahead of 1/s: ETA 400 s, a quarter is 100 s, clamped to 5 s.
+        assert_eq!(poll_after_ms(Some(399), Some(1.0), 0.5), 5000);
         // ETA 8 s -> 2 s.
         assert_eq!(poll_after_ms(Some(7), Some(1.0), 0.5), 2000);
         // Fast queue: ETA 0.01 s -> clamped up to 500 ms.
@@ -146,7 +153,7 @@ mod tests {
                 let center = poll_after_ms(p, rate, 0.5) as f64;
                 for jitter in JITTERS {
                     let ms = poll_after_ms(p, rate, jitter);
-                    assert!((400..=18_000).contains(&ms));
+                    assert!((400..=6_000).contains(&ms));
                     assert!(
                         ms as f64 >= (center * 0.8).floor() && ms as f64 <= (center * 1.2).ceil()
                     );
@@ -154,7 +161,7 @@ mod tests {
             }
         }
         assert_eq!(poll_after_ms(Some(0), Some(100.0), 0.0), 400);
-        assert_eq!(poll_after_ms(Some(u64::MAX), None, 0.999_999), 18_000);
+        assert_eq!(poll_after_ms(Some(u64::MAX), None, 0.999_999), 6_000);
     }
 
     #[test]
@@ -165,7 +172,7 @@ mod tests {
         assert_eq!(poll_after_ms(None, None, f64::INFINITY), 1200);
         assert_eq!(
             poll_after_ms(Some(u64::MAX), None, f64::NEG_INFINITY),
-            12_000
+            4_000
         );
     }
 }

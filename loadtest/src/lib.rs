@@ -9,6 +9,7 @@
 //!   offer origin and webhook backend, [`machine`] what it ran on.
 //! - [`driver`]: runs N HTTP requests from C concurrent tasks and records latencies.
 //! - [`bench_stack`]: a throwaway database and an in-process gateway for a benchmark run.
+//! - [`baselines`]: what `sluice-bench-baselines` runs: Sluice against its baselines, pair by pair.
 //! - Binaries in `src/bin/`: `sluice-bench-intake` (group commit vs one transaction per request),
 //!   `sluice-bench-quota` (batched quota transactions vs one transaction per command),
 //!   `sluice-bench-webhook` (webhook commands through Sluice vs the same backend driven directly),
@@ -18,6 +19,7 @@
 //!   `intake.lua`, the naive counter-row transaction, pgbench and a static hyper server).
 
 pub mod api;
+pub mod baselines;
 pub mod bench_stack;
 pub mod driver;
 pub mod invariants;

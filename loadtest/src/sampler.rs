@@ -187,7 +187,7 @@ impl Probe {
 }
 
 /// Pids whose `/proc/<pid>/comm` is `name`.
-fn pids_named(name: &str) -> Vec<u32> {
+pub fn pids_named(name: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

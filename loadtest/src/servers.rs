@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::bench_stack::BoxError;
 
 /// Serves `handler` on a fresh loopback port until the token is cancelled; returns the base URL.
-async fn serve<F, Fut>(shutdown: CancellationToken, handler: F) -> Result<String, BoxError>
+pub async fn serve<F, Fut>(shutdown: CancellationToken, handler: F) -> Result<String, BoxError>
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -51,7 +51,7 @@ where
     Ok(base)
 }
 
-fn respond(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+pub fn respond(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
