@@ -235,7 +235,7 @@ async fn answer(
 }
 
 /// `t=<unix seconds>,v1=<hex>`, recomputed over the body with the secret.
-fn signature_valid(secret: &str, header: &str, body: &[u8]) -> bool {
+pub fn signature_valid(secret: &str, header: &str, body: &[u8]) -> bool {
     header
         .strip_prefix("t=")
         .and_then(|rest| rest.split(',').next())

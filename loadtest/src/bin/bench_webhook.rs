@@ -60,6 +60,7 @@ use sluice_loadtest::bench_stack::{
     median, open_commands, rates_cell,
 };
 use sluice_loadtest::driver::{http_client, run};
+use sluice_loadtest::servers::signature_valid;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -574,13 +575,4 @@ fn status_only(status: StatusCode) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = status;
     response
-}
-
-/// `t=<unix seconds>,v1=<hex>`, recomputed over the body with the secret.
-fn signature_valid(secret: &str, header: &str, body: &[u8]) -> bool {
-    header
-        .strip_prefix("t=")
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|t| t.parse::<i64>().ok())
-        .is_some_and(|t| sign(secret, t, body) == header)
 }

@@ -3,6 +3,24 @@
 
 use super::Options;
 
+pub const POOL: &str = "stock";
+
+/// The lines every command of a run shares: its deadline and its intake and admission budgets,
+/// all from the run's options.
+fn budgets(options: &Options) -> String {
+    format!(
+        r#"deadline_seconds = {deadline}
+intake    = {{ per_second = {intake_rate}, burst = {intake_burst}, max_in_flight = {intake_in_flight} }}
+admission = {{ per_second = {admission_rate}, burst = {admission_rate}, max_in_flight = {admission_in_flight}, max_queue = 10000000, max_wait_seconds = {deadline} }}"#,
+        deadline = options.deadline_seconds,
+        intake_rate = options.intake_per_second,
+        intake_burst = options.intake_burst,
+        intake_in_flight = options.intake_max_in_flight,
+        admission_rate = options.admission_per_second,
+        admission_in_flight = options.admission_max_in_flight,
+    )
+}
+
 /// The sale. The offer read depends on `offer:{offer}`, not on the pool: as the reference
 /// advises, content and stock use separate dependencies so that every allocation does not
 /// invalidate the page everybody is reading.
@@ -16,9 +34,7 @@ max_waiting = 10000000
 code = "claim"
 parameters = {{ offer = {{ type = "uuid" }} }}
 resource_key = {{ from = "input", field = "offer" }}
-deadline_seconds = {deadline}
-intake    = {{ per_second = {intake_rate}, burst = {intake_burst}, max_in_flight = {intake_in_flight} }}
-admission = {{ per_second = {admission_rate}, burst = {admission_rate}, max_in_flight = {admission_in_flight}, max_queue = 10000000, max_wait_seconds = {deadline} }}
+{budgets}
 handler   = {{ kind = "quota", pool = "{POOL}", mode = "committed" }}
 
 [[quota_pool]]
@@ -34,17 +50,10 @@ stale_seconds = 60
 dependencies = ["offer:{{offer}}"]
 timeout_ms = 2000
 "#,
-        deadline = options.deadline_seconds,
-        intake_rate = options.intake_per_second,
-        intake_burst = options.intake_burst,
-        intake_in_flight = options.intake_max_in_flight,
-        admission_rate = options.admission_per_second,
-        admission_in_flight = options.admission_max_in_flight,
+        budgets = budgets(options),
         capacity = options.capacity,
     )
 }
-
-pub const POOL: &str = "stock";
 
 /// Webhook calls to providers: each command names a provider and an account; the provider's
 /// starts per second and the account's requests at once are limit keys shared by every command.
@@ -58,18 +67,11 @@ max_waiting = 10000000
 code = "call"
 parameters = {{ provider = {{ type = "string", max_length = 32 }}, account = {{ type = "string", max_length = 32 }} }}
 resource_key = {{ from = "input", field = "account" }}
-deadline_seconds = {deadline}
-intake    = {{ per_second = {intake_rate}, burst = {intake_burst}, max_in_flight = {intake_in_flight} }}
-admission = {{ per_second = {admission_rate}, burst = {admission_rate}, max_in_flight = {admission_in_flight}, max_queue = 10000000, max_wait_seconds = {deadline} }}
+{budgets}
 handler   = {{ kind = "webhook", url = "{url}", timeout_ms = 10000 }}
 limits = [ {{ key = "provider:{{provider}}", per_second = {provider_rate} }}, {{ key = "account:{{provider}}:{{account}}", max_in_flight = {account_in_flight} }} ]
 "#,
-        deadline = options.deadline_seconds,
-        intake_rate = options.intake_per_second,
-        intake_burst = options.intake_burst,
-        intake_in_flight = options.intake_max_in_flight,
-        admission_rate = options.admission_per_second,
-        admission_in_flight = options.admission_max_in_flight,
+        budgets = budgets(options),
         provider_rate = options.provider_per_second,
         account_in_flight = options.account_max_in_flight,
     )
