@@ -225,3 +225,47 @@ async fn a_broken_invariant_exits_non_zero() {
     );
     assert!(stdout.contains("| unknown outcomes | 20 |"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_load_arrives_at_its_rate_and_takes_first_answers_without_retry() {
+    let out = tempfile::tempdir().expect("temp dir");
+    // 200 people over 2 s, intake of 50 per second with a burst of 50, no retries: some get in,
+    // the rest are refused RATE_LIMITED for good, and nobody's outcome is unknown.
+    let options = options(
+        &[
+            "steady",
+            "--rate",
+            "100",
+            "--seconds",
+            "2",
+            "--intake-per-second",
+            "50",
+            "--intake-burst",
+            "50",
+            "--no-retry",
+            "--stack",
+            "dev",
+        ],
+        out.path(),
+    );
+    let report = scenario::run(options)
+        .await
+        .expect("the run completes")
+        .report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    let people = &report.people;
+    assert_eq!(people.arrived, 200);
+    assert_eq!(people.unknown, 0, "{people:?}");
+    assert_eq!(people.retries, 0, "--no-retry");
+    let refused = people.refused.get("RATE_LIMITED").copied().unwrap_or(0);
+    assert!(refused > 0 && people.accepted > 0, "{people:?}");
+    assert_eq!(people.accepted + refused, 200, "{people:?}");
+    assert_eq!(people.succeeded, people.accepted, "capacity 1,000 for all");
+    // Arrivals are spread over the seconds, not bunched into one.
+    let per_second: Vec<u64> = report.timeline.iter().map(|s| s.arrivals).collect();
+    assert!(
+        per_second.iter().take(2).all(|n| (50..=150).contains(n)),
+        "about 100 arrivals in each of the first two seconds: {per_second:?}"
+    );
+}

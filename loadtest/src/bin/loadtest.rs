@@ -21,6 +21,16 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let interrupt = cli.options.interrupt.clone();
+    tokio::spawn({
+        let interrupt = interrupt.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("sluice-loadtest: stopping the stack and dropping the scratch database");
+                interrupt.cancel();
+            }
+        }
+    });
     match scenario::run(cli.options).await {
         Ok(written) => {
             println!("{}", sluice_loadtest::summary::text(&written.report));
@@ -35,7 +45,12 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("sluice-loadtest: {e}");
-            ExitCode::FAILURE
+            if interrupt.is_cancelled() {
+                // The shell's convention for a run ended by SIGINT.
+                ExitCode::from(130)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -121,7 +121,17 @@ pub struct Options {
     #[arg(long)]
     #[serde(skip)]
     pub quiet: bool,
+    /// Cancelled to stop a run early (Ctrl-C): the callers stop, the stack is stopped and the
+    /// scratch database dropped, and the run ends with [`Interrupted`].
+    #[arg(skip)]
+    #[serde(skip)]
+    pub interrupt: CancellationToken,
 }
+
+/// A run stopped by [`Options::interrupt`] before its report.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted: the stack was stopped and the scratch database dropped; no report")]
+pub struct Interrupted;
 
 impl Options {
     /// The callers of this run and when each arrives, relative to the first.
@@ -380,14 +390,30 @@ async fn drive_on(
             }
         }
     }
-    while callers.join_next().await.is_some() {}
+    loop {
+        tokio::select! {
+            joined = callers.join_next() => if joined.is_none() { break },
+            () = options.interrupt.cancelled() => {
+                callers.abort_all();
+                stop.cancel();
+                bar.finish();
+                return Err(Interrupted.into());
+            }
+        }
+    }
     let duration = recorder.elapsed();
-    let still_open = invariants::await_drained(
-        &tenant.pg,
-        creds.namespace_id,
-        Duration::from_secs(options.drain_seconds),
-    )
-    .await?;
+    let still_open = tokio::select! {
+        open = invariants::await_drained(
+            &tenant.pg,
+            creds.namespace_id,
+            Duration::from_secs(options.drain_seconds),
+        ) => open?,
+        () = options.interrupt.cancelled() => {
+            stop.cancel();
+            bar.finish();
+            return Err(Interrupted.into());
+        }
+    };
     stop.cancel();
     bar.finish();
     let mut peaks = status.await?;
