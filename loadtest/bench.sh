@@ -22,6 +22,9 @@ export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgr
 export SLUICE_BENCH_REDIS_URL="${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
 out=target/loadtest
 
+# 10,000 people hold 10,000 connections on each side: use the hard limit of open files.
+ulimit -n "$(ulimit -Hn)"
+
 cargo build --release -p sluice-gateway -p sluice-loadtest
 mkdir -p "$out"
 

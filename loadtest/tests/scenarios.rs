@@ -269,3 +269,22 @@ async fn a_steady_load_arrives_at_its_rate_and_takes_first_answers_without_retry
         "about 100 arrivals in each of the first two seconds: {per_second:?}"
     );
 }
+
+/// A drop larger than the open-file limit allows is refused before anything starts, with the fix.
+#[test]
+fn a_run_beyond_the_open_file_limit_is_refused_up_front() {
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 2048 && exec {} drop --subjects 5000 --quiet --database-url postgres://nobody@127.0.0.1:1/none",
+            env!("CARGO_BIN_EXE_sluice-loadtest")
+        ))
+        .output()
+        .expect("bash runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the limit is 2048") && stderr.contains("ulimit -n 6024"),
+        "{stderr}"
+    );
+}

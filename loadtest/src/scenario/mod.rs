@@ -175,6 +175,7 @@ pub struct Written {
 pub async fn run(options: Options) -> Result<Written, BoxError> {
     options.servers.check()?;
     let arrivals = options.arrivals()?;
+    check_open_files(arrivals.len() as u64)?;
     let started_at = chrono::Utc::now();
     let dir = options.out.join(format!(
         "{}-{}",
@@ -199,6 +200,27 @@ pub async fn run(options: Options) -> Result<Written, BoxError> {
     let html = dir.join("report.html");
     std::fs::write(&html, crate::report::html::render(&report))?;
     Ok(Written { report, json, html })
+}
+
+/// Every caller may hold a connection, and so may the gateway for each of them (a started stack
+/// inherits this process's limit): a run that would hit the limit mid-drop is refused up front,
+/// naming the fix, instead of reporting the refused connections as unknown outcomes.
+fn check_open_files(callers: u64) -> Result<(), BoxError> {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft: Option<u64> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse().ok());
+    let needed = callers.min(20_000) + 1_024;
+    match soft {
+        Some(soft) if soft < needed => Err(format!(
+            "{callers} callers need about {needed} open files, the limit is {soft}: raise it \
+             first (`ulimit -n {needed}`, up to `ulimit -Hn`)"
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 fn scenario_name(scenario: Scenario) -> &'static str {
