@@ -35,6 +35,9 @@ pub struct Intent<'a> {
     pub arrived: Instant,
 }
 
+/// The longest random part of a retry's wait.
+const MAX_JITTER_MS: u64 = 30_000;
+
 /// Endpoint names in the report.
 pub const ENQUEUE: &str = "enqueue";
 pub const POLL: &str = "poll ticket";
@@ -47,11 +50,16 @@ impl Context {
 
     /// Sleeps for the advised wait plus up to a second of jitter, unless that passes the
     /// caller's patience; `false` when the caller gives up instead.
-    async fn wait_to_retry(&self, arrived: Instant, advice: Option<Duration>) -> bool {
+    ///
+    /// The jitter's ceiling doubles with each retry of the same step (1 s, 2 s, 4 s … up to
+    /// 30 s), as the reference's client SDK backs off: people refused together then spread out
+    /// instead of returning together every second.
+    async fn wait_to_retry(&self, arrived: Instant, advice: Option<Duration>, retry: u32) -> bool {
         if !self.retry {
             return false;
         }
-        let jitter = Duration::from_millis(rand::rng().random_range(0..1_000));
+        let ceiling_ms = (1_000u64 << retry.min(5)).min(MAX_JITTER_MS);
+        let jitter = Duration::from_millis(rand::rng().random_range(0..ceiling_ms));
         let wait = advice.unwrap_or(Duration::from_secs(1)) + jitter;
         if Instant::now() + wait > self.give_up_at(arrived) {
             return false;
@@ -127,7 +135,7 @@ impl Context {
     /// `Ok(data)` of the `202`/`200`, or the ending of a caller who never got in.
     async fn enqueue(&self, intent: &Intent<'_>) -> Result<Value, Ending> {
         let path = format!("/v1/commands/{}:enqueue", intent.command);
-        loop {
+        for retry in 0.. {
             let answer = self
                 .call(
                     ENQUEUE,
@@ -152,10 +160,11 @@ impl Context {
                 Outcome::Refused { code, .. } => return Err(Ending::Refused(code)),
                 Outcome::Unknown { .. } => (Ending::Unknown, None),
             };
-            if !self.wait_to_retry(intent.arrived, advice).await {
+            if !self.wait_to_retry(intent.arrived, advice, retry).await {
                 return Err(ending);
             }
         }
+        Err(Ending::Unknown)
     }
 
     /// Polls the ticket, each time after the `poll_after_ms` the last answer advised, until a
@@ -200,7 +209,7 @@ impl Context {
     /// `GET /v1/commands/{id}`: the full record, retried within the caller's patience.
     async fn read_result(&self, intent: &Intent<'_>, id: Uuid) -> Option<Value> {
         let path = format!("/v1/commands/{id}");
-        loop {
+        for retry in 0.. {
             let answer = self
                 .call(RESULT, Method::GET, &path, Some(intent.bearer), None)
                 .await;
@@ -212,10 +221,11 @@ impl Context {
                 Outcome::Refused { retry_after, .. } => retry_after,
                 Outcome::Unknown { .. } => None,
             };
-            if !self.wait_to_retry(intent.arrived, advice).await {
+            if !self.wait_to_retry(intent.arrived, advice, retry).await {
                 return None;
             }
         }
+        None
     }
 }
 
