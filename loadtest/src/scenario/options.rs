@@ -1,0 +1,179 @@
+//! What a run is asked to do: the scenario, its callers and budgets, the stack, and the bounds
+//! that keep a run finite.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::bench_stack::{BoxError, Servers};
+use crate::stack::StackKind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// N distinct subjects arrive within one window (default one second): each reads the offer,
+    /// enqueues a claim, polls its ticket and reads its result.
+    Drop,
+    /// The same journey at a fixed arrival rate.
+    Steady,
+    /// Backend services enqueueing webhook commands with limit keys at a fixed rate.
+    Backend,
+}
+
+/// Every knob of a run; defaults reproduce the README's figures.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub struct Options {
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// `drop`: distinct subjects arriving within `--window-ms`.
+    #[arg(long, default_value_t = 10_000)]
+    pub subjects: u64,
+    /// `drop`: the window the arrivals are spread over, evenly.
+    #[arg(long, default_value_t = 1_000)]
+    pub window_ms: u64,
+    /// `steady` and `backend`: arrivals per second.
+    #[arg(long, default_value_t = 500.0)]
+    pub rate: f64,
+    /// `steady` and `backend`: seconds of arrivals.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Units in the quota pool of the sale.
+    #[arg(long, default_value_t = 1_000)]
+    pub capacity: i64,
+    /// The command's intake budget (the drop's protection: the rest is refused at once).
+    #[arg(long, default_value_t = 2_000)]
+    pub intake_per_second: u32,
+    #[arg(long, default_value_t = 2_000)]
+    pub intake_burst: u32,
+    #[arg(long, default_value_t = 500)]
+    pub intake_max_in_flight: u32,
+    /// The command's admission budget (executions started per second, permits at once).
+    #[arg(long, default_value_t = 2_000)]
+    pub admission_per_second: u32,
+    #[arg(long, default_value_t = 64)]
+    pub admission_max_in_flight: u32,
+    /// The command's deadline, also its `max_wait`.
+    #[arg(long, default_value_t = 600)]
+    pub deadline_seconds: u64,
+    /// How long a caller keeps trying from its arrival before giving up (its outcome is then
+    /// unknown unless it was refused).
+    #[arg(long, default_value_t = 120)]
+    pub patience_seconds: u64,
+    /// Do not retry explicit retryable refusals: each caller takes the first answer.
+    #[arg(long)]
+    pub no_retry: bool,
+    /// `backend`: providers and accounts the calls are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub providers: u32,
+    #[arg(long, default_value_t = 16)]
+    pub accounts: u32,
+    /// `backend`: the limit keys: starts per second per provider, requests at once per account.
+    #[arg(long, default_value_t = 100)]
+    pub provider_per_second: u32,
+    #[arg(long, default_value_t = 2)]
+    pub account_max_in_flight: u32,
+    /// `backend`: how long the backend takes per call.
+    #[arg(long, default_value_t = 20)]
+    pub backend_delay_ms: u64,
+    /// How long to wait after the last caller for every row to be terminal.
+    #[arg(long, default_value_t = 120)]
+    pub drain_seconds: u64,
+    /// Refuse runs larger than this many callers (the generator is bounded in count).
+    #[arg(long, default_value_t = 200_000)]
+    pub max_callers: u64,
+    #[command(flatten)]
+    #[serde(skip)]
+    pub servers: Servers,
+    #[arg(long, value_enum, default_value = "dev")]
+    #[serde(skip)]
+    pub stack: StackKind,
+    /// The gateway of `--stack external` (its executor must be running too).
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// The `sluice` binary for `dev` and `split` (default: next to this one).
+    #[arg(long)]
+    #[serde(skip)]
+    pub sluice_bin: Option<PathBuf>,
+    /// Where the reports (and the stack's logs) are written.
+    #[arg(long, default_value = "target/loadtest")]
+    #[serde(skip)]
+    pub out: PathBuf,
+    /// No progress bar (also off when stderr is not a terminal).
+    #[arg(long)]
+    #[serde(skip)]
+    pub quiet: bool,
+    /// Cancelled to stop a run early (Ctrl-C): the callers stop, the stack is stopped and the
+    /// scratch database dropped, and the run ends with [`Interrupted`].
+    #[arg(skip)]
+    #[serde(skip)]
+    pub interrupt: CancellationToken,
+}
+
+/// A run stopped by [`Options::interrupt`] before its report.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted: the stack was stopped and the scratch database dropped; no report")]
+pub struct Interrupted;
+
+impl Options {
+    /// The callers of this run and when each arrives, relative to the first.
+    pub(super) fn arrivals(&self) -> Result<Vec<Duration>, BoxError> {
+        let (count, spacing) = match self.scenario {
+            Scenario::Drop => (
+                self.subjects,
+                Duration::from_millis(self.window_ms).as_secs_f64() / self.subjects.max(1) as f64,
+            ),
+            Scenario::Steady | Scenario::Backend => {
+                if !(self.rate > 0.0 && self.rate.is_finite() && self.seconds > 0.0) {
+                    return Err("--rate and --seconds must be positive".into());
+                }
+                ((self.rate * self.seconds).round() as u64, 1.0 / self.rate)
+            }
+        };
+        if count == 0 {
+            return Err("a run needs at least one caller".into());
+        }
+        if count > self.max_callers {
+            return Err(format!(
+                "{count} callers is more than --max-callers {}",
+                self.max_callers
+            )
+            .into());
+        }
+        Ok((0..count)
+            .map(|i| Duration::from_secs_f64(spacing * i as f64))
+            .collect())
+    }
+}
+
+impl Scenario {
+    /// The scenario's name in reports and directory names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Drop => "drop",
+            Scenario::Steady => "steady",
+            Scenario::Backend => "backend",
+        }
+    }
+}
+
+/// Every caller may hold a connection, and so may the gateway for each of them (a started stack
+/// inherits this process's limit): a run that would hit the limit mid-drop is refused up front,
+/// naming the fix, instead of reporting the refused connections as unknown outcomes.
+pub(super) fn check_open_files(callers: u64) -> Result<(), BoxError> {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft: Option<u64> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse().ok());
+    let needed = callers.min(20_000) + 1_024;
+    match soft {
+        Some(soft) if soft < needed => Err(format!(
+            "{callers} callers need about {needed} open files, the limit is {soft}: raise it \
+             first (`ulimit -n {needed}`, up to `ulimit -Hn`)"
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
