@@ -15,14 +15,12 @@ use sluice_durable::application::{
     Snapshot,
 };
 
-use super::{Handled, require_json};
+use super::{Handled, require_json, validate_reason};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
 
-/// Longest `reason`, in characters.
-const MAX_REASON_CHARS: usize = 1024;
 /// Longest `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 128;
 
@@ -151,15 +149,7 @@ impl ConfigureRequest {
         }
         let expected_revision = i64::try_from(expected_revision)
             .map_err(|_| ApiError::invalid("expected_revision", "is beyond any revision"))?;
-        if reason.trim().is_empty() {
-            return Err(ApiError::invalid("reason", "must not be blank"));
-        }
-        if reason.chars().count() > MAX_REASON_CHARS {
-            return Err(ApiError::invalid(
-                "reason",
-                format!("must be at most {MAX_REASON_CHARS} characters"),
-            ));
-        }
+        validate_reason(&reason)?;
         let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         Ok(Self {
             expected_revision,

@@ -6,14 +6,11 @@ use hyper::{HeaderMap, StatusCode};
 use serde_json::json;
 use sluice_durable::control::{self, SetPause};
 
-use super::{Handled, require_json};
+use super::{Handled, require_json, validate_reason};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
-
-/// Longest `reason`, in characters (as the audit of budgets).
-const MAX_REASON_CHARS: usize = 1024;
 
 pub async fn control(
     gateway: &Gateway,
@@ -84,15 +81,7 @@ impl ControlRequest {
         let reason = reader.required_string("reason")?;
         let command = reader.optional_string("command")?;
         reader.finish()?;
-        if reason.trim().is_empty() {
-            return Err(ApiError::invalid("reason", "must not be blank"));
-        }
-        if reason.chars().count() > MAX_REASON_CHARS {
-            return Err(ApiError::invalid(
-                "reason",
-                format!("must be at most {MAX_REASON_CHARS} characters"),
-            ));
-        }
+        validate_reason(&reason)?;
         if let Some(code) = &command
             && !super::is_command_code(code)
         {

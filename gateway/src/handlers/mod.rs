@@ -22,6 +22,24 @@ use crate::error::{ApiError, ErrorCode};
 
 pub type Handled = Result<(StatusCode, Value), ApiError>;
 
+/// Longest audited `reason`, in characters.
+const MAX_REASON_CHARS: usize = 1024;
+
+/// The `reason` an operator gives for an audited change (a pause, a budget): it must say
+/// something and fit the audit row.
+pub fn validate_reason(reason: &str) -> Result<(), ApiError> {
+    if reason.trim().is_empty() {
+        return Err(ApiError::invalid("reason", "must not be blank"));
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ApiError::invalid(
+            "reason",
+            format!("must be at most {MAX_REASON_CHARS} characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads a body of at most `limit` bytes; larger is `413` before reading it all.
 pub async fn read_body(
     headers: &HeaderMap,
