@@ -27,16 +27,7 @@ pub async fn serve(listener: TcpListener, shutdown: CancellationToken) {
     let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        // Usually out of file descriptors: back off instead of spinning.
-                        tracing::warn!(%error, "metrics listener: accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            stream = crate::server::accept(&listener, "metrics") => {
                 let connection = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service_fn(answer));
                 let connection = graceful.watch(connection);

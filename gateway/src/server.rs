@@ -56,6 +56,20 @@ pub fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// The listener's next connection. A failed accept (usually out of file descriptors) is logged
+/// and retried after a pause instead of spinning; cancel-safe, so it can race a shutdown.
+pub async fn accept(listener: &TcpListener, name: &str) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => return stream,
+            Err(error) => {
+                tracing::warn!(%error, listener = name, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// Serves until `shutdown` is cancelled, then stops accepting and lets in-flight requests
 /// finish (up to [`DRAIN_TIMEOUT`]). Tests bind `127.0.0.1:0` and call this in process.
 pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
@@ -63,16 +77,7 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
     let connections = TaskTracker::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        // Usually out of file descriptors: back off instead of spinning.
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            stream = accept(&listener, "gateway") => {
                 let _ = stream.set_nodelay(true);
                 let (gateway, closing) = (gateway.clone(), shutdown.clone());
                 let service =

@@ -30,11 +30,10 @@ where
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
         loop {
-            let accepted = tokio::select! {
+            let stream = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                accepted = listener.accept() => accepted,
+                stream = sluice_gateway::server::accept(&listener, "load test") => stream,
             };
-            let Ok((stream, _)) = accepted else { continue };
             let _ = stream.set_nodelay(true);
             let handler = handler.clone();
             tokio::spawn(async move {
