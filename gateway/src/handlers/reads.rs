@@ -5,8 +5,6 @@
 //! subject-scoped read names the subject with `?subject=`. Subject-scoped values are keyed by
 //! the subject, so one subject never sees another's.
 
-use std::time::Duration;
-
 use hyper::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -80,18 +78,13 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
         &digest(decl, &params, &subject),
         &dependencies,
     );
-    let call = ReadCall {
-        application_id: namespace.application_id,
-        namespace_id: caller.namespace_id,
+    let call = ReadCall::of(
+        decl,
+        namespace.application_id,
+        caller.namespace_id,
         keys,
         url,
-        fresh_ms: i64::from(decl.fresh_seconds) * 1_000,
-        stale_ms: i64::from(decl.stale_seconds) * 1_000,
-        negative_ms: i64::from(decl.negative_seconds) * 1_000,
-        max_bytes: decl.max_bytes as usize,
-        timeout: Duration::from_millis(u64::from(decl.timeout_ms)),
-        read: &decl.name,
-    };
+    );
     let view = gateway
         .reads
         .get(&gateway.redis, &gateway.scripts, call)

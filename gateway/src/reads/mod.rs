@@ -16,7 +16,10 @@
 //! - **Redis unreachable**: L1 serves within its period; otherwise the origin is called only
 //!   within the per-process budget, and everything else is `503`.
 
+mod call;
 pub mod origin;
+
+pub use call::ReadCall;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,20 +95,6 @@ pub struct View {
     pub stale: bool,
     /// Until when this process may serve it from L1.
     l1_until: Instant,
-}
-
-/// What the handler knows about one read call.
-pub struct ReadCall<'a> {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
-    pub keys: EntryKeys,
-    pub url: String,
-    pub fresh_ms: i64,
-    pub stale_ms: i64,
-    pub negative_ms: i64,
-    pub max_bytes: usize,
-    pub timeout: Duration,
-    pub read: &'a str,
 }
 
 type Flight = Arc<OnceCell<Result<Arc<View>, ApiError>>>;

@@ -565,18 +565,13 @@ async fn in_process_round(
             let deadline = Instant::now() + duration;
             let (mut ok, mut failed) = (0u64, 0u64);
             while Instant::now() < deadline {
-                let call = ReadCall {
+                let call = ReadCall::of(
+                    &decl,
                     application_id,
                     namespace_id,
-                    keys: keys.clone(),
-                    url: url.clone(),
-                    fresh_ms: i64::from(decl.fresh_seconds) * 1_000,
-                    stale_ms: i64::from(decl.stale_seconds) * 1_000,
-                    negative_ms: i64::from(decl.negative_seconds) * 1_000,
-                    max_bytes: decl.max_bytes as usize,
-                    timeout: Duration::from_millis(u64::from(decl.timeout_ms)),
-                    read: &decl.name,
-                };
+                    keys.clone(),
+                    url.clone(),
+                );
                 match gateway
                     .reads
                     .get(&gateway.redis, &gateway.scripts, call)
