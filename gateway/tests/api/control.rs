@@ -9,7 +9,6 @@ use fred::prelude::*;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 use sluice_durable::projection::Scripts;
-use sluice_durable::testkit::RedisServer;
 
 use crate::gateway_process::GatewayProcess;
 use crate::support::*;
@@ -400,9 +399,7 @@ async fn a_pause_redis_lost_is_still_enforced_and_converges() {
 /// accept either. Redis back empty: the rebuilt projection carries the pause PostgreSQL holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() {
-    let mut redis = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis");
+    let redis = start_private_redis().await;
     let stack = Stack::start_with(StackOptions {
         redis_url: Some(redis.url()),
         ..StackOptions::default()
@@ -412,12 +409,7 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
         stack.enqueue("u0", &key(), &offer()).await.status,
         StatusCode::ACCEPTED
     );
-    let mut redis = tokio::task::spawn_blocking(move || {
-        redis.kill();
-        redis
-    })
-    .await
-    .expect("kill redis");
+    let mut redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             stack.redis.clients().iter().all(|c| !c.is_connected())
@@ -441,12 +433,7 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
         StatusCode::SERVICE_UNAVAILABLE
     );
 
-    redis = tokio::task::spawn_blocking(move || {
-        redis.restart();
-        redis
-    })
-    .await
-    .expect("restart redis");
+    redis = restart_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(15), || async {
             stack.redis.clients().iter().all(|c| c.is_connected())

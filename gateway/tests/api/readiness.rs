@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use hyper::StatusCode;
-use sluice_durable::testkit::RedisServer;
 
 use crate::support::*;
 
@@ -21,9 +20,7 @@ async fn probe(stack: &Stack) -> (StatusCode, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis");
+    let redis = start_private_redis().await;
     let stack = Stack::start_with(StackOptions {
         redis_url: Some(redis.url()),
         ..StackOptions::default()
@@ -63,13 +60,7 @@ async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
     );
 
     // Redis gone: not ready, and the probe says why.
-    let mut redis = redis;
-    redis = tokio::task::spawn_blocking(move || {
-        redis.kill();
-        redis
-    })
-    .await
-    .expect("kill redis");
+    let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             stack.redis.clients().iter().all(|c| !c.is_connected())

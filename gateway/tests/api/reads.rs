@@ -21,7 +21,7 @@ use sluice_durable::projection::cache::{
     self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::{RedisServer, shared_redis};
+use sluice_durable::testkit::shared_redis;
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
 use tokio_util::sync::CancellationToken;
@@ -921,9 +921,7 @@ async fn a_fill_refused_by_the_origin_budget_gives_its_lease_back() {
 /// other readers get `503`; once a call returns, the budget is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_the_origin_sees_only_the_per_process_budget() {
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis");
+    let redis = start_private_redis().await;
     let origin = OriginServer::start().await;
     let stack = Arc::new(
         Stack::start_with(StackOptions {
@@ -935,13 +933,7 @@ async fn without_redis_the_origin_sees_only_the_per_process_budget() {
     );
     // Authentication and the declaration are cached before Redis goes.
     assert_eq!(item(&read(&stack, "item?id=warm").await)["id"], "warm");
-    let mut redis = redis;
-    let redis = tokio::task::spawn_blocking(move || {
-        redis.kill();
-        redis
-    })
-    .await
-    .expect("kill redis");
+    let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             stack.redis.clients().iter().all(|c| !c.is_connected())

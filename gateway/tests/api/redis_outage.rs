@@ -13,7 +13,6 @@ use fred::interfaces::{ClientLike, SortedSetsInterface};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::projection::rebuild;
-use sluice_durable::testkit::RedisServer;
 use sluice_gateway::config::GatewayConfig;
 use tokio::sync::watch;
 
@@ -28,31 +27,6 @@ use crate::webhooks::{ACCOUNT_LIMIT, arrivals_of, holds_limit, ocr_declaration, 
 /// `Quota::per_second`).
 const PER_SECOND: u32 = 4;
 const CONCURRENCY: usize = 4;
-
-async fn start_redis() -> RedisServer {
-    tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis")
-}
-
-async fn kill(mut redis: RedisServer) -> RedisServer {
-    tokio::task::spawn_blocking(move || {
-        redis.kill();
-        redis
-    })
-    .await
-    .expect("kill redis")
-}
-
-/// Starts Redis again, empty, on the same port.
-async fn restart(mut redis: RedisServer) -> RedisServer {
-    tokio::task::spawn_blocking(move || {
-        redis.restart();
-        redis
-    })
-    .await
-    .expect("restart redis")
-}
 
 /// Waits until every client of the stack's pool (shared with its gateway and executor) is
 /// connected again.
@@ -231,7 +205,7 @@ async fn sustained_polls(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn polls_reach_postgres_only_within_the_fallback_budget_while_redis_is_down() {
-    let redis = start_redis().await;
+    let redis = start_private_redis().await;
     let stack = Arc::new(
         Stack::start_with(StackOptions {
             redis_url: Some(redis.url()),
@@ -262,7 +236,7 @@ async fn polls_reach_postgres_only_within_the_fallback_budget_while_redis_is_dow
     );
     let rows_before = stack.count_rows().await;
 
-    let redis = kill(redis).await;
+    let redis = kill_redis(redis).await;
     assert!(
         disconnected(&stack, Duration::from_secs(5)).await,
         "the gateway notices that Redis is gone"
@@ -456,7 +430,7 @@ async fn polls_reach_postgres_only_within_the_fallback_budget_while_redis_is_dow
     // Redis comes back empty. Once the gateway's connections are back, the next enqueue (the
     // retry of a refused one, same key and body) rebuilds the projection and is accepted.
     let restarted = Instant::now();
-    let redis = restart(redis).await;
+    let redis = restart_redis(redis).await;
     assert!(
         reconnected(&stack, Duration::from_secs(10)).await,
         "the gateway reconnects to Redis by itself"
@@ -565,7 +539,7 @@ async fn started_among(stack: &Stack, ids: &[&str]) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_executor_lands_work_in_hand_starts_nothing_and_resumes_when_redis_returns() {
-    let redis = start_redis().await;
+    let redis = start_private_redis().await;
     // `a-0` is answered once Redis is down, `b-0` once the projection has been rebuilt; every
     // other document at once. The backend performs each call's business effect when it
     // answers, and counts it per idempotency key.
@@ -654,7 +628,7 @@ async fn the_executor_lands_work_in_hand_starts_nothing_and_resumes_when_redis_r
     assert_eq!(backend.arrivals().len(), 2, "only the heads started");
 
     // Redis goes away while both heads are in hand; then the backend answers `a-0`.
-    let redis = kill(redis).await;
+    let redis = kill_redis(redis).await;
     let down_at = Instant::now();
     redis_down.send(true).expect("open the a-0 gate");
     assert!(
@@ -699,7 +673,7 @@ async fn the_executor_lands_work_in_hand_starts_nothing_and_resumes_when_redis_r
 
     // Redis comes back empty: the executor rebuilds the projection by itself.
     let restarted = Instant::now();
-    let redis = restart(redis).await;
+    let redis = restart_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(20), || async {
             rebuild::is_ready(&stack.pg, &stack.redis, stack.creds.application_id)

@@ -20,7 +20,6 @@ use sluice_durable::projection::execution::{AdmitLimits, Finished, finish};
 use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
 use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
 use sluice_durable::tenancy;
-use sluice_durable::testkit::RedisServer;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -779,9 +778,7 @@ async fn the_board_needs_status_read_and_takes_no_parameters() {
 /// `null`), and its PostgreSQL counts are right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_the_board_answers_from_postgres() {
-    let mut redis = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis");
+    let redis = start_private_redis().await;
     let stack = Stack::start_with(StackOptions {
         redis_url: Some(redis.url()),
         ..StackOptions::default()
@@ -805,12 +802,7 @@ async fn without_redis_the_board_answers_from_postgres() {
     assert_eq!(healthy["ready"], true);
     assert_eq!(healthy["queues"]["resources_waiting"], 2);
 
-    redis = tokio::task::spawn_blocking(move || {
-        redis.kill();
-        redis
-    })
-    .await
-    .expect("kill redis");
+    let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             stack.redis.clients().iter().all(|c| !c.is_connected())

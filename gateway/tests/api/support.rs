@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use sluice_durable::projection::{self, AppKeys};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::testkit::{shared_postgres, shared_redis};
+use sluice_durable::testkit::{RedisServer, shared_postgres, shared_redis};
 use sluice_durable::{db, secrets};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::server;
@@ -458,4 +458,31 @@ pub async fn scan_keys(redis: &Pool, pattern: &str) -> Vec<String> {
         }
         cursor = next;
     }
+}
+
+/// A Redis of the test's own (one it may kill), started off the async runtime.
+pub async fn start_private_redis() -> RedisServer {
+    tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis")
+}
+
+/// SIGKILLs the test's own Redis (a crash: nothing is saved).
+pub async fn kill_redis(mut redis: RedisServer) -> RedisServer {
+    tokio::task::spawn_blocking(move || {
+        redis.kill();
+        redis
+    })
+    .await
+    .expect("kill redis")
+}
+
+/// Starts the test's own Redis again, empty, on the same port.
+pub async fn restart_redis(mut redis: RedisServer) -> RedisServer {
+    tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .expect("restart redis")
 }
