@@ -20,6 +20,25 @@ use crate::driver::{http_client, run};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A sale whose budgets no benchmark reaches (intake, queue, backlog), so every enqueue is
+/// accepted and waits: what the intake and status benchmarks measure against.
+pub const CLAIM_DECLARATION: &str = r#"
+[[command]]
+code = "claim"
+parameters = { offer = { type = "uuid" } }
+resource_key = { from = "input", field = "offer" }
+intake = { per_second = 10000000, burst = 10000000, max_in_flight = 1000000 }
+admission = { max_queue = 100000000 }
+handler = { kind = "quota", pool = "stock", mode = "committed" }
+
+[namespace]
+max_waiting = 100000000
+
+[[quota_pool]]
+code = "stock"
+capacity = 100
+"#;
+
 /// The servers a benchmark measures, loopback only.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Servers {

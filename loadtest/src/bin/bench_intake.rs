@@ -18,7 +18,9 @@ use http_body_util::Full;
 use hyper::Request;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
+use sluice_loadtest::bench_stack::{
+    BoxError, CLAIM_DECLARATION, RunningGateway, ScratchDatabase, Servers, Tenant,
+};
 use sluice_loadtest::driver::{RunReport, http_client, run};
 
 #[derive(Debug, Parser)]
@@ -40,23 +42,6 @@ struct Args {
     rounds: usize,
 }
 
-const DECLARATION: &str = r#"
-[[command]]
-code = "claim"
-parameters = { offer = { type = "uuid" } }
-resource_key = { from = "input", field = "offer" }
-intake = { per_second = 10000000, burst = 10000000, max_in_flight = 1000000 }
-admission = { max_queue = 100000000 }
-handler = { kind = "quota", pool = "stock", mode = "committed" }
-
-[namespace]
-max_waiting = 100000000
-
-[[quota_pool]]
-code = "stock"
-capacity = 100
-"#;
-
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
@@ -72,7 +57,7 @@ async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
         database_url,
         &args.servers.redis_url,
         args.connections,
-        DECLARATION,
+        CLAIM_DECLARATION,
     )
     .await?;
     let result = rounds(args, &tenant).await;

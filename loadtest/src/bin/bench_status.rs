@@ -29,7 +29,7 @@ use sluice_durable::projection::{AppKeys, Scripts};
 use sluice_durable::status;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
+    BoxError, CLAIM_DECLARATION, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
 };
 use sluice_loadtest::driver::http_client;
 
@@ -58,23 +58,6 @@ struct Args {
     rounds: usize,
 }
 
-const DECLARATION: &str = r#"
-[[command]]
-code = "claim"
-parameters = { offer = { type = "uuid" } }
-resource_key = { from = "input", field = "offer" }
-intake = { per_second = 10000000, burst = 10000000, max_in_flight = 1000000 }
-admission = { max_queue = 100000000 }
-handler = { kind = "quota", pool = "stock", mode = "committed" }
-
-[namespace]
-max_waiting = 100000000
-
-[[quota_pool]]
-code = "stock"
-capacity = 100
-"#;
-
 /// What a user would write for "how many commands per command and status, and the oldest".
 const NAIVE: &str = "SELECT command, status, count(*), min(accepted_at) FROM commands
   WHERE namespace_id = $1 GROUP BY 1, 2";
@@ -98,7 +81,8 @@ async fn main() -> Result<(), BoxError> {
 }
 
 async fn measure(args: &Args, database_url: &str, history: i64) -> Result<(), BoxError> {
-    let tenant = Tenant::create(database_url, &args.servers.redis_url, 16, DECLARATION).await?;
+    let tenant =
+        Tenant::create(database_url, &args.servers.redis_url, 16, CLAIM_DECLARATION).await?;
     let result = rounds(args, &tenant, history).await;
     tenant.close().await?;
     result
