@@ -19,20 +19,23 @@
 --   {"APPLICATION_FULL"} {"QUEUE_FULL"}   backlog caps, outermost first
 --   {"RATE_LIMITED", retry_after_ms}      bucket empty (real wait) or in-flight full
 --   {"RESERVED", seq, now_ms, generation}
--- Every refusal returns before the first write, so it leaves nothing behind.
+-- Every refusal returns before the first write, so it leaves nothing behind (the epoch
+-- prelude may record its own verification in `meta`).
+-- The generation returned with a reservation is the epoch it belongs to: the commit is fenced
+-- on it, so a reservation made before a rebuild can never commit after the rebuild's snapshot.
 
 local meta, count, bucket, resv, rk, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ns, cmd, field, digest, id = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = epoch_now()
 
--- 1. The projection must exist and be at least as new as PostgreSQL's generation.
-local m = redis.call('HMGET', meta, 'ready', 'generation', 'paused:' .. ns, 'paused:' .. ns .. ':' .. cmd,
-  'app:max_unfinished')
-if m[1] ~= '1' or tonumber(m[2] or '-1') < tonumber(ARGV[1]) then
+-- 1. The projection must be trusted (lib/epoch.lua) and at least as new as PostgreSQL's.
+local generation = epoch_check(meta, tonumber(ARGV[1]), now)
+if not generation then
   return {'NOT_READY'}
 end
+local m = redis.call('HMGET', meta, 'paused:' .. ns, 'paused:' .. ns .. ':' .. cmd,
+  'app:max_unfinished')
 
 local waiting_field = 'waiting:' .. ns
 local queued_field = 'queued:' .. ns .. ':' .. cmd
@@ -64,13 +67,13 @@ if known then
 end
 
 -- 4. Operator pause.
-if m[3] == '1' then return {'PAUSED', 'namespace'} end
-if m[4] == '1' then return {'PAUSED', 'command'} end
+if m[1] == '1' then return {'PAUSED', 'namespace'} end
+if m[2] == '1' then return {'PAUSED', 'command'} end
 
 -- 5. Backlog caps, outermost first. Reservations are already inside these counts.
 local c = redis.call('HMGET', count, 'unfinished', waiting_field, queued_field)
 -- The application's limit as last configured (app_limits.lua); the caller's copy until then.
-local max_unfinished = tonumber(m[5] or ARGV[7])
+local max_unfinished = tonumber(m[3] or ARGV[7])
 if tonumber(c[1] or '0') >= max_unfinished then return {'APPLICATION_FULL'} end
 if tonumber(c[2] or '0') >= tonumber(ARGV[8]) then return {'QUEUE_FULL'} end
 if tonumber(c[3] or '0') >= tonumber(ARGV[9]) then return {'QUEUE_FULL'} end
@@ -104,4 +107,4 @@ redis.call('HINCRBY', count, waiting_field, 1)
 redis.call('HINCRBY', count, queued_field, 1)
 redis.call('HSET', rk, field, id .. ' ' .. digest .. ' p')
 local s = redis.call('INCR', seq)
-return {'RESERVED', s, now, tonumber(m[2])}
+return {'RESERVED', s, now, generation}

@@ -1,16 +1,34 @@
--- renew.lua: extend the permits an executor still holds while its handlers work.
+-- renew.lua: extend the permits of attempts an executor still runs (transition `renew`).
 --
--- KEYS[i] a lease zset; ARGV[1] lease_ms; ARGV[i + 1] the member to extend in KEYS[i].
--- XX: a permit that already lapsed (and may have been handed to someone else) is never
--- resurrected; the executor's PostgreSQL lease decides whether its result still lands.
--- GT: a renewal only ever extends: a running webhook command's permits, extended to its
--- deadline, are never shortened by a routine renewal racing that extension.
--- Returns how many permits were extended.
+-- KEYS[1] meta  KEYS[1 + i] the status hash of the i-th attempt's command
+-- ARGV: 1 lease_ms  then per attempt: id, attempt (ARGV[2i], ARGV[2i + 1])
+--
+-- Fenced by the attempt: only the attempt Redis has on record for the command is renewed, and
+-- only permits that are still live (expiry after now): a permit that lapsed may already have
+-- been handed to another command, so renewing it would count one command twice against its
+-- limit. An attempt that is not on record any more, or one of whose permits lapsed or is gone,
+-- is lost: the executor stops it, and it cannot land (PostgreSQL fences it too).
+-- GT: a renewal only ever extends: a running command's permits, extended to its deadline, are
+-- never shortened by a routine renewal racing that extension.
+-- Returns "NOT_READY", or per attempt 1 (every permit extended) or 0 (lost).
 
-local t = redis.call('TIME')
-local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-local renewed = 0
-for i, key in ipairs(KEYS) do
-  renewed = renewed + redis.call('ZADD', key, 'XX', 'GT', 'CH', expiry, ARGV[i + 1])
+local meta = KEYS[1]
+local now = epoch_now()
+if not epoch_check(meta, 0, now) then return 'NOT_READY' end
+local expiry = now + tonumber(ARGV[1])
+local answer = {}
+for i = 2, #KEYS do
+  local cmdkey, id, attempt = KEYS[i], ARGV[2 * (i - 1)], ARGV[2 * (i - 1) + 1]
+  local h = redis.call('HMGET', cmdkey, 'attempt', 'held', 'status')
+  local ok = h[1] == attempt and h[2] ~= false and not TERMINAL[h[3] or '']
+  local leases = ok and cjson.decode(h[2]) or {}
+  for _, lease in ipairs(leases) do
+    local score = tonumber(redis.call('ZSCORE', lease, id) or '')
+    if score == nil or score <= now then ok = false end
+  end
+  if ok then
+    for _, lease in ipairs(leases) do redis.call('ZADD', lease, 'XX', 'GT', expiry, id) end
+  end
+  answer[#answer + 1] = ok and 1 or 0
 end
-return renewed
+return answer

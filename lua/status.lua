@@ -1,6 +1,6 @@
 -- status.lua: what the status board reads from one application's projection, in one call.
 --
--- KEYS[1] meta  KEYS[2] ready (resources with waiting work)  KEYS[3] application leases
+-- KEYS[1] meta  KEYS[2] application leases
 -- ARGV: 1 namespace id  2 how many ready resources to look at, at most  3 how many busiest to
 --       return  4 how many whole seconds of outcomes  5 how many command codes follow (n)
 --       6 .. 5+n command codes  then limit keys (rendered, of this namespace)
@@ -10,13 +10,13 @@
 --          {in_flight per limit key}}
 --
 -- Reads only: no key is created. "In flight" counts live permits (expiry after Redis TIME).
--- The ready set is read in turn order up to ARGV[2] members, so the cost is bounded whatever
--- the backlog; `scanned` says how many were looked at. The ready set is shared by every
--- namespace of the application and keeps a served queue until admit.lua finds it empty, so
--- `resources_waiting` and the busiest count only this namespace's queues that hold waiting
--- commands (among the scanned ones): another namespace's queues are never shown or counted.
+-- Each command's set of resources with waiting work (`{a:ID}:rq:<ns>:<cmd>`) is read in turn
+-- order, all commands together up to ARGV[2] members, so the cost is bounded whatever the
+-- backlog; `scanned` says how many were looked at. A resource stays in its set until admit.lua
+-- finds its queue empty, so `resources_waiting` and the busiest count only queues that hold
+-- waiting commands (among the scanned ones). Only this namespace's commands are read.
 
-local meta, ready, app_leases = KEYS[1], KEYS[2], KEYS[3]
+local meta, app_leases = KEYS[1], KEYS[2]
 local prefix = string.match(meta, '^(.*):meta$')
 local ns = ARGV[1]
 local scan, top, seconds, ncmd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -38,10 +38,13 @@ end
 -- Busiest resources of this namespace among the first `scan` ready ones. Only the `top`
 -- deepest are kept, by insertion into a short list (no sort of every queue seen): the script
 -- blocks Redis, so its cost is one ZCARD per queue looked at and little else.
-local members = redis.call('ZRANGE', ready, 0, scan - 1)
-local call, sub = redis.call, string.sub
-local own = ns .. ':'
-local own_len = #own
+local members = {}
+for i = 1, ncmd do
+  if #members >= scan then break end
+  local page = redis.call('ZRANGE', prefix .. ':rq:' .. ns .. ':' .. ARGV[5 + i], 0, scan - #members - 1)
+  for _, suffix in ipairs(page) do members[#members + 1] = suffix end
+end
+local call = redis.call
 local queue_prefix = prefix .. ':q:'
 local mine, deepest = 0, {}
 -- Deeper first; equal depths by name, so the board does not shuffle between reads.
@@ -50,20 +53,18 @@ local function before(depth, suffix, other)
 end
 for i = 1, #members do
   local suffix = members[i]
-  if sub(suffix, 1, own_len) == own then
-    local waiting = call('ZCARD', queue_prefix .. suffix)
-    if waiting > 0 then
-      mine = mine + 1
-      local n = #deepest
-      if top > 0 and (n < top or before(waiting, suffix, deepest[n])) then
-        local at = n + 1
-        while at > 1 and before(waiting, suffix, deepest[at - 1]) do
-          deepest[at] = deepest[at - 1]
-          at = at - 1
-        end
-        deepest[at] = {suffix, waiting}
-        if #deepest > top then deepest[#deepest] = nil end
+  local waiting = call('ZCARD', queue_prefix .. suffix)
+  if waiting > 0 then
+    mine = mine + 1
+    local n = #deepest
+    if top > 0 and (n < top or before(waiting, suffix, deepest[n])) then
+      local at = n + 1
+      while at > 1 and before(waiting, suffix, deepest[at - 1]) do
+        deepest[at] = deepest[at - 1]
+        at = at - 1
       end
+      deepest[at] = {suffix, waiting}
+      if #deepest > top then deepest[#deepest] = nil end
     end
   end
 end

@@ -6,7 +6,7 @@
 //! - Acceptance re-checks `controls` in its own INSERT, so a pause Redis never learned (or lost)
 //!   still refuses every new command.
 //! - A change takes the namespace's control lock exclusively, and every group-commit batch takes
-//!   it shared before its INSERT ([`lock_namespaces_shared`]): the change waits for batches
+//!   it shared before its INSERT (`outbox::insert::lock_batch`): the change waits for batches
 //!   already inserting, and batches after it see it. Once a pause has answered, no command of
 //!   the namespace is accepted by a transaction that started before it either.
 //! - The Redis copy is written only after the commit, with the scope's revision (`control.lua`:
@@ -14,7 +14,7 @@
 //!   write converges within seconds and an old value never overwrites a newer one.
 
 use fred::prelude::*;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
@@ -66,7 +66,7 @@ pub async fn set_pause(
 ) -> Result<PauseState, DurableError> {
     require_redis(redis).await?;
     let mut tx = pg.begin().await?;
-    // The namespace's control lock, exclusive: see [`lock_namespaces_shared`] for its other side.
+    // The namespace's control lock, exclusive: `outbox::insert::lock_batch` is its other side.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:control:' || $1::text, 0))")
         .bind(change.namespace_id)
         .execute(&mut *tx)
@@ -154,28 +154,6 @@ async fn require_redis(redis: &Pool) -> Result<(), DurableError> {
             "Redis is unreachable; nothing was changed".into(),
         ))
     }
-}
-
-/// Takes the control locks of a batch's namespaces, shared, in one statement. Must run in the
-/// batch's transaction before its INSERT, as a statement of its own: the INSERT's snapshot is
-/// then taken after any pause that held the lock has committed.
-pub async fn lock_namespaces_shared(
-    conn: &mut PgConnection,
-    namespaces: &[Uuid],
-) -> Result<(), DurableError> {
-    // Sorted and distinct: every batch takes its locks in the same order, so two batches never
-    // wait on each other through pauses queued between them.
-    let mut ordered = namespaces.to_vec();
-    ordered.sort_unstable();
-    ordered.dedup();
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock_shared(hashtextextended('sluice:control:' || n::text, 0))
-           FROM unnest($1::uuid[]) AS n",
-    )
-    .bind(&ordered)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }
 
 /// Every pause scope of a namespace that was ever set.

@@ -43,6 +43,10 @@ pub enum DurableError {
     /// The group committer is gone (shutting down).
     #[error("the group committer has stopped")]
     CommitterStopped,
+    /// A fault-injection point stopped the work (tests only, see [`crate::faults`]): what a
+    /// crash there would leave behind.
+    #[error("fault injected at {0}")]
+    FaultInjected(String),
 }
 
 impl DurableError {

@@ -12,8 +12,11 @@
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`status`]: the status board operators read.
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
-//! - [`executor`]: drains the outbox under permits: admit, claim, handle, land, sweep.
+//! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
+//!   script side by side, fenced by epoch and attempt.
+//! - [`executor`]: drains the outbox under permits: the loop, renewals, the handlers.
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
+//! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
 //! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
 
@@ -23,7 +26,9 @@ pub mod db;
 pub mod declaration;
 pub mod error;
 pub mod executor;
+pub mod faults;
 pub mod field_error;
+pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
 pub mod projection;

@@ -277,7 +277,7 @@ async fn limit_keys_in_hand(
 
 /// The projection's figures of one namespace (one `status.lua` call): live permits of each of
 /// `commands` and `limit_keys` (in their order), the busiest queues among the first `scan`
-/// ready resources, and the outcomes of the last [`OUTCOME_SECONDS`] whole seconds.
+/// resources with waiting work of those commands, and the outcomes of the last [`OUTCOME_SECONDS`] whole seconds.
 pub async fn projection(
     redis: &Pool,
     scripts: &Scripts,
@@ -298,11 +298,7 @@ pub async fn projection(
     args.extend(limit_keys.iter().map(|key| Value::from(*key)));
     let answer: Vec<Value> = scripts
         .status
-        .call(
-            redis,
-            vec![keys.meta(), keys.ready(), keys.application_leases()],
-            args,
-        )
+        .call(redis, vec![keys.meta(), keys.application_leases()], args)
         .await?;
     let bad = |what: &str| DurableError::script("status.lua", what);
     let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0);

@@ -161,6 +161,10 @@ impl From<DurableError> for ApiError {
                 tracing::warn!(%error, "Redis unavailable");
                 Self::unavailable("Redis is unavailable; retry with the same key")
             }
+            // What a client of a gateway that died at that point sees: no answer it can trust.
+            DurableError::FaultInjected(point) => Self::unavailable(format!(
+                "fault injected: the gateway stopped at {point}; retry with the same key"
+            )),
             DurableError::Migrate(_)
             | DurableError::Misconfigured(_)
             | DurableError::Script { .. }

@@ -12,7 +12,6 @@
 //! - [`reads`]: the read-through cache (L1, Redis, origin) behind `GET /v1/reads/{name}`.
 //! - [`health`]: `/readyz`, which also rebuilds a missing projection.
 //! - [`config`]: gateway settings.
-//! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
@@ -26,7 +25,6 @@ pub mod config;
 pub mod cors;
 pub mod dev;
 pub mod error;
-pub mod faults;
 pub mod handlers;
 pub mod health;
 pub mod metrics_server;

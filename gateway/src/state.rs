@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::future::Cache;
+use sluice_durable::lifecycle::Stores;
 use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::{Scripts, rebuild};
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
@@ -183,6 +184,26 @@ impl Gateway {
         }
     }
 
+    /// PostgreSQL, Redis and the scripts, lent to the life-cycle transitions.
+    pub fn stores(&self) -> Stores<'_> {
+        Stores {
+            pg: &self.pg,
+            redis: &self.redis,
+            scripts: &self.scripts,
+        }
+    }
+
+    /// How long the Redis side of a transition the gateway makes (a cancel, a `:complete`) waits
+    /// for a projection that is being rebuilt; the sweepers repair what is left.
+    pub fn projection_patience(&self) -> Duration {
+        Duration::from_millis(self.config.rebuild_wait_ms)
+    }
+
+    /// How long final statuses stay readable in Redis.
+    pub fn retention_ms(&self) -> i64 {
+        self.config.ticket_retention_seconds.saturating_mul(1_000)
+    }
+
     /// A permit to ask PostgreSQL instead of Redis, within the per-process fallback budget;
     /// `503` with `Retry-After` when the budget is spent.
     pub fn fallback_permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
@@ -204,5 +225,12 @@ impl Gateway {
             .fetch_add(1, Ordering::Relaxed);
         sluice_durable::metrics::postgres_fallback();
         Ok(permit)
+    }
+}
+
+/// Rebuilds a projection the intake found not ready, one caller per application in this process.
+impl sluice_durable::lifecycle::enqueue::Readiness for Gateway {
+    async fn ensure(&self, application_id: Uuid) -> bool {
+        self.ensure_projection(application_id).await
     }
 }

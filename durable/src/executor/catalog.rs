@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::application::{Budgets, budgets_from_row, store_in_redis};
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
-use crate::projection::execution::{admission_spec, limit_specs, write_admission_config};
+use crate::projection::admission_config::{admission_spec, limit_specs, write_admission_config};
 use crate::projection::{AppKeys, Scripts};
 
 /// One application as the executor sees it.

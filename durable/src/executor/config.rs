@@ -30,6 +30,9 @@ pub struct ExecutorConfig {
     /// The reconciler leaves waiting rows changed less than this ago alone (their gateway or
     /// executor may still be projecting them).
     pub reconcile_grace_ms: u64,
+    /// How long the Redis side of a transition is made again while the projection is not
+    /// trusted (a rebuild usually takes well under a second); the sweepers repair what is left.
+    pub projection_patience_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -48,6 +51,7 @@ impl Default for ExecutorConfig {
             retry_base_ms: 500,
             retry_max_ms: 30_000,
             reconcile_grace_ms: 10_000,
+            projection_patience_ms: 10_000,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! All commands of one pool that are ready together are decided in one transaction: the pool row
 //! is locked once, the batch is decided in queue order, the allocations, the pool's count and
 //! every command's terminal state are written together. The rows are re-checked to still be
-//! leased to this executor (`FOR UPDATE`), so an executor whose lease lapsed can never land a
+//! held by their attempts (`FOR UPDATE`), so an attempt whose lease lapsed can never land a
 //! result next to the one that took over.
 
 use std::collections::HashSet;
@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use super::claim::Claimed;
 use crate::DurableError;
+use crate::lifecycle::claim::Claimed;
 use crate::metrics::{self, HandlerKind};
 
 /// A terminal state written by a handler.
@@ -66,10 +66,9 @@ pub async fn allocate(
     namespace_id: Uuid,
     pool: &str,
     batch: &[Claimed],
-    owner: Uuid,
 ) -> Result<Vec<Landed>, DurableError> {
     let started = Instant::now();
-    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch, owner).await;
+    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch).await;
     metrics::handler_latency(HandlerKind::Quota, started.elapsed());
     if let Ok(landed) = &landed {
         for done in landed {
@@ -84,18 +83,20 @@ async fn allocate_in_one_transaction(
     namespace_id: Uuid,
     pool: &str,
     batch: &[Claimed],
-    owner: Uuid,
 ) -> Result<Vec<Landed>, DurableError> {
     let ids: Vec<Uuid> = batch.iter().map(|c| c.id).collect();
+    let attempts: Vec<Uuid> = batch.iter().map(|c| c.attempt.as_uuid()).collect();
     let mut tx = pg.begin().await?;
     let held: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT id, subject FROM commands
-          WHERE id = ANY($1) AND lease_owner = $2 AND status = 'executing'
-          ORDER BY queue_seq
-          FOR UPDATE",
+        "SELECT c.id, c.subject FROM commands c
+           JOIN unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
+             ON c.id = a.id AND c.attempt_id = a.attempt_id
+          WHERE c.status = 'executing'
+          ORDER BY c.queue_seq
+          FOR UPDATE OF c",
     )
     .bind(&ids)
-    .bind(owner)
+    .bind(&attempts)
     .fetch_all(&mut *tx)
     .await?;
     if held.is_empty() {
@@ -166,7 +167,7 @@ async fn allocate_in_one_transaction(
     if let Some(decisions) = &decisions {
         insert_allocations(&mut tx, namespace_id, pool, &held, decisions).await?;
     }
-    let landed = write_outcomes(&mut tx, owner, &outcomes).await?;
+    let landed = write_outcomes(&mut tx, batch, &outcomes).await?;
     tx.commit().await?;
     Ok(landed)
 }
@@ -222,13 +223,23 @@ type Outcome = (
     Option<(&'static str, String)>,
 );
 
-/// Writes terminal states of rows this owner holds, in one statement.
+/// Writes the final states of rows their attempts in `batch` still hold, in one statement (the
+/// batch form of transition `land`).
 pub async fn write_outcomes(
     tx: &mut sqlx::PgConnection,
-    owner: Uuid,
+    batch: &[Claimed],
     outcomes: &[Outcome],
 ) -> Result<Vec<Landed>, DurableError> {
     let ids: Vec<Uuid> = outcomes.iter().map(|o| o.0).collect();
+    let attempts: Vec<Option<Uuid>> = outcomes
+        .iter()
+        .map(|o| {
+            batch
+                .iter()
+                .find(|c| c.id == o.0)
+                .map(|c| c.attempt.as_uuid())
+        })
+        .collect();
     let statuses: Vec<&str> = outcomes.iter().map(|o| o.1).collect();
     let results: Vec<Option<Value>> = outcomes.iter().map(|o| o.2.clone()).collect();
     let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.3.as_ref().map(|e| e.0)).collect();
@@ -240,10 +251,10 @@ pub async fn write_outcomes(
         "UPDATE commands c
             SET status = o.status, result = o.result, error_code = o.code,
                 error_message = o.message, finished_at = now(), updated_at = now(),
-                lease_owner = NULL, lease_expires_at = NULL
-           FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[])
-                AS o(id, status, result, code, message)
-          WHERE c.id = o.id AND c.lease_owner = $6 AND c.status = 'executing'
+                lease_owner = NULL, lease_expires_at = NULL, attempt_id = NULL
+           FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::uuid[])
+                AS o(id, status, result, code, message, attempt_id)
+          WHERE c.id = o.id AND c.attempt_id = o.attempt_id AND c.status = 'executing'
          RETURNING c.id, c.updated_at",
     )
     .bind(&ids)
@@ -251,7 +262,7 @@ pub async fn write_outcomes(
     .bind(&results)
     .bind(&codes)
     .bind(&messages)
-    .bind(owner)
+    .bind(&attempts)
     .fetch_all(&mut *tx)
     .await?;
     let mut landed = Vec::with_capacity(rows.len());

@@ -1,56 +1,58 @@
-//! The executor loop: admit → claim → handle → land → mirror, woken by `LISTEN` (a hint) or a
-//! tick, with lease renewal and sweepers beside it. SIGTERM (the shutdown token) stops admitting
-//! and lets every batch in hand finish.
+//! The executor loop: `admit` → `claim` → handle → `land`, woken by `LISTEN` (a hint) or a tick,
+//! with renewals and sweepers beside it. SIGTERM (the shutdown token) stops admitting and lets
+//! every batch in hand finish. The transitions themselves are [`crate::lifecycle`]'s; this loop
+//! decides when to run them and which handler runs a command.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::Pool;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::attempts::Attempts;
 use super::catalog::{self, Application, runnable};
-use super::claim::{self, Claimed};
 use super::config::ExecutorConfig;
-use super::land::{Mirror, Waiting, mirror_current, mirror_terminal, mirror_waiting};
 use super::quota::{self, Landed};
 use super::webhook::{self, Deps, Target, WebhookClient};
-use super::{reconcile, sweep};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl};
+use crate::faults::{self, Point};
+use crate::lifecycle::Stores;
+use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
+use crate::lifecycle::end::{Place, project_end};
+use crate::lifecycle::held;
+use crate::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, RateKey, admit};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
-use crate::outbox::rfc3339;
-use crate::projection::execution::{
-    Admission, AdmitLimits, AdmittedHead, RateKey, Requeued, admit, renew, requeue,
-};
 use crate::projection::{AppKeys, Scripts, rebuild};
-
-/// A row this executor holds, and the lease zsets of its permits (renewed with the row).
-#[derive(Debug, Clone)]
-struct Held {
-    application_id: Uuid,
-    leases: Vec<String>,
-}
 
 pub struct Executor {
     pg: PgPool,
     redis: Pool,
     scripts: Scripts,
     config: ExecutorConfig,
-    /// Leases are taken in this name; a result lands only while the row's lease is still ours.
+    /// Rows are leased in this name (`lease_owner`); each start is its own attempt.
     owner: Uuid,
-    held: Mutex<HashMap<Uuid, Held>>,
+    attempts: Attempts,
     /// The catalog the loop loaded last, shared with the sweepers.
     catalog: std::sync::RwLock<Vec<Application>>,
     wake: Notify,
     webhooks: WebhookClient,
     /// Webhook commands in hand; a draining executor waits for them.
     in_hand: TaskTracker,
+}
+
+/// Heads admitted together, and when (their permits' leases count from then).
+struct Admitted {
+    generation: i64,
+    heads: Vec<AdmittedHead>,
+    at: Instant,
 }
 
 impl Executor {
@@ -61,7 +63,7 @@ impl Executor {
             scripts: Scripts::new(),
             config,
             owner: Uuid::now_v7(),
-            held: Mutex::new(HashMap::new()),
+            attempts: Attempts::default(),
             catalog: std::sync::RwLock::new(Vec::new()),
             wake: Notify::new(),
             webhooks: WebhookClient::new(),
@@ -71,6 +73,26 @@ impl Executor {
 
     pub fn owner(&self) -> Uuid {
         self.owner
+    }
+
+    fn stores(&self) -> Stores<'_> {
+        Stores {
+            pg: &self.pg,
+            redis: &self.redis,
+            scripts: &self.scripts,
+        }
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.config.lease_ms)
+    }
+
+    fn patience(&self) -> Duration {
+        Duration::from_millis(self.config.projection_patience_ms)
+    }
+
+    fn retention_ms(&self) -> i64 {
+        self.config.retention_seconds.saturating_mul(1_000)
     }
 
     /// Runs until `shutdown`, then finishes the batches in hand.
@@ -86,7 +108,7 @@ impl Executor {
         let batches = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.config.parallel_batches));
         let mut apps: Vec<Application> = Vec::new();
-        let mut refreshed = tokio::time::Instant::now() - Duration::from_secs(3600);
+        let mut refreshed = Instant::now() - Duration::from_secs(3600);
         let refresh = Duration::from_millis(self.config.catalog_refresh_ms);
         tracing::info!(owner = %self.owner, "executor running");
         while !shutdown.is_cancelled() {
@@ -94,16 +116,15 @@ impl Executor {
                 match catalog::load(&self.pg, &self.redis, &self.scripts).await {
                     Ok(loaded) => {
                         apps = loaded;
-                        refreshed = tokio::time::Instant::now();
                         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
                     }
                     Err(error) => {
-                        // Tried again after the same interval, not on every pass of the loop.
-                        refreshed = tokio::time::Instant::now();
                         crate::metrics::storage_error(&error);
                         tracing::warn!(%error, "cannot load the catalog")
                     }
                 }
+                // Tried again after the same interval, not on every pass of the loop.
+                refreshed = Instant::now();
             }
             let mut admitted = false;
             for app in &apps {
@@ -118,18 +139,18 @@ impl Executor {
                     break;
                 }
                 match self.admit(app).await {
-                    Ok(heads) if !heads.is_empty() => {
+                    Ok(Some(batch)) => {
                         admitted = true;
                         let this = self.clone();
                         let app = app.clone();
                         let shutdown = shutdown.clone();
                         batches.spawn(async move {
-                            this.process(&app, heads, &shutdown).await;
+                            this.process(&app, batch, &shutdown).await;
                             drop(slot);
                             this.wake.notify_one();
                         });
                     }
-                    Ok(_) => {}
+                    Ok(None) => {}
                     Err(error) => {
                         crate::metrics::storage_error(&error);
                         tracing::warn!(application_id = %app.id, %error, "admission failed")
@@ -155,7 +176,9 @@ impl Executor {
         tracing::info!("executor stopped");
     }
 
-    async fn admit(&self, app: &Application) -> Result<Vec<AdmittedHead>, DurableError> {
+    /// `admit`: up to a batch of heads of `app`, or None. A projection that is not trusted is
+    /// rebuilt first.
+    async fn admit(&self, app: &Application) -> Result<Option<Admitted>, DurableError> {
         let keys = AppKeys::new(app.id);
         let limits = AdmitLimits {
             min_generation: app.generation,
@@ -164,55 +187,84 @@ impl Executor {
             lease_ms: self.config.lease_ms,
             lookahead: self.config.lookahead,
         };
+        let at = Instant::now();
         match admit(&self.redis, &self.scripts, &keys, limits).await? {
-            Admission::Heads(heads) => Ok(heads),
+            Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
+            Admission::Heads { generation, heads } => Ok(Some(Admitted {
+                generation,
+                heads,
+                at,
+            })),
             Admission::NotReady => {
                 rebuild::ensure_ready(&self.pg, &self.redis, app.id).await?;
-                Ok(Vec::new())
+                Ok(None)
             }
         }
     }
 
-    /// Claims, handles and lands one admitted batch.
+    /// `claim`s, handles and lands one admitted batch.
     async fn process(
         self: &Arc<Self>,
         app: &Application,
-        heads: Vec<AdmittedHead>,
+        batch: Admitted,
         shutdown: &CancellationToken,
     ) {
         let keys = AppKeys::new(app.id);
-        let ids: Vec<Uuid> = heads.iter().map(|h| h.command_id).collect();
-        let external: Vec<Uuid> = heads
+        if let Err(error) = faults::pass(Point::AfterAdmit, app.id).await {
+            tracing::warn!(%error, "stopped after the admission");
+            return;
+        }
+        if shutdown.is_cancelled() {
+            // Admitted just as shutdown began: a draining executor starts nothing new, so the
+            // heads go back to their queues (and their permits with them) unclaimed.
+            claim::give_back(self.stores(), &keys, &batch.heads).await;
+            return;
+        }
+        let external: Vec<Uuid> = batch
+            .heads
             .iter()
             .filter(|h| {
-                parse_suffix(&h.queue_suffix)
-                    .and_then(|(ns, cmd)| app.commands.get(&(ns, cmd.to_string())))
+                self.decl(app, &h.queue_suffix)
                     .is_some_and(|decl| matches!(decl.handler, HandlerDecl::Webhook { .. }))
             })
             .map(|h| h.command_id)
             .collect();
-        if shutdown.is_cancelled() {
-            // Admitted just as shutdown began: a draining executor starts nothing new, so the
-            // heads go back to their queues (and their permits with them) unclaimed.
-            self.requeue_heads(&keys, &heads).await;
-            return;
-        }
-        let claimed =
-            match claim::claim(&self.pg, &ids, &external, self.owner, self.config.lease_ms).await {
-                Ok(claimed) => claimed,
-                Err(error) => {
-                    // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
-                    // their queues in their original places.
-                    crate::metrics::storage_error(&error);
-                    tracing::warn!(%error, "claim failed; heads go back to their queues");
-                    self.requeue_heads(&keys, &heads).await;
-                    return;
-                }
-            };
-        self.give_back_unclaimed(app, &keys, &heads, &claimed).await;
-        self.hold(app, &keys, &claimed);
+        let order = ClaimOrder {
+            application_id: app.id,
+            generation: batch.generation,
+            heads: &batch.heads,
+            external: &external,
+            owner: self.owner,
+            lease: self.lease(),
+            retention_ms: self.retention_ms(),
+            patience: self.patience(),
+        };
+        let claimed_at = Instant::now();
+        let claimed = match claim::claim(self.stores(), &order).await {
+            Ok(Claim::Claimed(claimed)) => claimed,
+            Ok(Claim::Stale) => {
+                tracing::info!(application_id = %app.id, "projection rebuilt since the admission; its heads are queued again");
+                return;
+            }
+            Err(error) => {
+                // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
+                // their queues in their original places.
+                crate::metrics::storage_error(&error);
+                tracing::warn!(%error, "claim failed; heads go back to their queues");
+                claim::give_back(self.stores(), &keys, &batch.heads).await;
+                return;
+            }
+        };
         let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
+            let stop = self.attempts.hold(
+                row.attempt,
+                row.id,
+                app.id,
+                batch.at,
+                claimed_at,
+                self.lease(),
+            );
             let handler = app
                 .commands
                 .get(&(row.namespace_id, row.command.clone()))
@@ -226,9 +278,9 @@ impl Executor {
                         .push(row);
                 }
                 Some(HandlerDecl::Webhook { url, timeout_ms }) => {
-                    self.start_webhook(app, &keys, row, url, timeout_ms, shutdown);
+                    self.start_webhook(app, &keys, row, stop, url, timeout_ms, shutdown);
                 }
-                _ => self.requeue_claimed(&keys, &[row]).await,
+                _ => self.give_back(&keys, &row).await,
             }
         }
         for ((namespace_id, pool), rows) in by_pool {
@@ -238,173 +290,107 @@ impl Executor {
                 rows.into_iter().map(|row| vec![row]).collect()
             };
             for batch in transactions {
-                match quota::allocate(&self.pg, namespace_id, &pool, &batch, self.owner).await {
-                    Ok(landed) => {
-                        // Before the results show: whoever sees an allocation's result and
-                        // reads the pool's views again finds the old value gone.
-                        if landed.iter().any(|done| done.status == "succeeded") {
-                            let pool_dependency = [format!("pool:{pool}")];
-                            if let Err(error) = crate::projection::cache::invalidate(
-                                &self.redis,
-                                &self.scripts,
-                                app.id,
-                                namespace_id,
-                                &pool_dependency,
-                            )
-                            .await
-                            {
-                                tracing::warn!(%error, %pool, "cached views of the pool not invalidated; they expire by age");
-                            }
-                        }
-                        self.mirror_landed(&keys, &batch, &landed).await
-                    }
-                    Err(error) => {
-                        crate::metrics::storage_error(&error);
-                        tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
-                        self.requeue_claimed(&keys, &batch).await;
-                    }
-                }
-                self.release(&batch);
+                self.allocate(app, &keys, namespace_id, &pool, &batch).await;
             }
         }
     }
 
-    /// Heads that were admitted but not claimed: mirror their real state and free the permits.
-    async fn give_back_unclaimed(
+    /// The declaration of the command a queue suffix names.
+    fn decl<'a>(&self, app: &'a Application, suffix: &str) -> Option<&'a CommandDecl> {
+        let (namespace, command, _) = split_suffix(suffix)?;
+        app.commands.get(&(namespace, command.to_string()))
+    }
+
+    /// The quota handler for one pool's rows, then their Redis sides. Its transaction is short
+    /// and fenced by each row's attempt, so a stopped attempt needs no abandoning: a row rescued
+    /// meanwhile is simply not decided by it.
+    async fn allocate(
         &self,
         app: &Application,
         keys: &AppKeys,
-        heads: &[AdmittedHead],
-        claimed: &[Claimed],
+        namespace_id: Uuid,
+        pool: &str,
+        rows: &[Claimed],
     ) {
-        let unclaimed: Vec<Uuid> = heads
-            .iter()
-            .map(|h| h.command_id)
-            .filter(|id| !claimed.iter().any(|c| c.id == *id))
-            .collect();
-        if unclaimed.is_empty() {
-            return;
-        }
-        let states = match claim::current_state(&self.pg, &unclaimed).await {
-            Ok(states) => states,
-            Err(error) => {
-                // Put them back as waiting; if one of them ended meanwhile, the next claim of it
-                // fails and mirrors its real state.
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, application_id = %app.id, "unclaimed heads go back to their queues");
-                let back: Vec<AdmittedHead> = heads
-                    .iter()
-                    .filter(|h| unclaimed.contains(&h.command_id))
-                    .cloned()
-                    .collect();
-                self.requeue_heads(keys, &back).await;
-                return;
+        match quota::allocate(&self.pg, namespace_id, pool, rows).await {
+            Ok(landed) => {
+                // Before the results show: whoever sees an allocation's result and reads the
+                // pool's views again finds the old value gone.
+                if landed.iter().any(|done| done.status == "succeeded") {
+                    let pool_dependency = [format!("pool:{pool}")];
+                    if let Err(error) = crate::projection::cache::invalidate(
+                        &self.redis,
+                        &self.scripts,
+                        app.id,
+                        namespace_id,
+                        &pool_dependency,
+                    )
+                    .await
+                    {
+                        tracing::warn!(%error, %pool, "cached views of the pool not invalidated; they expire by age");
+                    }
+                }
+                self.project_landed(keys, rows, &landed).await;
             }
-        };
-        for row in &states {
-            mirror_current(
-                &self.redis,
-                &self.scripts,
-                keys,
-                self.config.retention_seconds,
-                row,
-            )
-            .await;
+            Err(error) => {
+                crate::metrics::storage_error(&error);
+                tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
+                for row in rows {
+                    self.give_back(keys, row).await;
+                }
+            }
+        }
+        for row in rows {
+            self.attempts.release(row.attempt);
         }
     }
 
-    async fn mirror_landed(&self, keys: &AppKeys, batch: &[Claimed], landed: &[Landed]) {
+    async fn project_landed(&self, keys: &AppKeys, batch: &[Claimed], landed: &[Landed]) {
         for done in landed {
             let Some(row) = batch.iter().find(|c| c.id == done.id) else {
                 continue;
             };
-            mirror_terminal(
-                &self.redis,
-                &self.scripts,
+            project_end(
+                self.stores(),
                 keys,
-                self.config.retention_seconds,
-                Mirror {
+                Place {
                     id: row.id,
                     namespace_id: row.namespace_id,
                     command: &row.command,
                     resource_key: &row.resource_key,
-                    status: done.status,
-                    updated_at: done.updated_at,
-                    result: done.result.as_ref(),
-                    error: done
-                        .error
-                        .as_ref()
-                        .map(|(code, message)| (*code, message.as_str())),
                 },
+                done.status,
+                done.updated_at,
+                done.result.as_ref(),
+                done.error
+                    .as_ref()
+                    .map(|(code, message)| (*code, message.as_str())),
+                self.retention_ms(),
+                self.patience(),
             )
             .await;
         }
     }
 
-    /// Gives rows this executor could not handle back to their queues.
-    async fn requeue_claimed(&self, keys: &AppKeys, rows: &[Claimed]) {
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let back = match claim::unclaim(&self.pg, &ids, self.owner).await {
-            Ok(back) => back,
-            Err(error) => {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "unclaim failed; the leases will lapse and be rescued");
-                return;
-            }
-        };
-        for row in rows.iter().filter(|r| back.contains(&r.id)) {
-            mirror_waiting(&self.redis, &self.scripts, keys, Waiting::retry_of(row)).await;
+    /// `requeue`: a row this executor cannot handle goes back to its queue.
+    async fn give_back(&self, keys: &AppKeys, row: &Claimed) {
+        if let Err(error) = held::give_back(self.stores(), keys, row, self.patience()).await {
+            crate::metrics::storage_error(&error);
+            tracing::warn!(command_id = %row.id, %error, "not given back; its lease lapses and it is rescued");
         }
-    }
-
-    /// Puts admitted heads back into their queues without asking PostgreSQL (used when it
-    /// cannot be asked): each keeps its original sequence, its permits go back.
-    async fn requeue_heads(&self, keys: &AppKeys, heads: &[AdmittedHead]) {
-        for head in heads {
-            let Some((namespace_id, command)) = parse_suffix(&head.queue_suffix) else {
-                continue;
-            };
-            let back = Requeued {
-                command_id: head.command_id,
-                namespace_id,
-                command,
-                queue_suffix: &head.queue_suffix,
-                queue_seq: head.queue_seq,
-                status: "accepted",
-                updated_at: rfc3339(chrono::Utc::now()),
-            };
-            if let Err(error) = requeue(&self.redis, &self.scripts, keys, &back).await {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(command_id = %head.command_id, %error, "head not requeued; a rebuild restores it");
-            }
-        }
-    }
-
-    fn hold(&self, app: &Application, keys: &AppKeys, rows: &[Claimed]) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        for row in rows {
-            let leases = app
-                .commands
-                .get(&(row.namespace_id, row.command.clone()))
-                .map(|decl| leases_of(keys, row, decl))
-                .unwrap_or_default();
-            held.insert(
-                row.id,
-                Held {
-                    application_id: app.id,
-                    leases,
-                },
-            );
-        }
+        self.attempts.release(row.attempt);
     }
 
     /// Runs one webhook command to its end on its own task: its retries may wait for seconds
-    /// and must not hold a batch slot.
+    /// and must not hold a batch slot. A stopped attempt abandons its request: its lease may
+    /// have lapsed, and another executor may already be starting the command again.
+    #[allow(clippy::too_many_arguments)]
     fn start_webhook(
         self: &Arc<Self>,
         app: &Application,
         keys: &AppKeys,
         row: Claimed,
+        stop: CancellationToken,
         url: String,
         timeout_ms: u32,
         shutdown: &CancellationToken,
@@ -421,7 +407,6 @@ impl Executor {
             timeout: Duration::from_millis(u64::from(timeout_ms)),
             secret: namespace.webhook_secret.clone(),
             namespace: namespace.name.clone(),
-            leases: leases_of(keys, &row, decl),
             rate_keys: rate_keys_of(keys, &row, decl),
         };
         let this = self.clone();
@@ -433,133 +418,57 @@ impl Executor {
                 redis: &this.redis,
                 scripts: &this.scripts,
                 client: &this.webhooks,
-                owner: this.owner,
                 keys,
                 retention_seconds: this.config.retention_seconds,
                 retry_base: Duration::from_millis(this.config.retry_base_ms),
                 retry_max: Duration::from_millis(this.config.retry_max_ms),
+                patience: this.patience(),
             };
-            match webhook::run(&deps, &row, &target, &shutdown).await {
-                Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
-                // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
-                // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
-                Err(error) => {
-                    crate::metrics::storage_error(&error);
-                    tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
+            tokio::select! {
+                ended = webhook::run(&deps, &row, &target, &shutdown) => match ended {
+                    Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
+                    // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
+                    // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
+                    Err(error) => {
+                        crate::metrics::storage_error(&error);
+                        tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
+                    }
+                },
+                () = stop.cancelled() => {
+                    tracing::warn!(command_id = %row.id, attempt = %row.attempt, "webhook attempt abandoned: it lost its lease");
                 }
             }
-            this.release(std::slice::from_ref(&row));
+            this.attempts.release(row.attempt);
             this.wake.notify_one();
         });
     }
 
-    fn release(&self, rows: &[Claimed]) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        for row in rows {
-            held.remove(&row.id);
-        }
-    }
-
-    /// Renews every held lease every third of the lease period, in PostgreSQL and Redis.
+    /// Renews every attempt in hand every third of the lease (and stops the lost ones).
     async fn renew_loop(self: Arc<Self>, shutdown: CancellationToken) {
-        let every = Duration::from_millis(self.config.lease_ms / 3);
+        let every = self.lease() / 3;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = shutdown.cancelled() => return,
             }
-            let snapshot: Vec<(Uuid, Held)> = {
-                let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-                held.iter().map(|(id, h)| (*id, h.clone())).collect()
-            };
-            if snapshot.is_empty() {
-                continue;
-            }
-            let ids: Vec<Uuid> = snapshot.iter().map(|(id, _)| *id).collect();
-            if let Err(error) = claim::renew(&self.pg, &ids, self.owner, self.config.lease_ms).await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "lease renewal failed in PostgreSQL");
-            }
-            let mut by_app: HashMap<Uuid, Vec<(String, Uuid)>> = HashMap::new();
-            for (id, held) in snapshot {
-                let leases = by_app.entry(held.application_id).or_default();
-                leases.extend(held.leases.into_iter().map(|lease| (lease, id)));
-            }
-            for held in by_app.into_values() {
-                if let Err(error) =
-                    renew(&self.redis, &self.scripts, &held, self.config.lease_ms).await
-                {
-                    crate::metrics::storage_error(&error);
-                    tracing::warn!(%error, "lease renewal failed in Redis");
-                }
-            }
+            self.attempts.renew(self.stores(), self.lease()).await;
         }
     }
 
     async fn sweep_loop(self: Arc<Self>, shutdown: CancellationToken) {
         let every = Duration::from_millis(self.config.sweep_interval_ms);
-        let mut cursor = reconcile::Cursor::default();
+        let mut cursor = crate::lifecycle::repair::Cursor::default();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = shutdown.cancelled() => return,
-            }
-            let retention = self.config.retention_seconds;
-            if let Err(error) =
-                sweep::rescue_expired_leases(&self.pg, &self.redis, &self.scripts, retention).await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "lease sweeper failed");
-            }
-            if let Err(error) =
-                sweep::review_overdue_running(&self.pg, &self.redis, &self.scripts, retention).await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "running-deadline sweeper failed");
-            }
-            if let Err(error) =
-                sweep::expire_waiting(&self.pg, &self.redis, &self.scripts, retention).await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "expiry sweeper failed");
-            }
-            if let Err(error) = sweep::prune(&self.pg, &self.redis, retention).await {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "retention sweeper failed");
             }
             let apps = self
                 .catalog
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            let ids: Vec<Uuid> = apps.iter().map(|app| app.id).collect();
-            if let Err(error) = reconcile::reconcile_projection(
-                &self.pg,
-                &self.redis,
-                &self.scripts,
-                &ids,
-                &mut cursor,
-                retention,
-                Duration::from_millis(self.config.reconcile_grace_ms),
-            )
-            .await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "projection reconciler failed");
-            }
-            if let Err(error) = sweep::reconcile_lapsed_permits(
-                &self.pg,
-                &self.redis,
-                &self.scripts,
-                &apps,
-                retention,
-            )
-            .await
-            {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(%error, "lapsed-permit sweeper failed");
-            }
+            super::sweepers::round(self.stores(), &self.config, &apps, &mut cursor).await;
         }
     }
 
@@ -593,27 +502,6 @@ impl Executor {
     }
 }
 
-/// The lease zsets of every permit `row` holds: its application's, its command's, its
-/// resource's, and each limit key's with a concurrency limit.
-fn leases_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<String> {
-    let suffix = AppKeys::queue_suffix(row.namespace_id, &row.command, &row.resource_key);
-    let mut leases = vec![
-        keys.application_leases(),
-        keys.command_leases(row.namespace_id, &row.command),
-        keys.resource_leases(&suffix),
-    ];
-    for [template, key] in &row.limit_keys {
-        if decl
-            .limits
-            .iter()
-            .any(|l| &l.key == template && l.max_in_flight.is_some())
-        {
-            leases.push(keys.limit_leases(row.namespace_id, key));
-        }
-    }
-    leases
-}
-
 /// The start buckets of `row`'s rate-limited limit keys.
 fn rate_keys_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<RateKey> {
     row.limit_keys
@@ -628,25 +516,4 @@ fn rate_keys_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<RateKe
             })
         })
         .collect()
-}
-
-/// `"<namespace uuid>:<command>:<resource>"` → (namespace, command).
-fn parse_suffix(suffix: &str) -> Option<(Uuid, &str)> {
-    let namespace = Uuid::parse_str(suffix.get(..36)?).ok()?;
-    let rest = suffix.get(37..)?;
-    let command = rest.split(':').next()?;
-    Some((namespace, command))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queue_suffixes_parse_back() {
-        let ns = Uuid::now_v7();
-        let suffix = AppKeys::queue_suffix(ns, "claim", "offer:with:colons");
-        assert_eq!(parse_suffix(&suffix), Some((ns, "claim")));
-        assert_eq!(parse_suffix("short"), None);
-    }
 }

@@ -74,6 +74,7 @@ struct Families {
     executions: Family<Label, Counter>,
     handler_seconds: Family<Label, Histogram>,
     lease_rescues: Family<Label, Counter>,
+    attempts_stopped: Counter,
     storage_errors: Family<Label, Counter>,
 }
 
@@ -89,6 +90,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         executions: Family::default(),
         handler_seconds: Family::new_with_constructor(latency_histogram),
         lease_rescues: Family::default(),
+        attempts_stopped: Counter::default(),
         storage_errors: Family::default(),
     };
     // The label values known in advance are exported from the start, at zero: a series that
@@ -222,6 +224,12 @@ pub fn lease_rescued(outcome: &str) {
         .inc();
 }
 
+/// An attempt this executor stopped because it lost (or might have lost) its lease before it
+/// could land: its work was abandoned, and the command is started again by another attempt.
+pub fn attempt_stopped() {
+    FAMILIES.attempts_stopped.inc();
+}
+
 /// Counts a failure of Redis or PostgreSQL (other errors are not storage failures and are not
 /// counted). Call it once where a failure is handled: where it becomes an API error, or where
 /// the executor logs it and carries on.
@@ -306,6 +314,11 @@ pub fn executor_text() -> String {
         "sluice_lease_rescues",
         "Rows of a lapsed executor lease taken over by the sweeper, by the status they got",
         f.lease_rescues.clone(),
+    );
+    registry.register(
+        "sluice_attempts_stopped",
+        "Attempts abandoned because their lease lapsed or could not be renewed in time",
+        f.attempts_stopped.clone(),
     );
     encode(&registry)
 }

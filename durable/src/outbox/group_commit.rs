@@ -213,8 +213,7 @@ async fn commit_batch(
     commands: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     let mut tx = pool.begin().await?;
-    let namespaces: Vec<uuid::Uuid> = commands.iter().map(|c| c.namespace_id).collect();
-    crate::control::lock_namespaces_shared(&mut tx, &namespaces).await?;
+    super::insert::lock_batch(&mut tx, commands).await?;
     let outcomes = insert_batch(&mut tx, commands).await?;
     if outcomes
         .iter()

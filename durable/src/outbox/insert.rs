@@ -1,6 +1,7 @@
 //! One batch of acceptances as one statement: `INSERT … SELECT FROM unnest(…) ON CONFLICT DO
-//! NOTHING`, with the pause state re-checked in the same statement, so a pause recorded in
-//! PostgreSQL holds even if Redis lost its copy of the flag.
+//! NOTHING` (transition `commit`), with the pause state re-checked in the same statement, so a
+//! pause recorded in PostgreSQL holds even if Redis lost its copy of the flag, and the epoch
+//! checked, so a reservation made before a rebuild never commits after the rebuild's snapshot.
 
 use std::collections::HashMap;
 
@@ -27,6 +28,9 @@ pub struct NewCommand {
     pub max_wait_seconds: i32,
     /// Rendered limit keys, `[[template, key], …]` (see `render_limit_keys`).
     pub limit_keys: serde_json::Value,
+    /// The projection generation its reservation was made under: it commits only while that is
+    /// still PostgreSQL's generation.
+    pub generation: i64,
 }
 
 /// The row PostgreSQL already holds for a request key.
@@ -51,6 +55,8 @@ pub enum InsertOutcome {
     Existing(ExistingCommand),
     /// PostgreSQL says the namespace or command is paused.
     Paused,
+    /// The projection was rebuilt since the reservation (a new epoch): reserve again.
+    Stale,
 }
 
 type Key = (Uuid, String, String, String);
@@ -64,14 +70,39 @@ fn key_of(c: &NewCommand) -> Key {
     )
 }
 
-/// Inserts a batch inside the caller's transaction; outcomes are in the batch's order.
-pub async fn insert_batch(
-    conn: &mut PgConnection,
-    batch: &[NewCommand],
-) -> Result<Vec<InsertOutcome>, DurableError> {
-    let columns = Columns::of(batch);
-    let inserted = sqlx::query(
-        "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
+/// Takes, in one statement of its own before the INSERT, the two locks a batch commits under:
+/// each namespace's control lock shared (a pause waits for the batches that began before it,
+/// and the INSERT's snapshot sees every pause that held the lock) and each application's epoch
+/// row `FOR SHARE` (a rebuild's epoch change waits for the batches in flight, and the INSERT
+/// reads the generation it cannot change until the commit). Sorted and distinct: every batch
+/// takes its locks in the same order, so two batches never wait on each other through a pause
+/// or a rebuild queued between them.
+pub async fn lock_batch(conn: &mut PgConnection, batch: &[NewCommand]) -> Result<(), DurableError> {
+    let mut namespaces: Vec<Uuid> = batch.iter().map(|c| c.namespace_id).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    let mut applications: Vec<Uuid> = batch.iter().map(|c| c.application_id).collect();
+    applications.sort_unstable();
+    applications.dedup();
+    sqlx::query(
+        "WITH pauses AS (
+             SELECT pg_advisory_xact_lock_shared(hashtextextended('sluice:control:' || n::text, 0))
+               FROM unnest($1::uuid[]) AS n),
+         epochs AS (
+             SELECT application_id FROM projections
+              WHERE application_id = ANY($2) ORDER BY application_id FOR SHARE)
+         SELECT (SELECT count(*) FROM pauses) + (SELECT count(*) FROM epochs)",
+    )
+    .bind(&namespaces)
+    .bind(&applications)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The multi-row INSERT of a batch (transition `commit`).
+pub const INSERT_SQL: &str =
+    "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
                                content_sha256, input, resource_key, queue_seq, status,
                                accepted_at, deadline_at, max_wait_at, updated_at, limit_keys)
          SELECT i.id, i.application_id, i.namespace_id, i.command, i.subject, i.request_key,
@@ -80,32 +111,43 @@ pub async fn insert_batch(
                 now() + make_interval(secs => i.max_wait_seconds), now(), i.limit_keys
            FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                        $7::bytea[], $8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::int[],
-                       $13::jsonb[])
+                       $13::jsonb[], $14::bigint[])
                 AS i(id, application_id, namespace_id, command, subject, request_key,
                      content_sha256, input, resource_key, queue_seq, deadline_seconds,
-                     max_wait_seconds, limit_keys)
+                     max_wait_seconds, limit_keys, generation)
           WHERE NOT EXISTS (
                 SELECT 1 FROM controls c
                  WHERE c.namespace_id = i.namespace_id AND c.paused
                    AND c.command IN ('', i.command))
+            AND i.generation = (SELECT p.generation FROM projections p
+                                 WHERE p.application_id = i.application_id)
          ON CONFLICT (namespace_id, command, subject, request_key) DO NOTHING
-         RETURNING id, accepted_at, deadline_at",
-    )
-    .bind(&columns.id)
-    .bind(&columns.application_id)
-    .bind(&columns.namespace_id)
-    .bind(&columns.command)
-    .bind(&columns.subject)
-    .bind(&columns.request_key)
-    .bind(&columns.content_sha256)
-    .bind(&columns.input)
-    .bind(&columns.resource_key)
-    .bind(&columns.queue_seq)
-    .bind(&columns.deadline_seconds)
-    .bind(&columns.max_wait_seconds)
-    .bind(&columns.limit_keys)
-    .fetch_all(&mut *conn)
-    .await?;
+         RETURNING id, accepted_at, deadline_at";
+
+/// Inserts a batch inside the caller's transaction, after [`lock_batch`]; outcomes are in the
+/// batch's order.
+pub async fn insert_batch(
+    conn: &mut PgConnection,
+    batch: &[NewCommand],
+) -> Result<Vec<InsertOutcome>, DurableError> {
+    let columns = Columns::of(batch);
+    let inserted = sqlx::query(INSERT_SQL)
+        .bind(&columns.id)
+        .bind(&columns.application_id)
+        .bind(&columns.namespace_id)
+        .bind(&columns.command)
+        .bind(&columns.subject)
+        .bind(&columns.request_key)
+        .bind(&columns.content_sha256)
+        .bind(&columns.input)
+        .bind(&columns.resource_key)
+        .bind(&columns.queue_seq)
+        .bind(&columns.deadline_seconds)
+        .bind(&columns.max_wait_seconds)
+        .bind(&columns.limit_keys)
+        .bind(&columns.generation)
+        .fetch_all(&mut *conn)
+        .await?;
 
     let mut by_id: HashMap<Uuid, InsertOutcome> = HashMap::with_capacity(inserted.len());
     for row in inserted {
@@ -121,22 +163,43 @@ pub async fn insert_batch(
         .iter()
         .filter(|c| !by_id.contains_key(&c.id))
         .collect();
-    let existing = if missing.is_empty() {
-        HashMap::new()
+    let (existing, generations) = if missing.is_empty() {
+        (HashMap::new(), HashMap::new())
     } else {
-        find_existing(conn, &missing).await?
+        (
+            find_existing(conn, &missing).await?,
+            generations(conn, &missing).await?,
+        )
     };
     Ok(batch
         .iter()
         .map(|c| match by_id.remove(&c.id) {
             Some(outcome) => outcome,
-            None => existing
-                .get(&key_of(c))
-                .cloned()
-                .map(InsertOutcome::Existing)
-                .unwrap_or(InsertOutcome::Paused),
+            None => match existing.get(&key_of(c)) {
+                Some(row) => InsertOutcome::Existing(row.clone()),
+                None if generations.get(&c.application_id) != Some(&c.generation) => {
+                    InsertOutcome::Stale
+                }
+                None => InsertOutcome::Paused,
+            },
         })
         .collect())
+}
+
+/// The generation of each application of `missing` (held `FOR SHARE` by [`lock_batch`], so it is
+/// the one the INSERT checked).
+async fn generations(
+    conn: &mut PgConnection,
+    missing: &[&NewCommand],
+) -> Result<HashMap<Uuid, i64>, DurableError> {
+    let applications: Vec<Uuid> = missing.iter().map(|c| c.application_id).collect();
+    let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT application_id, generation FROM projections WHERE application_id = ANY($1)",
+    )
+    .bind(&applications)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().collect())
 }
 
 /// The rows that already hold the keys of commands that were not inserted.
@@ -200,6 +263,7 @@ struct Columns {
     deadline_seconds: Vec<i32>,
     max_wait_seconds: Vec<i32>,
     limit_keys: Vec<serde_json::Value>,
+    generation: Vec<i64>,
 }
 
 impl Columns {
@@ -218,6 +282,7 @@ impl Columns {
             deadline_seconds: batch.iter().map(|c| c.deadline_seconds).collect(),
             max_wait_seconds: batch.iter().map(|c| c.max_wait_seconds).collect(),
             limit_keys: batch.iter().map(|c| c.limit_keys.clone()).collect(),
+            generation: batch.iter().map(|c| c.generation).collect(),
         }
     }
 }

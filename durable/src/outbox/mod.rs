@@ -2,10 +2,10 @@
 //!
 //! - [`insert`]: the multi-row insert of one batch (idempotent by request key, pause re-checked).
 //! - [`group_commit`]: batches concurrent enqueues into one transaction each.
-//! - [`queries`]: the reads and the cancel the API needs.
-//! - [`complete`]: a webhook backend's authoritative result.
+//! - [`queries`]: the reads the API needs.
+//!
+//! (Every change of a command after its commit is a transition of [`crate::lifecycle`].)
 
-pub mod complete;
 pub mod group_commit;
 pub mod insert;
 pub mod queries;

@@ -1,4 +1,4 @@
-//! The reads and the cancel that the command endpoints need. Each is one indexed statement.
+//! The reads the command endpoints need. Each is one indexed statement.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -192,59 +192,4 @@ pub async fn mine(pg: &PgPool, page: &MinePage<'_>) -> Result<Vec<CommandRecord>
         .bind(page.limit)
         .fetch_all(pg)
         .await?)
-}
-
-/// What a cancel did.
-#[derive(Debug, Clone)]
-pub struct Cancelled {
-    pub record: CommandRecord,
-    /// The command was waiting and is now `cancelled` (its queue entry must go).
-    pub left_queue: bool,
-}
-
-/// Cancel: waiting → `cancelled` at once; executing/running → only the intent is recorded (the
-/// handler's authoritative result or the deadline decides); terminal → unchanged. A command
-/// between two webhook attempts whose earlier attempt may have reached the backend unanswered
-/// (`retry_wait`, in doubt) is not waiting but executing in all but name: intent only, and the
-/// next attempt, with the same idempotency key, learns the authoritative result.
-pub async fn cancel(
-    pg: &PgPool,
-    namespace_id: Uuid,
-    id: Uuid,
-) -> Result<Option<Cancelled>, DurableError> {
-    const SQL: &str = concat!(
-        "WITH old AS (
-             SELECT id, status, (status = 'accepted' OR (status = 'retry_wait' AND NOT in_doubt))
-                        AS now_cancelled
-               FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE)
-         UPDATE commands c SET
-             status = CASE WHEN old.now_cancelled THEN 'cancelled' ELSE c.status END,
-             finished_at = CASE WHEN old.now_cancelled THEN now() ELSE c.finished_at END,
-             error_code = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_code END,
-             error_message = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_message END,
-             lease_owner = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_owner END,
-             lease_expires_at = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_expires_at END,
-             cancel_requested = c.cancel_requested
-                 OR old.status IN ('executing', 'running', 'retry_wait') AND NOT old.now_cancelled,
-             updated_at = CASE WHEN old.status IN ('accepted', 'retry_wait', 'executing', 'running')
-                               THEN now() ELSE c.updated_at END
-           FROM old
-          WHERE c.id = old.id
-         RETURNING ",
-        record_columns!("c."),
-        ", old.now_cancelled"
-    );
-    let Some(row) = sqlx::query(SQL)
-        .bind(id)
-        .bind(namespace_id)
-        .fetch_optional(pg)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let record = CommandRecord::from_row(&row)?;
-    Ok(Some(Cancelled {
-        left_queue: row.try_get("now_cancelled")?,
-        record,
-    }))
 }

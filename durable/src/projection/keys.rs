@@ -59,12 +59,24 @@ impl AppKeys {
         format!("{}:cmd:{command_id}", self.prefix)
     }
 
-    /// Resources with waiting work, scored by their round-robin turn.
+    /// The status hash prefix: `command(id)` is this followed by the id.
+    pub fn command_prefix(&self) -> String {
+        format!("{}:cmd:", self.prefix)
+    }
+
+    /// Commands (`<ns>:<cmd>`) with waiting work, scored by their round-robin turn: the first
+    /// level of admit.lua's round robin.
     pub fn ready(&self) -> String {
         format!("{}:ready", self.prefix)
     }
 
-    /// The round-robin turn counter of `ready`.
+    /// One command's resources (queue suffixes) with waiting work, scored by their round-robin
+    /// turn: the second level.
+    pub fn resource_ready(&self, namespace_id: Uuid, command: &str) -> String {
+        format!("{}:rq:{namespace_id}:{command}", self.prefix)
+    }
+
+    /// The last round-robin turn handed out (both levels share it).
     pub fn turn(&self) -> String {
         format!("{}:turn", self.prefix)
     }
@@ -191,6 +203,9 @@ mod tests {
             keys.request_keys(ns, "claim"),
             keys.queue(ns, "claim", "r1"),
             keys.command(Uuid::now_v7()),
+            keys.ready(),
+            keys.resource_ready(ns, "claim"),
+            keys.turn(),
         ] {
             assert!(key.starts_with(&tag), "{key}");
         }

@@ -1,17 +1,18 @@
-//! The Redis projection of PostgreSQL: keys, scripts and their typed callers, and rebuild.
+//! The Redis projection of PostgreSQL: keys, the scripts, the admission configuration, ticket
+//! reads, the read cache, and the rebuild. (The life-cycle scripts' callers are in
+//! [`crate::lifecycle::redis`].)
 //!
 //! Nothing here is the truth. Every key can be rebuilt from PostgreSQL ([`rebuild`]); every
-//! script refuses with `NOT_READY` when the projection is missing or older than PostgreSQL's
-//! generation, so a Redis that lost data is never trusted for an admission.
+//! life-cycle script refuses with `NOT_READY` when the projection is missing, older than
+//! PostgreSQL's generation, or held by a Redis that lost writes, so such a Redis is never
+//! trusted for an admission.
 
+pub mod admission_config;
 pub mod cache;
 pub mod connect;
-pub mod execution;
-pub mod intake;
 pub mod keys;
 pub mod rebuild;
 pub mod scripts;
-pub mod settle;
 pub mod ticket;
 
 pub use connect::connect_redis;

@@ -1,11 +1,24 @@
-//! Rebuild of one application's Redis projection from PostgreSQL.
+//! Rebuild of one application's Redis projection from PostgreSQL: an epoch change.
 //!
-//! Runs under a transaction-level advisory lock, so one rebuilder works at a time and the others
-//! wait, and inside one REPEATABLE READ snapshot, so queues and counters agree with each other.
-//! The projection is marked not ready first and ready last: scripts answer `NOT_READY` (and
-//! callers `503`) in between, never a decision from half a projection. Commands committed after
-//! the snapshot are projected by their own `accept.lua` call, whose exactly-once counting makes
-//! the two meet without double counts.
+//! 1. One rebuilder per application at a time (a transaction-level advisory lock held by a
+//!    transaction that stays open for the whole rebuild, so a rebuilder that dies releases it).
+//! 2. **Fence**: the projection is marked not ready first (`ready.lua`); from here every script
+//!    that decides or writes answers `NOT_READY`, and its caller retries after the rebuild.
+//! 3. **Advance the epoch** in PostgreSQL (`projections.generation + 1`). Commits and claims
+//!    made under the old generation hold its row `FOR SHARE` and check it, so the ones in flight
+//!    finish first and every later one is refused: nothing of the old epoch can commit after
+//!    the snapshot.
+//! 4. **Snapshot** (REPEATABLE READ, taken after 3): queues in their original order, permits of
+//!    every row in hand (executing, between two attempts, running) under their attempt,
+//!    counters, request keys, the queue sequence, pauses and budgets.
+//! 5. **Open** at the new generation (`ready.lua`), only if the fence is still in place in the
+//!    same Redis process: a FLUSHALL or a restart while the rebuild wrote would otherwise open
+//!    half a projection.
+//!
+//! Writes that reached Redis before the fence came from PostgreSQL commits made before the
+//! snapshot, so the snapshot holds them; writes refused by the fence are made again after the
+//! rebuild, and every life-cycle script is idempotent for them. Counts are therefore exact
+//! afterwards.
 
 use std::collections::HashMap;
 
@@ -14,8 +27,10 @@ use fred::prelude::*;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use super::{AppKeys, request_key_field};
+use super::{AppKeys, Scripts, request_key_field};
 use crate::DurableError;
+use crate::faults::{self, Point};
+use crate::lifecycle::RUNNING_PERMIT_GRACE;
 
 /// Rows fetched and written per round trip.
 const CHUNK: i64 = 2_000;
@@ -49,36 +64,12 @@ async fn rebuild_unless_ready(
     application_id: Uuid,
     force: bool,
 ) -> Result<Option<RebuildReport>, DurableError> {
-    // The snapshot can lose a serialization race against a concurrent change of the
-    // application's rows (a configure call); the rebuild is idempotent, so it simply runs again.
-    let mut attempt = 1;
-    loop {
-        match rebuild_once(pg, redis, application_id, force).await {
-            Err(DurableError::Postgres(sqlx::Error::Database(e)))
-                if e.code().as_deref() == Some("40001") && attempt < 3 =>
-            {
-                tracing::info!(%application_id, attempt, "rebuild lost a serialization race; again");
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-async fn rebuild_once(
-    pg: &PgPool,
-    redis: &Pool,
-    application_id: Uuid,
-    force: bool,
-) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
-    let mut tx = pg.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut *tx)
-        .await?;
+    let scripts = Scripts::new();
+    let mut lock = pg.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:rebuild:' || $1::text, 0))")
         .bind(application_id)
-        .execute(&mut *tx)
+        .execute(&mut *lock)
         .await?;
     let generation: i64 = sqlx::query_scalar(
         "INSERT INTO projections (application_id, generation) VALUES ($1, 0)
@@ -86,15 +77,38 @@ async fn rebuild_once(
          RETURNING generation",
     )
     .bind(application_id)
-    .fetch_one(&mut *tx)
+    .fetch_one(pg)
     .await?;
-    let next_generation = generation + 1;
-
     let client = redis.next();
     if !force && redis_is_ready(client, &keys, generation).await? {
         return Ok(None);
     }
-    let _: () = client.hset(keys.meta(), ("ready", "0")).await?;
+
+    // 2. Fence.
+    let token = Uuid::new_v4().to_string();
+    let _: String = scripts
+        .ready
+        .call(
+            redis,
+            vec![keys.meta()],
+            vec!["fence".into(), token.clone().into()],
+        )
+        .await?;
+    // 3. Advance the epoch: waits for the commits and claims of the old one in flight.
+    let next_generation: i64 = sqlx::query_scalar(
+        "UPDATE projections SET generation = generation + 1, rebuilt_at = now()
+          WHERE application_id = $1 RETURNING generation",
+    )
+    .bind(application_id)
+    .fetch_one(pg)
+    .await?;
+    faults::pass(Point::RebuildBeforeSnapshot, application_id).await?;
+
+    // 4. Snapshot.
+    let mut tx = pg.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
     // The sequence handed out so far, if Redis still has it (a forced rebuild of a live
     // projection): new commands must never get a number an earlier one already holds.
     let handed_out: Option<i64> = client.get(keys.seq()).await?;
@@ -110,8 +124,10 @@ async fn rebuild_once(
         let rows = sqlx::query(
             "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
                     queue_seq, status, accepted_at, deadline_at, updated_at, limit_keys,
-                    lease_owner IS NOT NULL AS held,
-                    coalesce(lease_expires_at, deadline_at) AS permit_expires_at
+                    attempt_id, lease_owner IS NOT NULL AS held,
+                    coalesce(lease_expires_at,
+                             deadline_at + make_interval(secs => $5::double precision))
+                        AS permit_expires_at
                FROM commands
               WHERE application_id = $1
                 AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
@@ -123,6 +139,7 @@ async fn rebuild_once(
         .bind(after.0)
         .bind(CHUNK)
         .bind(after.1)
+        .bind(RUNNING_PERMIT_GRACE.as_secs_f64())
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {
@@ -145,55 +162,21 @@ async fn rebuild_once(
                         projected.namespace_id, projected.command
                     ))
                     .or_default() += 1;
-                let _: () = pipe
-                    .zadd(
-                        projected.queue_key(&keys),
-                        None,
-                        None,
-                        false,
-                        false,
-                        (projected.queue_seq as f64, projected.id.to_string()),
-                    )
-                    .await?;
-                let _: () = pipe
-                    .zadd(
-                        keys.ready(),
-                        Some(SetOptions::NX),
-                        None,
-                        false,
-                        false,
-                        (0.0, projected.queue_suffix()),
-                    )
-                    .await?;
+                projected.queue(&pipe, &keys).await?;
             } else if projected.holds_permits() {
-                // Work in hand keeps its permits until its lease (or, running, its deadline)
-                // runs out, as it did before the loss: a rebuild never frees a limit that is
-                // still in use.
-                let member = (projected.permit_expires_ms as f64, projected.id.to_string());
-                let leases = projected.leases(&keys);
-                for lease in &leases {
-                    let _: () = pipe
-                        .zadd(lease.as_str(), None, None, false, false, member.clone())
-                        .await?;
-                }
-                let held = serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into());
-                let _: () = pipe
-                    .hset(keys.command(projected.id), ("held", held))
-                    .await?;
+                projected.hold(&pipe, &keys).await?;
             }
             projected.write(&pipe, &keys).await?;
         }
         let _: Vec<Value> = pipe.all().await?;
     }
+    faults::pass(Point::RebuildBeforeCounts, application_id).await?;
 
     // Pauses and the shared budgets as PostgreSQL holds them now (not as of this transaction's
     // snapshot), each with its revision: a control or configure call committing meanwhile has
     // stored a newer one, and the newest revision wins.
-    crate::control::refresh_in_redis(pg, redis, &super::Scripts::new(), application_id).await?;
-    // The shared budgets as PostgreSQL holds them now (not as of this transaction's snapshot),
-    // through app_limits.lua: a configure committing meanwhile has stored a newer revision, and
-    // the newest revision wins.
-    crate::application::refresh_in_redis(pg, redis, &super::Scripts::new(), application_id).await?;
+    crate::control::refresh_in_redis(pg, redis, &scripts, application_id).await?;
+    crate::application::refresh_in_redis(pg, redis, &scripts, application_id).await?;
     let max_seq: Option<i64> =
         sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
             .bind(application_id)
@@ -212,31 +195,65 @@ async fn rebuild_once(
         let _: () = pipe.hset(keys.count(), counts).await?;
     }
     let _: Vec<Value> = pipe.all().await?;
+    tx.commit().await?;
 
-    sqlx::query(
-        "UPDATE projections SET generation = $2, rebuilt_at = now() WHERE application_id = $1",
-    )
-    .bind(application_id)
-    .bind(next_generation)
-    .execute(&mut *tx)
-    .await?;
-    // Ready last: from here on scripts trust the projection.
-    let _: () = client
-        .hset(
-            keys.meta(),
-            [
-                ("generation", next_generation.to_string()),
-                ("ready", "1".into()),
-            ],
+    // 5. Open.
+    let opened: i64 = scripts
+        .ready
+        .call(
+            redis,
+            vec![keys.meta()],
+            vec!["open".into(), token.into(), next_generation.into()],
         )
         .await?;
-    tx.commit().await?;
+    if opened != 1 {
+        return Err(DurableError::Unavailable(
+            "Redis was flushed or restarted while the projection was being rebuilt; it is \
+             rebuilt again on the next request"
+                .into(),
+        ));
+    }
+    lock.commit().await?;
     tracing::info!(%application_id, generation = next_generation, waiting, unfinished, "projection rebuilt");
     Ok(Some(RebuildReport {
         generation: next_generation,
         waiting,
         unfinished,
     }))
+}
+
+/// Marks the (empty) projection of `keys` ready at `generation` in this Redis process, as a
+/// rebuild's last step does: for tests and benchmarks that write a projection by hand.
+pub async fn open_empty(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    generation: i64,
+) -> Result<(), DurableError> {
+    let token = Uuid::new_v4().to_string();
+    let _: String = scripts
+        .ready
+        .call(
+            redis,
+            vec![keys.meta()],
+            vec!["fence".into(), token.clone().into()],
+        )
+        .await?;
+    let opened: i64 = scripts
+        .ready
+        .call(
+            redis,
+            vec![keys.meta()],
+            vec!["open".into(), token.into(), generation.into()],
+        )
+        .await?;
+    if opened == 1 {
+        Ok(())
+    } else {
+        Err(DurableError::Unavailable(
+            "the projection could not be opened".into(),
+        ))
+    }
 }
 
 /// How far the queue sequence jumps past PostgreSQL's highest committed number after a rebuild:
@@ -325,6 +342,8 @@ struct ProjectedRow {
     permit_expires_ms: i64,
     /// Rendered limit keys, `[[template, key], …]`.
     limit_keys: Vec<[String; 2]>,
+    /// The attempt that holds it (executing, between two attempts, running).
+    attempt_id: Option<Uuid>,
     /// An executor holds it (executing, or retry_wait between two webhook attempts).
     held: bool,
 }
@@ -352,6 +371,7 @@ impl ProjectedRow {
                 .try_get::<chrono::DateTime<chrono::Utc>, _>("permit_expires_at")?
                 .timestamp_millis(),
             limit_keys: serde_json::from_value(row.try_get("limit_keys")?).unwrap_or_default(),
+            attempt_id: row.try_get("attempt_id")?,
             held: row.try_get("held")?,
         })
     }
@@ -377,6 +397,62 @@ impl ProjectedRow {
                 .map(|[_, key]| keys.limit_leases(self.namespace_id, key)),
         );
         leases
+    }
+
+    /// In its queue, and its queue in its command's ready set, its command in the
+    /// application's (at turn 0: before anything a later admission rotates).
+    async fn queue(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
+        let _: () = pipe
+            .zadd(
+                self.queue_key(keys),
+                None,
+                None,
+                false,
+                false,
+                (self.queue_seq as f64, self.id.to_string()),
+            )
+            .await?;
+        let _: () = pipe
+            .zadd(
+                keys.resource_ready(self.namespace_id, &self.command),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (0.0, self.queue_suffix()),
+            )
+            .await?;
+        let _: () = pipe
+            .zadd(
+                keys.ready(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (0.0, format!("{}:{}", self.namespace_id, self.command)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Work in hand keeps its permits until its lease (or, running, its deadline) runs out, as
+    /// it did before the loss, under the attempt that holds it: a rebuild never frees a limit
+    /// that is still in use, and that attempt goes on renewing them.
+    async fn hold(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
+        let member = (self.permit_expires_ms as f64, self.id.to_string());
+        let leases = self.leases(keys);
+        for lease in &leases {
+            let _: () = pipe
+                .zadd(lease.as_str(), None, None, false, false, member.clone())
+                .await?;
+        }
+        let held = serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into());
+        let mut fields = vec![("held", held)];
+        if let Some(attempt) = self.attempt_id {
+            fields.push(("attempt", attempt.to_string()));
+        }
+        let _: () = pipe.hset(keys.command(self.id), fields).await?;
+        Ok(())
     }
 
     fn queue_suffix(&self) -> String {

@@ -6,19 +6,24 @@ use fred::types::scripts::Script;
 use crate::DurableError;
 
 /// Every script Sluice runs. Cheap to clone; hashes are computed once.
+///
+/// The scripts of the command life cycle start with `lua/lib/epoch.lua` (prepended here): the
+/// check that the projection is trusted (ready, new enough, and in the Redis process that built
+/// it), and the helpers they share.
 #[derive(Clone)]
 pub struct Scripts {
     pub intake: NamedScript,
     pub accept: NamedScript,
     pub release: NamedScript,
-    pub finish_waiting: NamedScript,
     pub ticket: NamedScript,
     pub admit: NamedScript,
-    pub finish: NamedScript,
+    pub land: NamedScript,
     pub requeue: NamedScript,
     pub renew: NamedScript,
-    pub lapsed: NamedScript,
+    pub mark: NamedScript,
+    pub holders: NamedScript,
     pub retake: NamedScript,
+    pub ready: NamedScript,
     pub app_limits: NamedScript,
     pub usage: NamedScript,
     pub projected: NamedScript,
@@ -29,6 +34,26 @@ pub struct Scripts {
     pub cache_fill: NamedScript,
     pub cache_invalidate: NamedScript,
     pub origin_permit: NamedScript,
+}
+
+/// A life-cycle script: `lua/lib/epoch.lua` followed by `lua/<name>`.
+macro_rules! fenced {
+    ($name:literal) => {
+        NamedScript::new(
+            $name,
+            concat!(
+                include_str!("../../../lua/lib/epoch.lua"),
+                include_str!(concat!("../../../lua/", $name))
+            ),
+        )
+    };
+}
+
+/// A script that reads, or writes only what needs no trusted projection.
+macro_rules! plain {
+    ($name:literal) => {
+        NamedScript::new($name, include_str!(concat!("../../../lua/", $name)))
+    };
 }
 
 #[derive(Clone)]
@@ -79,48 +104,28 @@ impl Default for Scripts {
 impl Scripts {
     pub fn new() -> Self {
         Self {
-            intake: NamedScript::new("intake.lua", include_str!("../../../lua/intake.lua")),
-            accept: NamedScript::new("accept.lua", include_str!("../../../lua/accept.lua")),
-            release: NamedScript::new("release.lua", include_str!("../../../lua/release.lua")),
-            finish_waiting: NamedScript::new(
-                "finish_waiting.lua",
-                include_str!("../../../lua/finish_waiting.lua"),
-            ),
-            ticket: NamedScript::new("ticket.lua", include_str!("../../../lua/ticket.lua")),
-            admit: NamedScript::new("admit.lua", include_str!("../../../lua/admit.lua")),
-            finish: NamedScript::new("finish.lua", include_str!("../../../lua/finish.lua")),
-            requeue: NamedScript::new("requeue.lua", include_str!("../../../lua/requeue.lua")),
-            renew: NamedScript::new("renew.lua", include_str!("../../../lua/renew.lua")),
-            lapsed: NamedScript::new("lapsed.lua", include_str!("../../../lua/lapsed.lua")),
-            retake: NamedScript::new("retake.lua", include_str!("../../../lua/retake.lua")),
-            app_limits: NamedScript::new(
-                "app_limits.lua",
-                include_str!("../../../lua/app_limits.lua"),
-            ),
-            usage: NamedScript::new("usage.lua", include_str!("../../../lua/usage.lua")),
-            projected: NamedScript::new(
-                "projected.lua",
-                include_str!("../../../lua/projected.lua"),
-            ),
-            metrics: NamedScript::new("metrics.lua", include_str!("../../../lua/metrics.lua")),
-            control: NamedScript::new("control.lua", include_str!("../../../lua/control.lua")),
-            status: NamedScript::new("status.lua", include_str!("../../../lua/status.lua")),
-            cache_read: NamedScript::new(
-                "cache_read.lua",
-                include_str!("../../../lua/cache_read.lua"),
-            ),
-            cache_fill: NamedScript::new(
-                "cache_fill.lua",
-                include_str!("../../../lua/cache_fill.lua"),
-            ),
-            cache_invalidate: NamedScript::new(
-                "cache_invalidate.lua",
-                include_str!("../../../lua/cache_invalidate.lua"),
-            ),
-            origin_permit: NamedScript::new(
-                "origin_permit.lua",
-                include_str!("../../../lua/origin_permit.lua"),
-            ),
+            intake: fenced!("intake.lua"),
+            accept: fenced!("accept.lua"),
+            release: fenced!("release.lua"),
+            admit: fenced!("admit.lua"),
+            land: fenced!("land.lua"),
+            requeue: fenced!("requeue.lua"),
+            renew: fenced!("renew.lua"),
+            mark: fenced!("mark.lua"),
+            retake: fenced!("retake.lua"),
+            ticket: plain!("ticket.lua"),
+            holders: plain!("holders.lua"),
+            ready: plain!("ready.lua"),
+            app_limits: plain!("app_limits.lua"),
+            usage: plain!("usage.lua"),
+            projected: plain!("projected.lua"),
+            metrics: plain!("metrics.lua"),
+            control: plain!("control.lua"),
+            status: plain!("status.lua"),
+            cache_read: plain!("cache_read.lua"),
+            cache_fill: plain!("cache_fill.lua"),
+            cache_invalidate: plain!("cache_invalidate.lua"),
+            origin_permit: plain!("origin_permit.lua"),
         }
     }
 }

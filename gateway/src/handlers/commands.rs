@@ -5,10 +5,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_durable::lifecycle;
 use sluice_durable::outbox::queries::{self, MinePage};
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
 use uuid::Uuid;
 
 use super::Handled;
@@ -152,28 +150,15 @@ pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Han
         .await?
         .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
     caller.require_owner_or_scope(&record.subject, "commands:cancel")?;
-    let cancelled = queries::cancel(&gateway.pg, caller.namespace_id, command_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
-    if cancelled.left_queue {
-        let record = &cancelled.record;
-        let done = FinishedWaiting {
-            command_id,
-            namespace_id: record.namespace_id,
-            command: &record.command,
-            resource_key: &record.resource_key,
-            status: "cancelled",
-            updated_at: rfc3339(record.updated_at),
-            error: None,
-            retention_ms: gateway.config.ticket_retention_seconds * 1_000,
-        };
-        let keys = AppKeys::new(record.application_id);
-        // PostgreSQL has decided; if Redis misses this now, the command's counts stay held (the
-        // safe direction) until the reconciler mirrors the cancel.
-        if let Err(error) = finish_waiting(&gateway.redis, &gateway.scripts, &keys, &done).await {
-            tracing::warn!(%command_id, %error, "cancel not mirrored to Redis");
-        }
-    }
+    let cancelled = lifecycle::end::cancel(
+        gateway.stores(),
+        caller.namespace_id,
+        command_id,
+        gateway.retention_ms(),
+        gateway.projection_patience(),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
         StatusCode::OK,

@@ -6,12 +6,9 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::json;
 use sluice_durable::declaration::HandlerDecl;
-use sluice_durable::executor::land::{Mirror, mirror_terminal};
-use sluice_durable::outbox::complete::{Completion, Reported, complete as land_result};
+use sluice_durable::lifecycle;
+use sluice_durable::lifecycle::end::{Completion, Reported};
 use sluice_durable::outbox::queries::{self, CommandRecord};
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
 use uuid::Uuid;
 
 use super::Handled;
@@ -44,7 +41,16 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
             ),
         ));
     }
-    let record = match land_result(&gateway.pg, caller.namespace_id, id, &reported).await? {
+    let completion = lifecycle::end::complete(
+        gateway.stores(),
+        caller.namespace_id,
+        id,
+        &reported,
+        gateway.retention_ms(),
+        gateway.projection_patience(),
+    )
+    .await?;
+    let record = match completion {
         Completion::NotFound => {
             return Err(ApiError::not_found("no such command in this namespace"));
         }
@@ -64,11 +70,7 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
                 ),
             ));
         }
-        Completion::Repeated(record) => record,
-        Completion::Landed { record, was } => {
-            mirror(gateway, &record, &was).await;
-            record
-        }
+        Completion::Repeated(record) | Completion::Landed(record) => record,
     };
     Ok((
         StatusCode::OK,
@@ -131,48 +133,4 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
 
 fn conflict(record: &CommandRecord, message: String) -> ApiError {
     ApiError::new(ErrorCode::StateConflict, message).with_detail("status", record.status.clone())
-}
-
-/// PostgreSQL has decided: take the command out of its queue if it was waiting there, release
-/// its permits, count it out, and show its result to ticket polls. A Redis failure here leaves
-/// the permits to lapse with their leases (running ones at the deadline).
-async fn mirror(gateway: &Gateway, record: &CommandRecord, was: &str) {
-    let keys = AppKeys::new(record.application_id);
-    let retention_ms = gateway.config.ticket_retention_seconds * 1_000;
-    let error = record
-        .error_code
-        .as_deref()
-        .map(|code| (code, record.error_message.as_deref().unwrap_or("")));
-    if matches!(was, "accepted" | "retry_wait") {
-        let done = FinishedWaiting {
-            command_id: record.id,
-            namespace_id: record.namespace_id,
-            command: &record.command,
-            resource_key: &record.resource_key,
-            status: &record.status,
-            updated_at: rfc3339(record.updated_at),
-            error,
-            retention_ms,
-        };
-        if let Err(error) = finish_waiting(&gateway.redis, &gateway.scripts, &keys, &done).await {
-            tracing::warn!(command_id = %record.id, %error, "completion not mirrored to its queue");
-        }
-    }
-    mirror_terminal(
-        &gateway.redis,
-        &gateway.scripts,
-        &keys,
-        gateway.config.ticket_retention_seconds,
-        Mirror {
-            id: record.id,
-            namespace_id: record.namespace_id,
-            command: &record.command,
-            resource_key: &record.resource_key,
-            status: &record.status,
-            updated_at: record.updated_at,
-            result: record.result.as_ref(),
-            error,
-        },
-    )
-    .await;
 }

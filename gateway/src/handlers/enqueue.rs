@@ -1,9 +1,6 @@
-//! `POST /v1/commands/{command}:enqueue`: decide in one Redis script call, commit durably in a
-//! group commit, project, and only then answer `202` with a signed ticket.
-//!
-//! Every path that reserved something settles it: the commit turns the reservation into the
-//! accepted command (`accept.lua`); a refusal or failure of PostgreSQL gives it back
-//! (`release.lua`); a gateway that dies in between leaves a reservation that expires by itself.
+//! `POST /v1/commands/{command}:enqueue`: the body checked against the declaration, then the
+//! intake transitions (`reserve` → `commit` → `accept`, [`lifecycle::enqueue`]), then the
+//! answer: `202` with a signed ticket only once the command is durable.
 
 use std::time::{Duration, Instant};
 
@@ -12,10 +9,10 @@ use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
+use sluice_durable::lifecycle;
+use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
 use sluice_durable::metrics;
-use sluice_durable::outbox::{ExistingCommand, InsertOutcome, NewCommand, rfc3339};
-use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
-use sluice_durable::projection::settle::{Accepted, Release, accept, release};
+use sluice_durable::outbox::{ExistingCommand, rfc3339};
 use sluice_durable::projection::ticket::read_status;
 use sluice_durable::projection::{AppKeys, request_key_field};
 use sluice_durable::secrets::sha256;
@@ -26,7 +23,6 @@ use super::Handled;
 use super::record::sign_ticket;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
-use crate::faults::{self, Point};
 use crate::poll_policy;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object, validate_request_key, validate_subject};
@@ -92,19 +88,13 @@ fn content_digest(command: &str, input: &Map<String, Value>) -> [u8; 32] {
     sha256(&bytes)
 }
 
-/// Everything one enqueue carries through its steps.
+/// Everything one enqueue's answer needs.
 struct Attempt<'a> {
     gateway: &'a Gateway,
     namespace: &'a NamespaceConfig,
     decl: &'a CommandDecl,
     keys: AppKeys,
-    request: EnqueueRequest,
     resource_key: String,
-    /// Rendered limit keys, fixed at acceptance like the deadline.
-    limit_keys: Vec<[String; 2]>,
-    field: String,
-    digest_hex: String,
-    digest: [u8; 32],
 }
 
 /// One enqueue, counted for `/metrics` here, where its final answer is known: exactly one
@@ -138,254 +128,93 @@ async fn decide(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -
         ))
     })?;
     decl.validate_input(&request.input)?;
-    let digest = content_digest(command, &request.input);
     let attempt = Attempt {
         gateway,
         namespace: &namespace,
         decl,
         keys: AppKeys::new(namespace.application_id),
         resource_key: decl.resource_key_for(&request.input),
-        limit_keys: render_limit_keys(&decl.limits, &request.input),
-        field: request_key_field(&request.subject, &request.request_key),
-        digest_hex: hex::encode(digest),
-        digest,
-        request,
     };
-    attempt.run().await
+    let limit_keys = render_limit_keys(&decl.limits, &request.input);
+    let field = request_key_field(&request.subject, &request.request_key);
+    let intent = Intent {
+        keys: &attempt.keys,
+        application_id: namespace.application_id,
+        namespace_id: namespace.namespace_id,
+        min_generation: namespace.generation,
+        decl,
+        max_unfinished: namespace.max_unfinished,
+        max_waiting: namespace.declaration.namespace.max_waiting,
+        subject: &request.subject,
+        request_key: &request.request_key,
+        input: &request.input,
+        digest: content_digest(command, &request.input),
+        resource_key: &attempt.resource_key,
+        limit_keys: &limit_keys,
+        field: &field,
+        reservation_ttl: Duration::from_millis(gateway.config.reservation_ttl_ms),
+        replay_wait: Duration::from_millis(gateway.config.replay_wait_ms),
+    };
+    let enqueued =
+        lifecycle::enqueue::enqueue(gateway.stores(), &gateway.committer, gateway, &intent).await?;
+    attempt.answer(enqueued, &intent.digest).await
 }
 
 impl Attempt<'_> {
-    /// Asks `intake.lua` until it decides. Two answers are worth asking again, within bounds:
-    /// the projection is being rebuilt, and the same key is still being committed by a
-    /// concurrent call (so all concurrent calls of one key answer with one command id).
-    async fn run(&self) -> Handled {
-        let started = Instant::now();
-        let replay_wait = Duration::from_millis(self.gateway.config.replay_wait_ms);
-        let mut rebuilt = false;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            let command_id = Uuid::now_v7();
-            match self.intake(command_id).await? {
-                IntakeVerdict::NotReady if !rebuilt => {
-                    rebuilt = true;
-                    if !self
-                        .gateway
-                        .ensure_projection(self.namespace.application_id)
-                        .await
-                    {
-                        return Err(not_ready());
-                    }
-                }
-                IntakeVerdict::NotReady => return Err(not_ready()),
-                IntakeVerdict::Replay {
-                    command_id,
-                    committed: true,
-                } => {
-                    return self.answer_replay(command_id).await;
-                }
-                IntakeVerdict::Replay {
-                    committed: false, ..
-                } => {
-                    if started.elapsed() >= replay_wait {
-                        return Err(ApiError::unavailable(
-                            "the first request with this key is still being committed; retry with the same key",
-                        ));
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(50));
-                }
-                IntakeVerdict::Conflict { .. } => return Err(idempotency_conflict()),
-                IntakeVerdict::Paused { whole_namespace } => return Err(paused(whole_namespace)),
-                IntakeVerdict::ApplicationFull => {
-                    return Err(ApiError::new(
-                        ErrorCode::ApplicationFull,
-                        "the application's backlog is full; retry later with the same request key",
-                    ));
-                }
-                IntakeVerdict::QueueFull => {
-                    return Err(ApiError::new(
-                        ErrorCode::QueueFull,
-                        "the queue is full; retry later with the same request key",
-                    ));
-                }
-                IntakeVerdict::RateLimited { retry_after_ms } => {
-                    return Err(ApiError::new(
-                        ErrorCode::RateLimited,
-                        "intake rate limit reached; retry later with the same request key",
-                    )
-                    .with_retry_after_ms(retry_after_ms.max(1)));
-                }
-                IntakeVerdict::Reserved {
-                    queue_seq,
-                    generation,
-                    ..
-                } => {
-                    if faults::tripped(Point::AfterReservation, self.namespace.namespace_id) {
-                        return Err(faults::crashed());
-                    }
-                    return self.commit(command_id, queue_seq, generation).await;
-                }
-            }
-        }
-    }
-
-    async fn intake(&self, command_id: Uuid) -> Result<IntakeVerdict, ApiError> {
-        let request = IntakeRequest {
-            keys: &self.keys,
-            min_generation: self.namespace.generation,
-            namespace_id: self.namespace.namespace_id,
-            command: &self.decl.code,
-            request_key_field: &self.field,
-            content_sha256_hex: &self.digest_hex,
-            command_id,
-            max_unfinished: self.namespace.max_unfinished,
-            max_waiting: self.namespace.declaration.namespace.max_waiting,
-            max_queue: self.decl.admission.max_queue,
-            intake: &self.decl.intake,
-            reservation_ttl_ms: self.gateway.config.reservation_ttl_ms,
-        };
-        Ok(intake(&self.gateway.redis, &self.gateway.scripts, &request).await?)
-    }
-
-    /// The reservation is ours: commit it, then settle it whatever PostgreSQL said.
-    async fn commit(&self, command_id: Uuid, queue_seq: i64, generation: i64) -> Handled {
-        let new = NewCommand {
-            id: command_id,
-            application_id: self.namespace.application_id,
-            namespace_id: self.namespace.namespace_id,
-            command: self.decl.code.clone(),
-            subject: self.request.subject.clone(),
-            request_key: self.request.request_key.clone(),
-            content_sha256: self.digest,
-            input: Value::Object(self.request.input.clone()),
-            resource_key: self.resource_key.clone(),
-            queue_seq,
-            deadline_seconds: i32::try_from(self.decl.deadline_seconds).unwrap_or(i32::MAX),
-            max_wait_seconds: i32::try_from(self.decl.admission.max_wait_seconds)
-                .unwrap_or(i32::MAX),
-            limit_keys: serde_json::json!(self.limit_keys),
-        };
-        match self.gateway.committer.submit(new).await {
-            Ok(InsertOutcome::Inserted {
+    /// The HTTP answer of an enqueue's end.
+    async fn answer(&self, enqueued: Enqueued, digest: &[u8; 32]) -> Handled {
+        match enqueued {
+            Enqueued::Accepted {
+                command_id,
+                generation,
                 accepted_at,
                 deadline_at,
-            }) => {
-                if faults::tripped(Point::AfterCommit, self.namespace.namespace_id) {
-                    return Err(faults::crashed());
-                }
-                self.project(
-                    command_id,
-                    queue_seq,
-                    generation,
-                    rfc3339(accepted_at),
-                    rfc3339(deadline_at),
-                    deadline_at.timestamp(),
-                )
-                .await
+                queue,
+            } => {
+                let ticket = self.ticket(command_id, generation, deadline_at.timestamp());
+                Ok((
+                    StatusCode::ACCEPTED,
+                    receipt_json(
+                        self,
+                        command_id,
+                        ticket,
+                        "accepted",
+                        &rfc3339(accepted_at),
+                        &rfc3339(deadline_at),
+                        queue,
+                        false,
+                    ),
+                ))
             }
-            Ok(InsertOutcome::Existing(existing)) => {
-                let same = existing.content_sha256 == self.digest;
-                self.give_back(command_id, same.then_some(&existing)).await;
-                if same {
-                    Ok((StatusCode::OK, self.receipt_from_row(&existing, generation)))
+            Enqueued::Replayed { command_id } => self.answer_replay(command_id).await,
+            Enqueued::Existing { row, generation } => {
+                if row.content_sha256 == digest {
+                    Ok((StatusCode::OK, self.receipt_from_row(&row, generation)))
                 } else {
                     Err(idempotency_conflict())
                 }
             }
-            Ok(InsertOutcome::Paused) => {
-                self.give_back(command_id, None).await;
-                Err(paused(true))
-            }
-            Err(error) => {
-                self.give_back(command_id, None).await;
-                Err(error.into())
-            }
-        }
-    }
-
-    /// Committed: project it. If Redis fails now the command is still accepted (PostgreSQL
-    /// holds it); the answer says so with `queue: null` and the reconciler repairs the
-    /// projection.
-    async fn project(
-        &self,
-        command_id: Uuid,
-        queue_seq: i64,
-        generation: i64,
-        accepted_at: String,
-        deadline_at: String,
-        deadline_unix: i64,
-    ) -> Handled {
-        let accepted = Accepted {
-            command_id,
-            namespace_id: self.namespace.namespace_id,
-            command: self.decl.code.clone(),
-            resource_key: self.resource_key.clone(),
-            request_key_field: self.field.clone(),
-            content_sha256_hex: self.digest_hex.clone(),
-            queue_seq,
-            accepted_at: accepted_at.clone(),
-            deadline_at: deadline_at.clone(),
-            limit_keys: if self.limit_keys.is_empty() {
-                String::new()
-            } else {
-                serde_json::json!(self.limit_keys).to_string()
-            },
-        };
-        let queue = match accept(
-            &self.gateway.redis,
-            &self.gateway.scripts,
-            &self.keys,
-            &[accepted],
-        )
-        .await
-        {
-            Ok(positions) => positions
-                .positions
-                .first()
-                .copied()
-                .flatten()
-                .map(|p| (p, positions.observed_at_ms)),
-            Err(error) => {
-                metrics::storage_error(&error);
-                tracing::warn!(%command_id, %error, "committed command not projected; the reconciler will repair it");
-                None
-            }
-        };
-        let ticket = self.ticket(command_id, generation, deadline_unix);
-        Ok((
-            StatusCode::ACCEPTED,
-            receipt_json(
-                self,
-                command_id,
-                ticket,
-                "accepted",
-                &accepted_at,
-                &deadline_at,
-                queue,
-                false,
-            ),
-        ))
-    }
-
-    /// Gives a reservation back. If Redis is unreachable now the reservation simply expires.
-    async fn give_back(&self, command_id: Uuid, existing: Option<&ExistingCommand>) {
-        let give = Release {
-            command_id,
-            namespace_id: self.namespace.namespace_id,
-            command: &self.decl.code,
-            request_key_field: &self.field,
-            existing: existing.map(|e| (e.id, hex::encode(&e.content_sha256))),
-        };
-        if let Err(error) = release(
-            &self.gateway.redis,
-            &self.gateway.scripts,
-            &self.keys,
-            &give,
-        )
-        .await
-        {
-            metrics::storage_error(&error);
-            tracing::warn!(%command_id, %error, "reservation not released; it will expire");
+            Enqueued::Refused(refusal) => Err(match refusal {
+                Refusal::NotReady => not_ready(),
+                Refusal::StillCommitting => ApiError::unavailable(
+                    "the first request with this key is still being committed; retry with the same key",
+                ),
+                Refusal::Conflict => idempotency_conflict(),
+                Refusal::Paused { whole_namespace } => paused(whole_namespace),
+                Refusal::ApplicationFull => ApiError::new(
+                    ErrorCode::ApplicationFull,
+                    "the application's backlog is full; retry later with the same request key",
+                ),
+                Refusal::QueueFull => ApiError::new(
+                    ErrorCode::QueueFull,
+                    "the queue is full; retry later with the same request key",
+                ),
+                Refusal::RateLimited { retry_after_ms } => ApiError::new(
+                    ErrorCode::RateLimited,
+                    "intake rate limit reached; retry later with the same request key",
+                )
+                .with_retry_after_ms(retry_after_ms.max(1)),
+            }),
         }
     }
 

@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_durable::executor::reconcile::{Cursor, reconcile_projection};
-use sluice_durable::projection::Scripts;
+use sluice_durable::faults::{self, Point};
+use sluice_durable::lifecycle::repair::Cursor;
 use sluice_gateway::config::GatewayConfig;
-use sluice_gateway::faults::{self, Point};
 
 use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;
@@ -105,17 +104,7 @@ async fn a_crash_between_commit_and_projection_is_repaired_and_answered_once() {
     // The dead reservation expired and gave its counts back: the command is not projected yet.
     assert_eq!(stack.open_counts("claim").await, (0, 0, 0));
     // The reconciler projects it, counting it once.
-    let repaired = reconcile_projection(
-        &stack.pg,
-        &stack.redis,
-        &Scripts::new(),
-        &[stack.creds.application_id],
-        &mut Cursor::default(),
-        3600,
-        Duration::ZERO,
-    )
-    .await
-    .expect("reconcile");
+    let repaired = stack.reconcile(&mut Cursor::default()).await;
     assert_eq!(repaired, 1);
     assert_eq!(stack.open_counts("claim").await, (1, 1, 1));
     let poll = stack

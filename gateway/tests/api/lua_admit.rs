@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use sluice_durable::projection::execution::{Admission, AdmitLimits, AdmittedHead};
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead};
 use uuid::Uuid;
 
 use crate::lua_fixture;
@@ -74,8 +74,15 @@ impl Bench {
             .await
     }
 
+    /// Commands with waiting work (the first round-robin level).
     async fn ready(&self) -> Vec<String> {
         self.zmembers(&self.keys.ready()).await
+    }
+
+    /// A command's resources with waiting work (the second level).
+    async fn ready_resources(&self, command: &str) -> Vec<String> {
+        self.zmembers(&self.keys.resource_ready(self.namespace, command))
+            .await
     }
 
     /// Gives one permit back the way `finish.lua` does.
@@ -268,7 +275,8 @@ async fn a_saturated_resource_is_skipped_until_a_permit_is_released() {
     assert!(bench.heads(10).await.is_empty());
     assert_eq!(bench.waiting().await, 7);
     // Both queues are still ready: saturated is not empty.
-    assert_eq!(bench.ready().await.len(), 2);
+    assert_eq!(bench.ready_resources("claim").await.len(), 2);
+    assert_eq!(bench.ready().await, vec![bench.nscmd("claim")]);
 }
 
 /// A command at `max_in_flight` is skipped, not waited on: another command's resources are
@@ -485,8 +493,12 @@ async fn a_command_without_a_spec_is_never_admitted() {
     assert_eq!(bench.queued("webhook").await, 3);
     assert_eq!(bench.status(unknown[0]).await.as_deref(), Some("accepted"));
     assert!(
-        bench.ready().await.contains(&bench.suffix("webhook", "r")),
+        bench.ready().await.contains(&bench.nscmd("webhook")),
         "skipped, not dropped from the ready set"
+    );
+    assert_eq!(
+        bench.ready_resources("webhook").await,
+        vec![bench.suffix("webhook", "r")]
     );
     bench
         .configure(

@@ -1,7 +1,7 @@
 //! The Redis fixture of the tests that run the Lua scripts alone (`lua_scripts`, `lua_admit`,
-//! `lua_limits`): one application's keys in the shared Redis, marked ready at generation 1, with
-//! the `cfg` hash, queues and status hashes written by the test itself the way the gateway's
-//! scripts would leave them.
+//! `lua_limits`): one application's keys in the shared Redis, opened at generation 1 (as a rebuild
+//! leaves it: ready, and verified in this Redis process), with the `cfg` hash, queues and status
+//! hashes written by the test itself the way the gateway's scripts would leave them.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use fred::prelude::*;
-use sluice_durable::projection::execution::{
-    Admission, AdmitLimits, AdmittedHead, admit, write_admission_config,
-};
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, admit};
+use sluice_durable::projection::admission_config::write_admission_config;
+use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
 use sluice_durable::testkit::shared_redis;
 use uuid::Uuid;
@@ -56,14 +56,13 @@ impl LuaFixture {
             .await
             .expect("redis");
         let keys = AppKeys::new(Uuid::now_v7());
-        let _: () = redis
-            .next()
-            .hset(keys.meta(), [("ready", "1"), ("generation", "1")])
+        let scripts = Scripts::new();
+        open_empty(&redis, &scripts, &keys, 1)
             .await
-            .expect("ready");
+            .expect("open the projection");
         LuaFixture {
             redis,
-            scripts: Scripts::new(),
+            scripts,
             keys,
             namespace: Uuid::now_v7(),
             seq: AtomicI64::new(0),
@@ -103,8 +102,8 @@ impl LuaFixture {
     }
 
     /// Queues one command with sequence `seq` the way `accept.lua` leaves it: its queue entry,
-    /// its queue in the ready set, its status hash of `fields`, and one more in each of
-    /// `counters`.
+    /// its queue in its command's ready set and its command in the application's, its status
+    /// hash of `fields`, and one more in each of `counters`.
     pub(crate) async fn queue_command(
         &self,
         command: &str,
@@ -128,12 +127,23 @@ impl LuaFixture {
             .expect("zadd queue");
         let _: i64 = client
             .zadd(
-                self.keys.ready(),
+                self.keys.resource_ready(self.namespace, command),
                 Some(SetOptions::NX),
                 None,
                 false,
                 false,
                 (0.0, self.suffix(command, resource)),
+            )
+            .await
+            .expect("zadd resource ready");
+        let _: i64 = client
+            .zadd(
+                self.keys.ready(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (0.0, self.nscmd(command)),
             )
             .await
             .expect("zadd ready");
@@ -160,7 +170,7 @@ impl LuaFixture {
     /// The heads of one `admit.lua` call on a projection that is ready.
     pub(crate) async fn admitted_heads(&self, limits: AdmitLimits) -> Vec<AdmittedHead> {
         match self.admission(limits).await {
-            Admission::Heads(heads) => heads,
+            Admission::Heads { heads, .. } => heads,
             Admission::NotReady => panic!("the projection is ready"),
         }
     }

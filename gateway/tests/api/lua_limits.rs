@@ -1,7 +1,7 @@
 //! Limit keys against a real Redis: `admit.lua` takes every permit and start token of a command's
 //! limit keys or none, lets the next of the first `lookahead` commands pass a head held back only
-//! by its own keys, and records the leases it took in `held`; `finish.lua`, `finish_waiting.lua`
-//! and `requeue.lua` release exactly those; `retake.lua` takes a token from every bucket or none.
+//! by its own keys, and records the leases it took in `held`; `land.lua` and `requeue.lua` release
+//! exactly those; `retake.lua` takes a token from every bucket or none.
 //! The `cfg` hash, queues and status hashes are written by the test itself.
 
 use std::collections::{HashMap, HashSet};
@@ -12,11 +12,12 @@ use std::time::Duration;
 use fred::prelude::*;
 use serde_json::{Map, Value as Json, json};
 use sluice_durable::declaration::{parse, render_limit_keys};
-use sluice_durable::projection::execution::{
-    AdmitLimits, AdmittedHead, Finished, RateKey, Requeued, admission_spec, finish, limit_specs,
-    requeue, retake, write_admission_config,
+use sluice_durable::lifecycle::redis::{
+    AdmitLimits, AdmittedHead, Ending, RateKey, Requeue, Requeued, Retake, land, requeue, retake,
 };
-use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
+use sluice_durable::projection::admission_config::{
+    admission_spec, limit_specs, write_admission_config,
+};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -75,29 +76,29 @@ impl Bench {
         self.admit_with(max_heads, LOOKAHEAD).await
     }
 
-    /// `finish.lua` through its Rust caller, for the command `id` of `command` in `resource`.
+    /// `land.lua` through its Rust caller, for the command `id` of `command` in `resource`:
+    /// whether it counted the command out.
     async fn finish(&self, command: &str, resource: &str, id: Uuid, status: &str) -> bool {
-        let suffix = self.suffix(command, resource);
         let now = self.now_ms().await;
-        finish(
+        land(
             &self.redis,
             &self.scripts,
             &self.keys,
-            &Finished {
+            &Ending {
                 command_id: id,
                 namespace_id: self.namespace,
                 command,
-                queue_suffix: &suffix,
+                resource_key: resource,
                 status,
                 updated_at: now.to_string(),
                 result: None,
                 error: None,
                 retention_ms: 600_000,
-                unix_second: now / 1000,
             },
         )
         .await
-        .expect("finish.lua")
+        .expect("land.lua")
+        .expect("the projection is ready")
     }
 
     /// Redis time in milliseconds, the clock every script uses.
@@ -715,10 +716,10 @@ async fn held_lists_the_leases_taken_and_finish_releases_them() {
     assert_eq!(bench.unfinished().await, 0, "exactly once");
 }
 
-/// requeue.lua and finish_waiting.lua release every lease in `held` too (a lapsed lease put back
-/// in line; a command between two webhook attempts cancelled or sent to review).
+/// requeue.lua and land.lua release every lease in `held` too (a lapsed lease put back in line; a
+/// command between two webhook attempts cancelled or sent to review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_and_finish_waiting_release_held_leases() {
+async fn requeue_and_land_release_held_leases() {
     let bench = Bench::new().await;
     bench
         .configure(&[("job", OPEN)], &[("acct:{a}", "1 0 0")])
@@ -728,25 +729,26 @@ async fn requeue_and_finish_waiting_release_held_leases() {
     let c = bench.push("job", "rc", &[("acct:{a}", "acct:1")]).await;
     let admitted = bench.admit(10).await;
     assert_eq!(ids(&admitted), vec![c]);
-    let suffix = bench.suffix("job", "rc");
     let now = bench.now_ms().await;
-    assert!(
+    assert_eq!(
         requeue(
             &bench.redis,
             &bench.scripts,
             &bench.keys,
             &Requeued {
                 command_id: c,
+                attempt: Some(admitted[0].attempt),
                 namespace_id: bench.namespace,
                 command: "job",
-                queue_suffix: &suffix,
+                resource_key: "rc",
                 queue_seq: admitted[0].queue_seq,
                 status: "accepted",
                 updated_at: now.to_string(),
             },
         )
         .await
-        .expect("requeue.lua")
+        .expect("requeue.lua"),
+        Requeue::Done
     );
     assert!(bench.members(&acct_lease).await.is_empty());
     assert!(bench.members(&command_lease).await.is_empty());
@@ -763,26 +765,7 @@ async fn requeue_and_finish_waiting_release_held_leases() {
     // cancelled.
     let waiting_done = |status: &'static str| {
         let bench = bench.clone();
-        async move {
-            let now = bench.now_ms().await;
-            finish_waiting(
-                &bench.redis,
-                &bench.scripts,
-                &bench.keys,
-                &FinishedWaiting {
-                    command_id: c,
-                    namespace_id: bench.namespace,
-                    command: "job",
-                    resource_key: "rc",
-                    status,
-                    updated_at: now.to_string(),
-                    error: None,
-                    retention_ms: 600_000,
-                },
-            )
-            .await
-            .expect("finish_waiting.lua")
-        }
+        async move { bench.finish("job", "rc", c, status).await }
     };
     let _: () = bench
         .redis
@@ -791,12 +774,15 @@ async fn requeue_and_finish_waiting_release_held_leases() {
         .await
         .expect("retry_wait");
     assert_eq!(bench.unfinished().await, 1);
-    assert!(!waiting_done("needs_review").await, "not in its queue");
+    assert!(
+        !waiting_done("needs_review").await,
+        "needs_review is not counted out"
+    );
     assert!(bench.members(&acct_lease).await.is_empty(), "permit back");
     assert!(bench.members(&command_lease).await.is_empty());
     assert_eq!(bench.field(c, "held").await, None);
     assert_eq!(bench.unfinished().await, 1, "needs_review keeps unfinished");
-    assert!(!waiting_done("cancelled").await);
+    assert!(waiting_done("cancelled").await, "counted out now");
     assert_eq!(bench.unfinished().await, 0);
     assert!(!waiting_done("cancelled").await);
     assert_eq!(bench.unfinished().await, 0, "exactly once");
@@ -847,13 +833,14 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
         set_bucket(full.bucket.clone(), "3").await;
         set_bucket(empty.bucket.clone(), "0").await;
         let full_before = bench.hash(&full.bucket).await;
-        let wait = retake(&bench.redis, &bench.scripts, &buckets)
+        let wait = retake(&bench.redis, &bench.scripts, &bench.keys, &buckets)
             .await
             .expect("retake.lua");
         // A missing bucket is full: the wait comes from the empty one alone, whatever the order.
         let wait_fresh = retake(
             &bench.redis,
             &bench.scripts,
+            &bench.keys,
             &[empty.clone(), fresh.clone()],
         )
         .await
@@ -861,7 +848,9 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
         if bench.now_ms().await - before >= 400 {
             continue;
         }
-        let wait = wait.expect("a wait: provider:b has no token");
+        let Retake::Wait(wait) = wait else {
+            panic!("a wait: provider:b has no token, got {wait:?}")
+        };
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_millis(500),
             "at 2/s a token is at most 500 ms away: {wait:?}"
@@ -871,7 +860,10 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
             full_before,
             "nothing taken from provider:a"
         );
-        assert!(wait_fresh.is_some(), "provider:b still has no token");
+        assert!(
+            matches!(wait_fresh, Retake::Wait(_)),
+            "provider:b still has no token"
+        );
         assert!(
             !bench.exists(&fresh.bucket).await,
             "nothing written to provider:c"
@@ -884,10 +876,10 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     let (a_tokens, a_ts) = bench.bucket(&full.bucket).await;
     let (b_tokens, b_ts) = bench.bucket(&empty.bucket).await;
     assert_eq!(
-        retake(&bench.redis, &bench.scripts, &buckets)
+        retake(&bench.redis, &bench.scripts, &bench.keys, &buckets)
             .await
             .expect("retake.lua"),
-        None
+        Retake::Taken
     );
     let (a_after, a_now) = bench.bucket(&full.bucket).await;
     let (b_after, b_now) = bench.bucket(&empty.bucket).await;
@@ -905,10 +897,10 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     assert_eq!(b_after, 1.0);
     // No bucket: nothing to wait for.
     assert_eq!(
-        retake(&bench.redis, &bench.scripts, &[])
+        retake(&bench.redis, &bench.scripts, &bench.keys, &[])
             .await
             .expect("retake"),
-        None
+        Retake::Taken
     );
 }
 

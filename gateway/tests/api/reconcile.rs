@@ -5,25 +5,14 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use sluice_durable::executor::reconcile::{Cursor, reconcile_projection};
-use sluice_durable::projection::Scripts;
+use sluice_durable::lifecycle::repair::Cursor;
 use uuid::Uuid;
 
 use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;
 
 async fn reconcile(stack: &Stack, cursor: &mut Cursor) -> usize {
-    reconcile_projection(
-        &stack.pg,
-        &stack.redis,
-        &Scripts::new(),
-        &[stack.creds.application_id],
-        cursor,
-        3600,
-        Duration::ZERO,
-    )
-    .await
-    .expect("reconcile")
+    stack.reconcile(cursor).await
 }
 
 #[tokio::test]

@@ -3,8 +3,8 @@
 //! live Redis keys), the pause flags follow `POST /v1/control`, only `status:read` opens it, it
 //! still answers from PostgreSQL while Redis is gone, and with a million rows in the namespace
 //! none of its queries scans `commands`. At the Lua level: `status.lua` reads only its own
-//! namespace and live permits, and `finish.lua` / `finish_waiting.lua` count each command's
-//! outcome exactly once whoever mirrors it, however many times.
+//! namespace and live permits, and `land.lua` counts each command's outcome exactly once whoever
+//! lands it, however many times.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,9 +15,8 @@ use fred::prelude::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::executor::Executor;
+use sluice_durable::lifecycle::redis::{AdmitLimits, Ending as Landing, land};
 use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::execution::{AdmitLimits, Finished, finish};
-use sluice_durable::projection::settle::{FinishedWaiting, finish_waiting};
 use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
 use sluice_durable::tenancy;
 use tokio_util::sync::CancellationToken;
@@ -467,10 +466,12 @@ async fn the_board_equals_postgres_and_the_live_projection() {
     );
     assert_eq!(busiest.len(), by_resource.len(), "{busiest:?}");
     assert_eq!(queues["resources_waiting"], json!(by_resource.len()));
-    assert_eq!(
-        queues["scanned"],
-        json!(zcard(&stack.redis, &keys.ready()).await)
-    );
+    let mut with_work = 0;
+    for command in shown["commands"].as_array().expect("commands") {
+        let code = command["command"].as_str().expect("code");
+        with_work += zcard(&stack.redis, &keys.resource_ready(ns, code)).await;
+    }
+    assert_eq!(queues["scanned"], json!(with_work));
     let depths: Vec<i64> = busiest
         .iter()
         .map(|q| q["waiting"].as_i64().unwrap_or(-1))
@@ -1142,9 +1143,9 @@ fn outcome_totals(figures: &status::ProjectionFigures) -> BTreeMap<&'static str,
 }
 
 /// `status.lua`: the busiest queues are this namespace's non-empty ones among the first `scan`
-/// ready resources, deepest first; another namespace's queue and a served queue still in the
-/// ready set never show; permits count only while live; ten whole seconds of outcomes; nothing
-/// is written.
+/// resources with waiting work of its commands, deepest first; another namespace's queue and a
+/// served queue still in its command's set never show; permits count only while live; ten whole
+/// seconds of outcomes; nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lua_reads_its_namespace_and_live_permits_only() {
     let bench = LuaBench::new().await;
@@ -1169,19 +1170,26 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
             )
             .await;
     }
+    bench
+        .zadd(
+            &bench.keys.resource_ready(other, "claim"),
+            0.0,
+            &other_suffix,
+        )
+        .await;
     let stale = bench.suffix("claim", "served");
-    // Turn order: the other namespace first, then r1, r2, r3, the emptied one.
+    // Turn order within claim: r1, r2, the emptied one.
     for (turn, suffix) in [
-        &other_suffix,
         &bench.suffix("claim", "r1"),
         &bench.suffix("claim", "r2"),
-        &bench.suffix("ocr", "r3"),
         &stale,
     ]
     .into_iter()
     .enumerate()
     {
-        bench.zadd(&bench.keys.ready(), turn as f64, suffix).await;
+        bench
+            .zadd(&bench.keys.resource_ready(ns, "claim"), turn as f64, suffix)
+            .await;
     }
     // Permits: live ones and lapsed ones.
     let (ahead, behind) = (now_ms() + 60_000.0, now_ms() - 60_000.0);
@@ -1215,7 +1223,7 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
     assert!(figures.ready);
     assert_eq!(
         (figures.resources_scanned, figures.resources_waiting),
-        (5, 3)
+        (4, 3)
     );
     assert_eq!(figures.application_in_flight, 2);
     assert_eq!(figures.command_in_flight, [1, 0, 0]);
@@ -1250,14 +1258,11 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
     );
     assert!(outcome_totals(&figures).values().all(|n| *n == 0));
 
-    // Only the first two ready resources looked at: the other namespace's and r1.
-    let first_two = bench.figures(&["claim"], &[], 2).await;
-    assert_eq!(
-        (first_two.resources_scanned, first_two.resources_waiting),
-        (2, 1)
-    );
-    assert_eq!(first_two.busiest.len(), 1);
-    assert_eq!(first_two.busiest[0].resource_key, "r1");
+    // Only the first resource looked at: r1.
+    let first = bench.figures(&["claim"], &[], 1).await;
+    assert_eq!((first.resources_scanned, first.resources_waiting), (1, 1));
+    assert_eq!(first.busiest.len(), 1);
+    assert_eq!(first.busiest[0].resource_key, "r1");
 
     let mut after = scan_keys(&bench.redis, &bench.keys.pattern()).await;
     after.sort();
@@ -1279,7 +1284,7 @@ async fn status_lua_keeps_the_deepest_queues_in_order() {
         }
         bench
             .zadd(
-                &bench.keys.ready(),
+                &bench.keys.resource_ready(bench.namespace, "claim"),
                 i as f64,
                 &bench.suffix("claim", &resource),
             )
@@ -1301,15 +1306,15 @@ async fn status_lua_keeps_the_deepest_queues_in_order() {
     );
 }
 
-/// How one command ends, as the mirrors of its final status would race in production.
+/// How one command ends, as the landings of its final status would race in production (every
+/// one is `land.lua`, whatever Redis thought of the command).
 #[derive(Debug, Clone, Copy)]
 enum Ending {
-    /// Cancelled or expired while waiting: `finish_waiting.lua` from three callers.
+    /// Cancelled or expired while waiting, landed from three callers.
     Waiting(&'static str),
-    /// Landed after running: `finish.lua` from three callers (a landing mirrored again).
+    /// Landed after running, from three callers (a landing made again).
     Landed(&'static str),
-    /// Ended by a sweeper while its executor lands the same status: `finish_waiting.lua` and
-    /// `finish.lua` together.
+    /// Ended by a sweeper while its executor lands the same status.
     Both(&'static str),
     /// `needs_review` first (mirrored before the race: not final, counts nothing), then
     /// decided: counted once, at the decision.
@@ -1329,40 +1334,25 @@ impl Ending {
 struct Mirrored {
     id: Uuid,
     resource: String,
-    suffix: String,
 }
 
 impl Mirrored {
-    fn landed(&self, namespace: Uuid, status: &'static str) -> Finished<'_> {
-        Finished {
-            command_id: self.id,
-            namespace_id: namespace,
-            command: "claim",
-            queue_suffix: &self.suffix,
-            status,
-            updated_at: "2026-01-01T00:00:00.000Z".into(),
-            result: None,
-            error: None,
-            retention_ms: 60_000,
-            unix_second: 0,
-        }
-    }
-
-    fn waiting(&self, namespace: Uuid, status: &'static str) -> FinishedWaiting<'_> {
-        FinishedWaiting {
+    fn landed(&self, namespace: Uuid, status: &'static str) -> Landing<'_> {
+        Landing {
             command_id: self.id,
             namespace_id: namespace,
             command: "claim",
             resource_key: &self.resource,
             status,
             updated_at: "2026-01-01T00:00:00.000Z".into(),
+            result: None,
             error: None,
             retention_ms: 60_000,
         }
     }
 }
 
-/// `finish.lua` and `finish_waiting.lua` raced from eight tasks, three mirror calls per command:
+/// `land.lua` raced from eight tasks, three landings per command:
 /// each command is counted out once and its outcome counted once, in its final status, and the
 /// outcome seconds `status.lua` returns add up to exactly that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1377,11 +1367,7 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
     for i in 0..N {
         let resource = format!("r{}", i % 8);
         let id = bench.queue_waiting("claim", &resource).await;
-        commands.push(Mirrored {
-            id,
-            suffix: bench.suffix("claim", &resource),
-            resource,
-        });
+        commands.push(Mirrored { id, resource });
     }
     // Half of them start (admit.lua: executing, permits held).
     let heads = bench
@@ -1421,14 +1407,14 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
     for (command, ending) in &jobs {
         if let Ending::Reviewed(_) = ending {
             for _ in 0..2 {
-                finish(
+                land(
                     &bench.redis,
                     &bench.scripts,
                     &bench.keys,
                     &command.landed(ns, "needs_review"),
                 )
                 .await
-                .expect("finish.lua");
+                .expect("land.lua");
             }
         }
     }
@@ -1460,22 +1446,12 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
                     return;
                 };
                 let (command, ending) = &jobs[j];
-                let by_waiting = match ending {
-                    Ending::Waiting(_) => true,
-                    Ending::Both(_) => k == 0,
-                    Ending::Landed(_) | Ending::Reviewed(_) => false,
-                };
-                if by_waiting {
-                    let done = command.waiting(ns, ending.status());
-                    finish_waiting(&bench.redis, &bench.scripts, &bench.keys, &done)
-                        .await
-                        .expect("finish_waiting.lua");
-                } else {
-                    let done = command.landed(ns, ending.status());
-                    finish(&bench.redis, &bench.scripts, &bench.keys, &done)
-                        .await
-                        .expect("finish.lua");
-                }
+                let _ = k;
+                let done = command.landed(ns, ending.status());
+                land(&bench.redis, &bench.scripts, &bench.keys, &done)
+                    .await
+                    .expect("land.lua")
+                    .expect("the projection is ready");
             }
         }));
     }
@@ -1525,8 +1501,8 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
 /// `:complete` committed `succeeded`, and the sweeper's Redis call arrives last) turns the
 /// status hash from `succeeded` back to `needs_review`: ticket polls show `needs_review` for a
 /// command PostgreSQL says succeeded, and the next mirror of the final status counts the
-/// command out (and its outcome) a second time — unless `finish.lua` and `finish_waiting.lua`
-/// never move a terminal hash back to a non-terminal status, which they now refuse.
+/// command out (and its outcome) a second time — unless `land.lua` never moves a terminal hash
+/// back to a non-terminal status, which it refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_needs_review_mirror_never_reopens_a_final_status() {
     let bench = LuaBench::new().await;
@@ -1548,34 +1524,22 @@ async fn a_late_needs_review_mirror_never_reopens_a_final_status() {
     let command = Mirrored {
         id,
         resource: "r".into(),
-        suffix: bench.suffix("claim", "r"),
     };
     let mirror = |status| command.landed(ns, status);
-    finish(
-        &bench.redis,
-        &bench.scripts,
-        &bench.keys,
-        &mirror("succeeded"),
-    )
-    .await
-    .expect("finish.lua");
-    finish(
-        &bench.redis,
-        &bench.scripts,
-        &bench.keys,
-        &mirror("needs_review"),
-    )
-    .await
-    .expect("finish.lua");
+    for status in ["succeeded", "needs_review"] {
+        land(&bench.redis, &bench.scripts, &bench.keys, &mirror(status))
+            .await
+            .expect("land.lua");
+    }
     let after_late = bench.status(id).await;
-    finish(
+    land(
         &bench.redis,
         &bench.scripts,
         &bench.keys,
         &mirror("succeeded"),
     )
     .await
-    .expect("finish.lua");
+    .expect("land.lua");
     assert_eq!(
         (after_late.as_deref(), bench.counter("unfinished").await),
         (Some("succeeded"), 0),

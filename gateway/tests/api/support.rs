@@ -41,6 +41,14 @@ code = "stock"
 capacity = 100
 "#;
 
+/// How the tests' sweeps make their Redis side: final statuses kept an hour, a rebuild waited
+/// for up to five seconds.
+pub const SWEEP_SIDE: sluice_durable::lifecycle::sweep::SweepSide =
+    sluice_durable::lifecycle::sweep::SweepSide {
+        retention_ms: 3_600_000,
+        patience: Duration::from_secs(5),
+    };
+
 pub struct StackOptions {
     pub declaration: String,
     pub database_url: Option<String>,
@@ -168,6 +176,25 @@ impl Stack {
 
     pub fn keys(&self) -> AppKeys {
         AppKeys::new(self.creds.application_id)
+    }
+
+    /// PostgreSQL, Redis and the scripts, as the life-cycle transitions take them.
+    pub fn stores(&self) -> sluice_durable::lifecycle::Stores<'_> {
+        self.gateway.stores()
+    }
+
+    /// One round of the projection reconciler over the stack's application (no grace: every
+    /// waiting row is looked at).
+    pub async fn reconcile(&self, cursor: &mut sluice_durable::lifecycle::repair::Cursor) -> usize {
+        sluice_durable::lifecycle::repair::projection(
+            self.stores(),
+            &[self.creds.application_id],
+            cursor,
+            SWEEP_SIDE,
+            Duration::ZERO,
+        )
+        .await
+        .expect("reconcile")
     }
 
     pub fn credential(&self) -> String {

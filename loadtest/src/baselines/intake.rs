@@ -9,8 +9,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, StatusCode};
 use serde_json::json;
-use sluice_durable::projection::intake::{IntakeRequest, IntakeVerdict, intake};
-use sluice_durable::projection::settle::{Release, release};
+use sluice_durable::lifecycle::redis::{
+    IntakeRequest, IntakeVerdict, Release, release, reserve as intake,
+};
 use sluice_durable::projection::{self, AppKeys, Scripts, request_key_field};
 use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;

@@ -16,7 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::signature::sign;
-use crate::outbox::complete::Reported;
+use crate::lifecycle::end::Reported;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;

@@ -9,7 +9,6 @@
 mod backoff;
 mod client;
 mod signature;
-mod store;
 
 use std::time::Duration;
 
@@ -19,24 +18,19 @@ use fred::prelude::Pool;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub use client::{Answer, HttpsClient, WebhookClient, https_client};
 pub use signature::sign;
-pub use store::Outcome;
 
-use super::claim::Claimed;
-use super::land::{Mirror, Waiting, mirror_terminal, mirror_waiting};
 use crate::DurableError;
+use crate::lifecycle::Stores;
+use crate::lifecycle::claim::Claimed;
+use crate::lifecycle::end::{Outcome, Place, Reported, land_attempt, project_end};
+use crate::lifecycle::held::{self, Running};
+use crate::lifecycle::redis::{RateKey, Retake, retake};
 use crate::metrics::{self, HandlerKind};
-use crate::outbox::complete::Reported;
 use crate::outbox::rfc3339;
-use crate::projection::execution::{RateKey, renew, retake};
 use crate::projection::{AppKeys, Scripts};
-
-/// How long a running command's permits outlive its deadline, so the deadline sweeper (not
-/// the lease) ends it; if every sweeper is down they lapse anyway.
-const RUNNING_GRACE_MS: i64 = 60_000;
 
 /// Where one command goes and what it may use.
 #[derive(Debug, Clone)]
@@ -46,8 +40,6 @@ pub struct Target {
     /// The namespace's webhook secret.
     pub secret: String,
     pub namespace: String,
-    /// The lease zsets of every permit the command holds.
-    pub leases: Vec<String>,
     /// The start buckets a retry takes a token from.
     pub rate_keys: Vec<RateKey>,
 }
@@ -58,27 +50,39 @@ pub struct Deps<'a> {
     pub redis: &'a Pool,
     pub scripts: &'a Scripts,
     pub client: &'a WebhookClient,
-    pub owner: Uuid,
     pub keys: AppKeys,
     pub retention_seconds: i64,
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// How long a Redis side is made again while the projection is not trusted.
+    pub patience: Duration,
+}
+
+impl Deps<'_> {
+    fn stores(&self) -> Stores<'_> {
+        Stores {
+            pg: self.pg,
+            redis: self.redis,
+            scripts: self.scripts,
+        }
+    }
 }
 
 /// How the handler let go of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
-    /// Landed terminal or `needs_review` by this executor.
+    /// Landed terminal or `needs_review` by this attempt.
     Landed,
     /// `running` until `:complete` or its deadline.
     Running,
-    /// Someone else decided it (a `:complete`, a cancel, a sweeper that took over).
+    /// Someone else decided it (a `:complete`, a cancel, a sweeper that took over): the attempt
+    /// lost the row.
     Elsewhere,
     /// Given back to its queue: the executor is shutting down.
     HandedBack,
 }
 
-/// Runs `row` to its end under `deps.owner`'s lease.
+/// Runs `row` to its end under its attempt.
 pub async fn run(
     deps: &Deps<'_>,
     row: &Claimed,
@@ -112,7 +116,7 @@ pub async fn run(
         metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
         let (retry_after, doubtful, reason) = match answer {
             Answer::Decided(decided) => return decide(deps, row, &decided).await,
-            Answer::Running => return running(deps, row, target).await,
+            Answer::Running => return running(deps, row).await,
             Answer::Retry {
                 retry_after,
                 in_doubt,
@@ -127,27 +131,35 @@ pub async fn run(
             deps.retry_max,
             &mut rand::rng(),
         );
-        let next_at = Utc::now() + wait;
-        if next_at >= row.deadline_at {
+        // A wait that does not end before the deadline (a backend's Retry-After may name any
+        // time at all) ends the command now, as the deadline would.
+        let Some(next_at) = before_deadline(wait, row.deadline_at) else {
             return deadline(deps, row, in_doubt, &reason).await;
-        }
+        };
         tracing::info!(command_id = %row.id, attempt, %reason, ?wait, in_doubt, "webhook retry scheduled");
+        let stores = deps.stores();
         let Some(cancel) =
-            store::wait_for_retry(deps.pg, row.id, deps.owner, in_doubt, next_at, &reason).await?
+            held::wait_for_retry(stores, &deps.keys, row, in_doubt, next_at, &reason).await?
         else {
             return Ok(End::Elsewhere);
         };
         if cancel && !in_doubt {
             return cancelled(deps, row).await;
         }
-        set_status(deps, row.id, "retry_wait").await;
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled() => return hand_back(deps, row).await,
         }
         // Each attempt is a request to the provider: it needs its start tokens again.
-        while let Some(more) = retake(deps.redis, deps.scripts, &target.rate_keys).await? {
-            if Utc::now() + more >= row.deadline_at {
+        loop {
+            let more = match retake(deps.redis, deps.scripts, &deps.keys, &target.rate_keys).await?
+            {
+                Retake::Taken => break,
+                Retake::Wait(more) => more,
+                // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
+                Retake::NotReady => Duration::from_millis(100),
+            };
+            if before_deadline(more, row.deadline_at).is_none() {
                 return deadline(deps, row, in_doubt, &reason).await;
             }
             tokio::select! {
@@ -155,15 +167,22 @@ pub async fn run(
                 _ = shutdown.cancelled() => return hand_back(deps, row).await,
             }
         }
-        if !in_doubt && store::cancel_requested(deps.pg, row.id).await? {
+        if !in_doubt && held::cancel_requested(stores, row.id).await? {
             return cancelled(deps, row).await;
         }
-        let Some(next) = store::start_retry(deps.pg, row.id, deps.owner).await? else {
+        let Some(next) = held::start_retry(stores, &deps.keys, row).await? else {
             return Ok(End::Elsewhere);
         };
         attempt = next;
-        set_status(deps, row.id, "executing").await;
     }
+}
+
+/// `now + wait`, if that is before `deadline` (and representable at all).
+fn before_deadline(wait: Duration, deadline: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let wait = chrono::Duration::from_std(wait).ok()?;
+    Utc::now()
+        .checked_add_signed(wait)
+        .filter(|at| *at < deadline)
 }
 
 /// The body API.md fixes.
@@ -236,15 +255,17 @@ async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> 
     land(deps, row, &outcome, &[]).await
 }
 
-/// Lands a result; the dependencies a backend's answer names are invalidated before the result
-/// shows, so whoever sees it and reads the dependent views again finds the old values gone.
+/// `land`: the result, fenced by the attempt. The dependencies a backend's answer names are
+/// invalidated before the result shows, so whoever sees it and reads the dependent views again
+/// finds the old values gone.
 async fn land(
     deps: &Deps<'_>,
     row: &Claimed,
     outcome: &Outcome<'_>,
     invalidate: &[String],
 ) -> Result<End, DurableError> {
-    let Some(updated_at) = store::land(deps.pg, row.id, deps.owner, outcome).await? else {
+    let stores = deps.stores();
+    let Some(updated_at) = land_attempt(stores, row.id, row.attempt, outcome).await? else {
         return Ok(End::Elsewhere);
     };
     // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
@@ -260,69 +281,57 @@ async fn land(
     {
         tracing::warn!(%error, command_id = %row.id, "cached views the backend named not invalidated; they expire by age");
     }
-    mirror(deps, row, outcome, updated_at).await;
-    Ok(End::Landed)
-}
-
-async fn mirror(deps: &Deps<'_>, row: &Claimed, outcome: &Outcome<'_>, at: DateTime<Utc>) {
-    mirror_terminal(
-        deps.redis,
-        deps.scripts,
+    project_end(
+        stores,
         &deps.keys,
-        deps.retention_seconds,
-        Mirror {
+        Place {
             id: row.id,
             namespace_id: row.namespace_id,
             command: &row.command,
             resource_key: &row.resource_key,
-            status: outcome.status,
-            updated_at: at,
-            result: outcome.result,
-            error: outcome.error,
         },
+        outcome.status,
+        updated_at,
+        outcome.result,
+        outcome.error,
+        deps.retention_seconds.saturating_mul(1_000),
+        deps.patience,
     )
     .await;
+    Ok(End::Landed)
 }
 
-/// `202`: the permits now last until the deadline (plus a grace), nobody renews them.
-async fn running(deps: &Deps<'_>, row: &Claimed, target: &Target) -> Result<End, DurableError> {
-    if store::mark_running(deps.pg, row.id, deps.owner)
-        .await?
-        .is_none()
-    {
-        return Ok(End::Elsewhere);
-    }
-    let until_deadline =
-        (row.deadline_at - Utc::now()).num_milliseconds().max(0) + RUNNING_GRACE_MS;
-    let held: Vec<(String, Uuid)> = target.leases.iter().map(|l| (l.clone(), row.id)).collect();
-    if let Err(error) = renew(deps.redis, deps.scripts, &held, until_deadline as u64).await {
-        crate::metrics::storage_error(&error);
-        tracing::warn!(command_id = %row.id, %error, "running permits not extended; they lapse with their lease");
-    }
-    set_status(deps, row.id, "running").await;
-    Ok(End::Running)
+/// `202`: `running`, its permits extended to the deadline first.
+async fn running(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+    Ok(
+        match held::running(deps.stores(), &deps.keys, row, deps.patience).await? {
+            Running::Running => End::Running,
+            Running::Elsewhere => End::Elsewhere,
+        },
+    )
 }
 
 async fn hand_back(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
-    if !store::hand_back(deps.pg, row.id, deps.owner).await? {
-        return Ok(End::Elsewhere);
-    }
-    mirror_waiting(deps.redis, deps.scripts, &deps.keys, Waiting::retry_of(row)).await;
-    Ok(End::HandedBack)
+    Ok(
+        if held::give_back(deps.stores(), &deps.keys, row, deps.patience).await? {
+            End::HandedBack
+        } else {
+            End::Elsewhere
+        },
+    )
 }
 
-/// The status a ticket poll shows while the command is still held.
-async fn set_status(deps: &Deps<'_>, id: Uuid, status: &str) {
-    let result: Result<(), _> = fred::interfaces::HashesInterface::hset(
-        deps.redis.next(),
-        deps.keys.command(id),
-        [
-            ("status", status.to_string()),
-            ("updated_at", rfc3339(Utc::now())),
-        ],
-    )
-    .await;
-    if let Err(error) = result {
-        tracing::debug!(command_id = %id, %error, "status not mirrored; PostgreSQL holds it");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_past_the_deadline_or_past_any_date_ends_now() {
+        let deadline = Utc::now() + chrono::Duration::seconds(60);
+        assert!(before_deadline(Duration::from_secs(1), deadline).is_some());
+        assert!(before_deadline(Duration::from_secs(61), deadline).is_none());
+        // A backend's `Retry-After: 10000000000000` must not overflow the date arithmetic.
+        assert!(before_deadline(Duration::from_secs(10_000_000_000_000), deadline).is_none());
+        assert!(before_deadline(Duration::MAX, deadline).is_none());
     }
 }

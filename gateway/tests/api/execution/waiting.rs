@@ -6,8 +6,6 @@ use super::*;
 /// record), leaves the queue (the next command moves up) and gives its counts back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_past_its_max_wait_expires() {
-    use sluice_durable::executor::sweep::expire_waiting;
-    use sluice_durable::projection::Scripts;
     let declaration = quota_command(
         "claim",
         "max_wait_seconds = 2, max_queue = 1000",
@@ -19,11 +17,9 @@ async fn a_command_past_its_max_wait_expires() {
     let first = stack.enqueue("early", &key(), &offer).await;
     assert_eq!(first.status, StatusCode::ACCEPTED);
     let (first_id, first_ticket) = (id_of(&first), ticket_of(&first));
-    let scripts = Scripts::new();
-    let retention = 3_600;
     // Not due yet: the sweeper leaves it alone.
     assert_eq!(
-        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+        sluice_durable::lifecycle::sweep::expire_waiting(stack.stores(), SWEEP_SIDE)
             .await
             .expect("sweep"),
         0
@@ -38,7 +34,7 @@ async fn a_command_past_its_max_wait_expires() {
         1
     );
     let expired = eventually(Duration::from_secs(3), || async {
-        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+        sluice_durable::lifecycle::sweep::expire_waiting(stack.stores(), SWEEP_SIDE)
             .await
             .expect("sweep")
             >= 1
@@ -69,7 +65,7 @@ async fn a_command_past_its_max_wait_expires() {
 
     // The later one expires in its turn; then everything is back to zero.
     let expired = eventually(Duration::from_secs(5), || async {
-        expire_waiting(&stack.pg, &stack.redis, &scripts, retention)
+        sluice_durable::lifecycle::sweep::expire_waiting(stack.stores(), SWEEP_SIDE)
             .await
             .expect("sweep")
             >= 1
@@ -83,8 +79,6 @@ async fn a_command_past_its_max_wait_expires() {
 /// A waiting command past its deadline expires with DEADLINE_EXCEEDED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_command_past_its_deadline_expires() {
-    use sluice_durable::executor::sweep::expire_waiting;
-    use sluice_durable::projection::Scripts;
     let declaration = quota_command(
         "claim",
         "max_wait_seconds = 1, max_queue = 1000",
@@ -95,10 +89,9 @@ async fn a_waiting_command_past_its_deadline_expires() {
     let reply = stack.enqueue("someone", &key(), &offer()).await;
     assert_eq!(reply.status, StatusCode::ACCEPTED);
     let (id, ticket) = (id_of(&reply), ticket_of(&reply));
-    let scripts = Scripts::new();
     tokio::time::sleep(Duration::from_millis(1_050)).await;
     let expired = eventually(Duration::from_secs(3), || async {
-        expire_waiting(&stack.pg, &stack.redis, &scripts, 3_600)
+        sluice_durable::lifecycle::sweep::expire_waiting(stack.stores(), SWEEP_SIDE)
             .await
             .expect("sweep")
             >= 1
@@ -182,12 +175,12 @@ async fn retention_prunes_old_terminal_rows_only() {
     let waiting = stack.enqueue("u-wait", &key(), &offer).await;
     assert_eq!(waiting.status, StatusCode::ACCEPTED);
 
-    let kept = sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 3_600)
+    let kept = sluice_durable::lifecycle::sweep::prune(&stack.pg, &stack.redis, 3_600)
         .await
         .expect("prune");
     assert_eq!(kept, 0, "nothing is older than an hour");
     let pruned = eventually(Duration::from_secs(5), || async {
-        sluice_durable::executor::sweep::prune(&stack.pg, &stack.redis, 0)
+        sluice_durable::lifecycle::sweep::prune(&stack.pg, &stack.redis, 0)
             .await
             .expect("prune")
             == 1

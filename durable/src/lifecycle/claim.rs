@@ -1,0 +1,367 @@
+//! The executor's start of work: `admit` (admit.lua takes the permits and mints the attempt)
+//! and `claim` (PostgreSQL records the attempt and a lease), in that order.
+//!
+//! The claim is fenced three ways: on the epoch the heads were admitted under (a rebuild since
+//! then re-queued them from its snapshot, so they are simply dropped), on the row still waiting
+//! and unheld, and on its deadline and `max_wait` (a head past either ends `expired`, or
+//! `needs_review` if an earlier attempt may have reached a backend, instead of starting). Heads
+//! that could not be claimed are given back according to what PostgreSQL says of them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::Stores;
+use super::attempt::AttemptId;
+use super::end::project_current;
+use super::redis::{AdmittedHead, Requeue, Requeued, requeue};
+use crate::DurableError;
+use crate::outbox::rfc3339;
+use crate::projection::AppKeys;
+
+/// A row this executor now holds, under its attempt.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: Uuid,
+    pub attempt: AttemptId,
+    pub namespace_id: Uuid,
+    pub command: String,
+    pub subject: String,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub input: serde_json::Value,
+    pub accepted_at: DateTime<Utc>,
+    pub deadline_at: DateTime<Utc>,
+    pub attempts: i32,
+    /// Rendered limit keys, `[[template, key], …]`.
+    pub limit_keys: Vec<[String; 2]>,
+    /// Whether an earlier attempt may have reached the backend without a decisive answer.
+    pub was_in_doubt: bool,
+}
+
+/// What PostgreSQL says of a row whose Redis side must follow: a head that could not be claimed,
+/// a permit that lapsed, a row a sweeper just changed.
+#[derive(Debug, Clone)]
+pub struct RowState {
+    pub id: Uuid,
+    pub application_id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: String,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub status: String,
+    pub updated_at: DateTime<Utc>,
+    pub result: Option<serde_json::Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    /// An executor holds it (executing, or `retry_wait` between two webhook attempts).
+    pub held: bool,
+    /// The attempt that holds it, if any (also on `running` rows).
+    pub attempt: Option<AttemptId>,
+}
+
+/// The columns [`RowState`] reads from a row aliased `c`, for `RETURNING` and `SELECT` lists
+/// (spliced with `concat!`: SQL is never built at run time).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! row_state_columns {
+    () => {
+        "c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
+         c.status, c.updated_at, c.result, c.error_code, c.error_message,
+         c.lease_owner IS NOT NULL AS held, c.attempt_id"
+    };
+}
+
+/// How a waiting command that ran out of time ends (`SET` items, the row aliased `c`): expired,
+/// or needs_review when an earlier attempt may have reached a backend unanswered. Shared by the
+/// claim (a head past its time) and the expiry sweeper.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! waiting_expiry_assignments {
+    () => {
+        "status = CASE WHEN c.in_doubt THEN 'needs_review' ELSE 'expired' END,
+         finished_at = CASE WHEN c.in_doubt THEN NULL ELSE now() END,
+         updated_at = now(),
+         error_code = CASE WHEN c.in_doubt THEN 'OUTCOME_UNKNOWN'
+                           WHEN c.deadline_at <= now() THEN 'DEADLINE_EXCEEDED'
+                           ELSE 'MAX_WAIT_EXCEEDED' END,
+         error_message = CASE WHEN c.in_doubt
+                              THEN 'an earlier attempt may have reached the backend unanswered and the command ran out of time'
+                              WHEN c.deadline_at <= now()
+                              THEN 'the deadline passed while the command was waiting'
+                              ELSE 'the command waited longer than its max_wait' END"
+    };
+}
+
+impl RowState {
+    pub fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            application_id: row.try_get("application_id")?,
+            namespace_id: row.try_get("namespace_id")?,
+            command: row.try_get("command")?,
+            resource_key: row.try_get("resource_key")?,
+            queue_seq: row.try_get("queue_seq")?,
+            status: row.try_get("status")?,
+            updated_at: row.try_get("updated_at")?,
+            result: row.try_get("result")?,
+            error_code: row.try_get("error_code")?,
+            error_message: row.try_get("error_message")?,
+            held: row.try_get("held")?,
+            attempt: row
+                .try_get::<Option<Uuid>, _>("attempt_id")?
+                .map(AttemptId::from_uuid),
+        })
+    }
+}
+
+/// What a claim came to.
+#[derive(Debug, Clone)]
+pub enum Claim {
+    /// The projection was rebuilt since the admission (its snapshot queued the heads again):
+    /// nothing was claimed and nothing is to be given back.
+    Stale,
+    /// The rows now held; the other heads were given back (or ended, if past their time).
+    Claimed(Vec<Claimed>),
+}
+
+/// What the claim needs besides the heads.
+pub struct ClaimOrder<'a> {
+    pub application_id: Uuid,
+    /// The epoch the heads were admitted under.
+    pub generation: i64,
+    pub heads: &'a [AdmittedHead],
+    /// Heads whose handler reaches outside (a webhook): in doubt from here on, since nobody
+    /// knows whether the backend acted if this executor dies mid-request.
+    pub external: &'a [Uuid],
+    pub owner: Uuid,
+    pub lease: Duration,
+    /// How long final statuses stay readable in Redis.
+    pub retention_ms: i64,
+    /// How long a given-back head's Redis side is retried while the projection is not trusted.
+    pub patience: Duration,
+}
+
+/// The claim (transition `claim`) and, for heads past their time, their end.
+pub const CLAIM_SQL: &str = concat!(
+    "WITH epoch AS (
+             SELECT generation FROM projections
+              WHERE application_id = $1 AND generation = $2 FOR SHARE),
+         heads AS (
+             SELECT h.id, h.attempt_id FROM unnest($3::uuid[], $4::uuid[]) AS h(id, attempt_id)),
+         old AS (
+             SELECT c.id, c.in_doubt, heads.attempt_id,
+                    c.deadline_at > now() AND c.max_wait_at > now() AS in_time
+               FROM commands c JOIN heads ON heads.id = c.id
+              WHERE EXISTS (SELECT 1 FROM epoch)
+                AND c.status IN ('accepted', 'retry_wait') AND c.lease_owner IS NULL
+              FOR UPDATE OF c),
+         claimed AS (
+             UPDATE commands c
+                SET status = 'executing', attempts = c.attempts + 1, lease_owner = $5,
+                    attempt_id = old.attempt_id,
+                    lease_expires_at = now() + make_interval(secs => $6::double precision / 1000),
+                    updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($7)
+               FROM old
+              WHERE c.id = old.id AND old.in_time
+             RETURNING c.subject, c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
+                       old.in_doubt AS was_in_doubt, ",
+    row_state_columns!(),
+    "),
+         ended AS (
+             UPDATE commands c SET ",
+    waiting_expiry_assignments!(),
+    "
+               FROM old
+              WHERE c.id = old.id AND NOT old.in_time
+             RETURNING c.subject, c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
+                       old.in_doubt AS was_in_doubt, ",
+    row_state_columns!(),
+    ")
+         SELECT * FROM claimed UNION ALL SELECT * FROM ended"
+);
+
+/// `claim`, and the Redis side of every head it did not claim.
+pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, DurableError> {
+    let ids: Vec<Uuid> = order.heads.iter().map(|h| h.command_id).collect();
+    let attempts: Vec<Uuid> = order.heads.iter().map(|h| h.attempt.as_uuid()).collect();
+    let rows = sqlx::query(CLAIM_SQL)
+        .bind(order.application_id)
+        .bind(order.generation)
+        .bind(&ids)
+        .bind(&attempts)
+        .bind(order.owner)
+        .bind(order.lease.as_millis() as f64)
+        .bind(order.external)
+        .fetch_all(stores.pg)
+        .await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut ended = Vec::new();
+    for row in &rows {
+        let state = RowState::from_row(row)?;
+        if state.status != "executing" {
+            ended.push(state);
+            continue;
+        }
+        let limit_keys: serde_json::Value = row.try_get("limit_keys")?;
+        claimed.push(Claimed {
+            id: state.id,
+            attempt: state
+                .attempt
+                .ok_or_else(|| DurableError::script("claim", "a claimed row without attempt"))?,
+            namespace_id: state.namespace_id,
+            command: state.command,
+            subject: row.try_get("subject")?,
+            resource_key: state.resource_key,
+            queue_seq: state.queue_seq,
+            input: row.try_get("input")?,
+            accepted_at: row.try_get("accepted_at")?,
+            deadline_at: row.try_get("deadline_at")?,
+            attempts: row.try_get("attempts")?,
+            limit_keys: serde_json::from_value(limit_keys).unwrap_or_default(),
+            was_in_doubt: row.try_get("was_in_doubt")?,
+        });
+    }
+    if rows.is_empty() && generation(stores, order.application_id).await? != order.generation {
+        return Ok(Claim::Stale);
+    }
+    let keys = AppKeys::new(order.application_id);
+    for row in &ended {
+        tracing::info!(command_id = %row.id, status = %row.status, "admitted past its time: ended instead of started");
+        project_current(stores, &keys, order.retention_ms, order.patience, row, None).await;
+    }
+    let unclaimed: Vec<&AdmittedHead> = order
+        .heads
+        .iter()
+        .filter(|h| {
+            !rows
+                .iter()
+                .any(|r| r.try_get::<Uuid, _>("id").ok() == Some(h.command_id))
+        })
+        .collect();
+    if !unclaimed.is_empty() {
+        give_back_unclaimed(stores, &keys, order, &unclaimed).await;
+    }
+    Ok(Claim::Claimed(claimed))
+}
+
+async fn generation(stores: Stores<'_>, application_id: Uuid) -> Result<i64, DurableError> {
+    Ok(
+        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+            .bind(application_id)
+            .fetch_optional(stores.pg)
+            .await?
+            .unwrap_or(0),
+    )
+}
+
+/// Heads admitted but not claimed (cancelled, ended or taken meanwhile): their Redis side follows
+/// what PostgreSQL says of them, under the attempt their admission minted.
+async fn give_back_unclaimed(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    order: &ClaimOrder<'_>,
+    unclaimed: &[&AdmittedHead],
+) {
+    let ids: Vec<Uuid> = unclaimed.iter().map(|h| h.command_id).collect();
+    match current_state(stores, &ids).await {
+        Ok(states) => {
+            for row in &states {
+                let attempt = unclaimed
+                    .iter()
+                    .find(|h| h.command_id == row.id)
+                    .map(|h| h.attempt);
+                project_current(
+                    stores,
+                    keys,
+                    order.retention_ms,
+                    order.patience,
+                    row,
+                    attempt,
+                )
+                .await;
+            }
+        }
+        Err(error) => {
+            // Put them back as waiting; if one of them ended meanwhile, its next admission finds
+            // that out and lands it.
+            crate::metrics::storage_error(&error);
+            tracing::warn!(%error, "unclaimed heads go back to their queues");
+            let heads: Vec<AdmittedHead> = unclaimed.iter().map(|h| (*h).clone()).collect();
+            give_back(stores, keys, &heads).await;
+        }
+    }
+}
+
+/// Gives admitted heads back to their queues unclaimed (the claim failed, or the executor is
+/// draining): PostgreSQL still has them waiting.
+pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead]) {
+    for head in heads {
+        let Some((namespace_id, command, resource_key)) = split_suffix(&head.queue_suffix) else {
+            continue;
+        };
+        let back = Requeued {
+            command_id: head.command_id,
+            attempt: Some(head.attempt),
+            namespace_id,
+            command,
+            resource_key,
+            queue_seq: head.queue_seq,
+            status: "accepted",
+            updated_at: rfc3339(Utc::now()),
+        };
+        match requeue(stores.redis, stores.scripts, keys, &back).await {
+            Ok(Requeue::Done | Requeue::Stale) => {}
+            // A rebuild is under way: its snapshot has the head waiting, as PostgreSQL does.
+            Ok(Requeue::NotReady) => {}
+            Err(error) => {
+                crate::metrics::storage_error(&error);
+                tracing::warn!(command_id = %head.command_id, %error, "head not given back; its permits lapse and the sweeper puts it back");
+            }
+        }
+    }
+}
+
+/// `"<namespace uuid>:<command>:<resource>"` → (namespace, command, resource).
+pub fn split_suffix(suffix: &str) -> Option<(Uuid, &str, &str)> {
+    let namespace = Uuid::parse_str(suffix.get(..36)?).ok()?;
+    let (command, resource) = suffix.get(37..)?.split_once(':')?;
+    Some((namespace, command, resource))
+}
+
+/// What PostgreSQL says of `ids` now.
+pub async fn current_state(
+    stores: Stores<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<RowState>, DurableError> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        row_state_columns!(),
+        " FROM commands c WHERE c.id = ANY($1)"
+    ))
+    .bind(ids)
+    .fetch_all(stores.pg)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(RowState::from_row)
+        .collect::<Result<_, _>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_suffixes_split_back() {
+        let ns = Uuid::now_v7();
+        let suffix = AppKeys::queue_suffix(ns, "claim", "offer:with:colons");
+        assert_eq!(
+            split_suffix(&suffix),
+            Some((ns, "claim", "offer:with:colons"))
+        );
+        assert_eq!(split_suffix("short"), None);
+    }
+}

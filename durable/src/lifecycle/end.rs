@@ -1,0 +1,393 @@
+//! Every way a command ends, PostgreSQL first, then its Redis side (`land.lua`):
+//! - `land`: an attempt's result (or its deadline), fenced by the attempt;
+//! - `cancel`: a waiting command ends at once; a started one records the intent;
+//! - `complete`: a backend's authoritative result, whoever holds the command;
+//! - and the Redis side of what a sweeper or a failed claim found in PostgreSQL.
+//!
+//! The Redis side of an end is made again while the projection is not trusted
+//! ([`super::until_ready`]); if it still cannot be made, the permit sweeper frees the permits of
+//! ended rows and the next admission of a stale queue entry lands it.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::attempt::AttemptId;
+use super::claim::RowState;
+use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
+use super::{Stores, until_ready};
+use crate::DurableError;
+use crate::outbox::queries::CommandRecord;
+use crate::outbox::rfc3339;
+use crate::projection::AppKeys;
+
+/// A final state (or `needs_review`) an attempt writes.
+#[derive(Debug, Clone)]
+pub struct Outcome<'a> {
+    pub status: &'a str,
+    pub result: Option<&'a Value>,
+    pub error: Option<(&'a str, &'a str)>,
+}
+
+/// Where a command ends, for its Redis side.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: &'a str,
+    pub resource_key: &'a str,
+}
+
+/// An attempt's end (transition `land`).
+pub const LAND_SQL: &str = "UPDATE commands
+            SET status = $3, result = $4, error_code = $5, error_message = $6,
+                finished_at = CASE WHEN $3 = 'needs_review' THEN NULL ELSE now() END,
+                lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
+                attempt_id = NULL, updated_at = now()
+          WHERE id = $1 AND attempt_id = $2 AND status IN ('executing', 'retry_wait')
+         RETURNING updated_at";
+
+/// `land`, PostgreSQL side: writes `outcome` on the row only while `attempt` still holds it.
+/// Returns the landing time, or None when the attempt lost the row (its lease lapsed and it was
+/// rescued, a `:complete` decided it, …): then this result must not show anywhere.
+pub async fn land_attempt(
+    stores: Stores<'_>,
+    id: Uuid,
+    attempt: AttemptId,
+    outcome: &Outcome<'_>,
+) -> Result<Option<DateTime<Utc>>, DurableError> {
+    let (code, message) = outcome.error.unzip();
+    Ok(sqlx::query_scalar(LAND_SQL)
+        .bind(id)
+        .bind(attempt.as_uuid())
+        .bind(outcome.status)
+        .bind(outcome.result)
+        .bind(code)
+        .bind(message)
+        .fetch_optional(stores.pg)
+        .await?)
+}
+
+/// The Redis side of an end that PostgreSQL committed: out of its queue, permits released,
+/// counted out once, the status shown to ticket polls. Made again while the projection is not
+/// trusted, for at most `patience`; false when it could not be made (logged: the sweepers
+/// repair it).
+#[allow(clippy::too_many_arguments)]
+pub async fn project_end(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    place: Place<'_>,
+    status: &str,
+    updated_at: DateTime<Utc>,
+    result: Option<&Value>,
+    error: Option<(&str, &str)>,
+    retention_ms: i64,
+    patience: Duration,
+) -> bool {
+    let ending = Ending {
+        command_id: place.id,
+        namespace_id: place.namespace_id,
+        command: place.command,
+        resource_key: place.resource_key,
+        status,
+        updated_at: rfc3339(updated_at),
+        result: result.map(Value::to_string),
+        error,
+        retention_ms,
+    };
+    let landed = until_ready(stores, keys.application_id(), patience, || {
+        land_script(stores.redis, stores.scripts, keys, &ending)
+    })
+    .await;
+    match landed {
+        Ok(Some(_)) => true,
+        Ok(None) => {
+            tracing::warn!(command_id = %place.id, status, "end not projected while the projection was rebuilt; the sweepers repair it");
+            false
+        }
+        Err(error) => {
+            crate::metrics::storage_error(&error);
+            tracing::warn!(command_id = %place.id, %error, "end not projected; its permits lapse and the sweepers repair it");
+            false
+        }
+    }
+}
+
+/// The Redis side of whatever PostgreSQL says of a row now (a head that could not be claimed, a
+/// row a sweeper changed, a permit that lapsed): waiting rows go back in line under the attempt
+/// Redis has on record (`attempt`, else the row's own), ended ones land; rows an attempt or a
+/// backend holds are theirs and are left alone. Returns false for those left alone (and for a
+/// Redis side that could not be made).
+pub async fn project_current(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    retention_ms: i64,
+    patience: Duration,
+    row: &RowState,
+    attempt: Option<AttemptId>,
+) -> bool {
+    match row.status.as_str() {
+        // Held between two webhook attempts: its attempt decides, like an executing one.
+        "retry_wait" if row.held => false,
+        "accepted" | "retry_wait" => {
+            let back = Requeued {
+                command_id: row.id,
+                attempt: attempt.or(row.attempt),
+                namespace_id: row.namespace_id,
+                command: &row.command,
+                resource_key: &row.resource_key,
+                queue_seq: row.queue_seq,
+                status: &row.status,
+                updated_at: rfc3339(row.updated_at),
+            };
+            let requeued = until_ready(stores, keys.application_id(), patience, || async {
+                Ok(
+                    match requeue(stores.redis, stores.scripts, keys, &back).await? {
+                        Requeue::NotReady => None,
+                        done => Some(done),
+                    },
+                )
+            })
+            .await;
+            match requeued {
+                Ok(Some(Requeue::Done)) => true,
+                Ok(_) => false,
+                Err(error) => {
+                    crate::metrics::storage_error(&error);
+                    tracing::warn!(command_id = %row.id, %error, "requeue not projected; the reconciler repairs it");
+                    false
+                }
+            }
+        }
+        "executing" | "running" => false,
+        status => {
+            let place = Place {
+                id: row.id,
+                namespace_id: row.namespace_id,
+                command: &row.command,
+                resource_key: &row.resource_key,
+            };
+            let error = row
+                .error_code
+                .as_deref()
+                .map(|c| (c, row.error_message.as_deref().unwrap_or("")));
+            project_end(
+                stores,
+                keys,
+                place,
+                status,
+                row.updated_at,
+                row.result.as_ref(),
+                error,
+                retention_ms,
+                patience,
+            )
+            .await
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cancel
+
+/// A cancel (transition `cancel`).
+pub const CANCEL_SQL: &str = concat!(
+    "WITH old AS (
+             SELECT id, status, (status = 'accepted' OR (status = 'retry_wait' AND NOT in_doubt))
+                        AS now_cancelled
+               FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE)
+         UPDATE commands c SET
+             status = CASE WHEN old.now_cancelled THEN 'cancelled' ELSE c.status END,
+             finished_at = CASE WHEN old.now_cancelled THEN now() ELSE c.finished_at END,
+             error_code = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_code END,
+             error_message = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_message END,
+             lease_owner = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_owner END,
+             lease_expires_at = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_expires_at END,
+             attempt_id = CASE WHEN old.now_cancelled THEN NULL ELSE c.attempt_id END,
+             cancel_requested = c.cancel_requested
+                 OR old.status IN ('executing', 'running', 'retry_wait') AND NOT old.now_cancelled,
+             updated_at = CASE WHEN old.status IN ('accepted', 'retry_wait', 'executing', 'running')
+                               THEN now() ELSE c.updated_at END
+           FROM old
+          WHERE c.id = old.id
+         RETURNING ",
+    crate::record_columns!("c."),
+    ", old.now_cancelled"
+);
+
+/// What a cancel did.
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    pub record: CommandRecord,
+    /// The command was waiting and is now `cancelled`.
+    pub ended: bool,
+}
+
+/// `cancel`: waiting → `cancelled` at once; executing/running → only the intent is recorded (the
+/// handler's authoritative result or the deadline decides); final → unchanged. A command between
+/// two webhook attempts whose earlier attempt may have reached the backend unanswered
+/// (`retry_wait`, in doubt) is not waiting but executing in all but name: intent only, and the
+/// next attempt, with the same idempotency key, learns the authoritative result.
+pub async fn cancel(
+    stores: Stores<'_>,
+    namespace_id: Uuid,
+    id: Uuid,
+    retention_ms: i64,
+    patience: Duration,
+) -> Result<Option<Cancelled>, DurableError> {
+    let Some(row) = sqlx::query(CANCEL_SQL)
+        .bind(id)
+        .bind(namespace_id)
+        .fetch_optional(stores.pg)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    let ended: bool = row.try_get("now_cancelled")?;
+    if ended {
+        let keys = AppKeys::new(record.application_id);
+        project_end(
+            stores,
+            &keys,
+            place_of(&record),
+            "cancelled",
+            record.updated_at,
+            None,
+            None,
+            retention_ms,
+            patience,
+        )
+        .await;
+    }
+    Ok(Some(Cancelled { record, ended }))
+}
+
+fn place_of(record: &CommandRecord) -> Place<'_> {
+    Place {
+        id: record.id,
+        namespace_id: record.namespace_id,
+        command: &record.command,
+        resource_key: &record.resource_key,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// complete
+
+/// A decisive result as a backend reports it: its `200` answer, or a `:complete`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reported {
+    /// `succeeded`, `rejected` or `failed`.
+    pub status: &'static str,
+    pub result: Option<Value>,
+    pub error: Option<(String, String)>,
+    /// Dependencies of cached reads the result changed (a webhook's `invalidate`).
+    pub invalidate: Vec<String>,
+}
+
+/// A backend's authoritative result (transition `complete`).
+pub const COMPLETE_SQL: &str = concat!(
+    "UPDATE commands
+            SET status = $2, result = $3, error_code = $4, error_message = $5,
+                finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                next_attempt_at = NULL, attempt_id = NULL, updated_at = now()
+          WHERE id = $1
+         RETURNING ",
+    crate::record_columns!("")
+);
+
+/// What a `:complete` came to.
+#[derive(Debug, Clone)]
+pub enum Completion {
+    /// This call decided the command.
+    Landed(CommandRecord),
+    /// The same result had already landed: nothing changed.
+    Repeated(CommandRecord),
+    /// Another result (or a cancel, or expiry) decided it already.
+    Conflict(CommandRecord),
+    /// No backend holds it (never sent, or waiting again after attempts that certainly did
+    /// not reach one or were refused): there is nothing a backend could complete.
+    NotStarted(CommandRecord),
+    NotFound,
+}
+
+/// Reads the command `:complete` decides, under its row lock.
+pub const COMPLETE_LOCK_SQL: &str = concat!(
+    "SELECT ",
+    crate::record_columns!(""),
+    ", in_doubt FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE"
+);
+
+/// `complete`: lands `reported` on command `id` of `namespace_id` under the row lock (the first
+/// authoritative result wins; its repeat changes nothing; a different one is a conflict), then
+/// its Redis side. It ends the command whoever holds it: the attempt in hand finds the row
+/// decided and lets go without landing.
+pub async fn complete(
+    stores: Stores<'_>,
+    namespace_id: Uuid,
+    id: Uuid,
+    reported: &Reported,
+    retention_ms: i64,
+    patience: Duration,
+) -> Result<Completion, DurableError> {
+    let mut tx = stores.pg.begin().await?;
+    let current = sqlx::query(COMPLETE_LOCK_SQL)
+        .bind(id)
+        .bind(namespace_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(current) = current else {
+        return Ok(Completion::NotFound);
+    };
+    let in_doubt: bool = current.try_get("in_doubt")?;
+    let current = <CommandRecord as sqlx::FromRow<_>>::from_row(&current)?;
+    let (code, message) = reported.error.clone().unzip();
+    if current.is_terminal() {
+        let same = current.status == reported.status
+            && current.result == reported.result
+            && current.error_code == code;
+        return Ok(if same {
+            Completion::Repeated(current)
+        } else {
+            Completion::Conflict(current)
+        });
+    }
+    // Waiting and not in doubt: every attempt so far certainly left the backend without the
+    // command (a connection that never opened, an explicit 429 or 5xx), so no backend holds
+    // it. Counting attempts alone would take a refused connection for a delivered request.
+    if current.attempts == 0 || (current.is_waiting() && !in_doubt) {
+        return Ok(Completion::NotStarted(current));
+    }
+    let row = sqlx::query(COMPLETE_SQL)
+        .bind(id)
+        .bind(reported.status)
+        .bind(&reported.result)
+        .bind(code)
+        .bind(message)
+        .fetch_one(&mut *tx)
+        .await?;
+    let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    tx.commit().await?;
+    let keys = AppKeys::new(record.application_id);
+    let error = record
+        .error_code
+        .as_deref()
+        .map(|code| (code, record.error_message.as_deref().unwrap_or("")));
+    project_end(
+        stores,
+        &keys,
+        place_of(&record),
+        &record.status,
+        record.updated_at,
+        record.result.as_ref(),
+        error,
+        retention_ms,
+        patience,
+    )
+    .await;
+    Ok(Completion::Landed(record))
+}

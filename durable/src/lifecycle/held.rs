@@ -1,0 +1,253 @@
+//! What an attempt does while it holds a command, every write fenced by the attempt in
+//! PostgreSQL and in Redis: `renew` its lease and permits, wait for a retry and start it
+//! (`attempt`), hand the command to its backend (`running`), or give it back (`requeue`).
+//!
+//! A write that finds the attempt gone (its lease lapsed and the row was rescued, a `:complete`
+//! or a cancel decided it, a newer attempt holds it) changes nothing and says so; the caller
+//! stops the attempt.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::attempt::AttemptId;
+use super::claim::Claimed;
+use super::redis::{Extend, Mark, Requeue, Requeued, mark, requeue};
+use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
+use crate::DurableError;
+use crate::outbox::rfc3339;
+use crate::projection::AppKeys;
+
+/// Extends the leases of attempts that still hold their rows (transition `renew`).
+pub const RENEW_SQL: &str = "UPDATE commands c
+            SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)
+           FROM unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
+          WHERE c.id = a.id AND c.attempt_id = a.attempt_id
+            AND c.status IN ('executing', 'retry_wait')
+         RETURNING c.attempt_id";
+
+/// `renew`, PostgreSQL side: extends the leases of the attempts that still hold their rows;
+/// returns those. An attempt missing from the answer lost its row: stop it.
+pub async fn renew_leases(
+    stores: Stores<'_>,
+    attempts: &[(Uuid, AttemptId)],
+    lease: Duration,
+) -> Result<Vec<AttemptId>, DurableError> {
+    let ids: Vec<Uuid> = attempts.iter().map(|(id, _)| *id).collect();
+    let tokens: Vec<Uuid> = attempts.iter().map(|(_, a)| a.as_uuid()).collect();
+    let renewed: Vec<Uuid> = sqlx::query_scalar(RENEW_SQL)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(lease.as_millis() as f64)
+        .fetch_all(stores.pg)
+        .await?;
+    Ok(renewed.into_iter().map(AttemptId::from_uuid).collect())
+}
+
+/// Between two attempts of a held command (transition `attempt`, first half).
+pub const WAIT_SQL: &str = "UPDATE commands
+            SET status = 'retry_wait', in_doubt = $3, next_attempt_at = $4,
+                error_code = 'WEBHOOK_RETRYING', error_message = $5, updated_at = now()
+          WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
+         RETURNING cancel_requested";
+
+/// Between two attempts: `retry_wait`, still held by this attempt (and its permits with it).
+/// `in_doubt` is what is known after the attempt that just failed. Returns whether a cancel was
+/// asked for, or None when the attempt lost the row.
+pub async fn wait_for_retry(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    row: &Claimed,
+    in_doubt: bool,
+    next_attempt_at: DateTime<Utc>,
+    reason: &str,
+) -> Result<Option<bool>, DurableError> {
+    let cancel: Option<bool> = sqlx::query_scalar(WAIT_SQL)
+        .bind(row.id)
+        .bind(row.attempt.as_uuid())
+        .bind(in_doubt)
+        .bind(next_attempt_at)
+        .bind(reason)
+        .fetch_optional(stores.pg)
+        .await?;
+    if cancel.is_some() {
+        show(stores, keys, row, "retry_wait").await;
+    }
+    Ok(cancel)
+}
+
+/// The next attempt of a held command starts (transition `attempt`, second half).
+pub const START_RETRY_SQL: &str = "UPDATE commands
+            SET status = 'executing', attempts = attempts + 1, in_doubt = true,
+                next_attempt_at = NULL, error_code = NULL, error_message = NULL,
+                updated_at = now()
+          WHERE id = $1 AND attempt_id = $2 AND status = 'retry_wait'
+         RETURNING attempts";
+
+/// `attempt`: the next request of a held command starts — `executing` again, and in doubt until
+/// it is answered. Returns its attempt number, or None when the attempt lost the row.
+pub async fn start_retry(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    row: &Claimed,
+) -> Result<Option<i32>, DurableError> {
+    let number: Option<i32> = sqlx::query_scalar(START_RETRY_SQL)
+        .bind(row.id)
+        .bind(row.attempt.as_uuid())
+        .fetch_optional(stores.pg)
+        .await?;
+    if number.is_some() {
+        show(stores, keys, row, "executing").await;
+    }
+    Ok(number)
+}
+
+/// Whether a cancel was asked for while the attempt ran.
+pub async fn cancel_requested(stores: Stores<'_>, id: Uuid) -> Result<bool, DurableError> {
+    Ok(
+        sqlx::query_scalar("SELECT cancel_requested FROM commands WHERE id = $1")
+            .bind(id)
+            .fetch_optional(stores.pg)
+            .await?
+            .unwrap_or(false),
+    )
+}
+
+/// The status a ticket poll shows while the attempt holds the command (`mark.lua`); a poll shows
+/// PostgreSQL's status when this misses, so a failure is only logged.
+async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: &str) {
+    let marked = mark(
+        stores.redis,
+        stores.scripts,
+        keys,
+        row.id,
+        row.attempt,
+        status,
+        rfc3339(Utc::now()),
+        None,
+    )
+    .await;
+    if let Err(error) = marked {
+        tracing::debug!(command_id = %row.id, %error, "status not shown in Redis; PostgreSQL holds it");
+    }
+}
+
+/// The backend has the command (transition `running`): nobody holds a lease on it any more; the
+/// attempt stays on record, so a rebuild restores its permits under it.
+pub const RUNNING_SQL: &str = "UPDATE commands
+       SET status = 'running', in_doubt = true, lease_owner = NULL,
+           lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
+     WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
+    RETURNING updated_at";
+
+/// What handing a command to its backend came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Running {
+    /// `running` until `:complete` or its deadline, its permits held until then.
+    Running,
+    /// Decided elsewhere meanwhile (a `:complete` arrived first, a sweeper took over).
+    Elsewhere,
+}
+
+/// `running`: the backend answered `202`. The permits are extended to the deadline (plus a
+/// grace) **before** the row says running, so they never lapse while the backend works; then
+/// nobody holds a lease on it. If the permits could not be extended (they lapsed, or Redis is
+/// gone for longer than `patience`) the row still says running — the backend has it — and the
+/// permit sweeper restores the permits of running rows.
+pub async fn running(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    row: &Claimed,
+    patience: Duration,
+) -> Result<Running, DurableError> {
+    let until_deadline = (row.deadline_at - Utc::now())
+        .to_std()
+        .unwrap_or_default()
+        .saturating_add(RUNNING_PERMIT_GRACE);
+    let extended = until_ready(stores, keys.application_id(), patience, || async {
+        Ok(
+            match mark(
+                stores.redis,
+                stores.scripts,
+                keys,
+                row.id,
+                row.attempt,
+                "running",
+                rfc3339(Utc::now()),
+                Some(Extend::Live(until_deadline)),
+            )
+            .await?
+            {
+                Mark::NotReady => None,
+                done => Some(done),
+            },
+        )
+    })
+    .await;
+    match extended {
+        Ok(Some(Mark::Marked)) => {}
+        other => {
+            tracing::warn!(command_id = %row.id, ?other, "running permits not extended; the permit sweeper restores them");
+        }
+    }
+    let marked: Option<DateTime<Utc>> = sqlx::query_scalar(RUNNING_SQL)
+        .bind(row.id)
+        .bind(row.attempt.as_uuid())
+        .fetch_optional(stores.pg)
+        .await?;
+    Ok(if marked.is_some() {
+        Running::Running
+    } else {
+        Running::Elsewhere
+    })
+}
+
+/// An attempt gives its command back (transition `requeue`).
+pub const GIVE_BACK_SQL: &str = "UPDATE commands
+            SET status = 'retry_wait', lease_owner = NULL, lease_expires_at = NULL,
+                next_attempt_at = NULL, attempt_id = NULL, updated_at = now()
+          WHERE id = $1 AND attempt_id = $2 AND status IN ('executing', 'retry_wait')
+         RETURNING updated_at";
+
+/// `requeue`: the attempt gives its command back to its queue at its original place, as
+/// `retry_wait` (its handler could not run, or the executor is draining between two attempts).
+/// Returns false when the attempt had already lost the row.
+pub async fn give_back(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    row: &Claimed,
+    patience: Duration,
+) -> Result<bool, DurableError> {
+    let given: Option<DateTime<Utc>> = sqlx::query_scalar(GIVE_BACK_SQL)
+        .bind(row.id)
+        .bind(row.attempt.as_uuid())
+        .fetch_optional(stores.pg)
+        .await?;
+    let Some(updated_at) = given else {
+        return Ok(false);
+    };
+    let back = Requeued {
+        command_id: row.id,
+        attempt: Some(row.attempt),
+        namespace_id: row.namespace_id,
+        command: &row.command,
+        resource_key: &row.resource_key,
+        queue_seq: row.queue_seq,
+        status: "retry_wait",
+        updated_at: rfc3339(updated_at),
+    };
+    let requeued = until_ready(stores, keys.application_id(), patience, || async {
+        Ok(
+            match requeue(stores.redis, stores.scripts, keys, &back).await? {
+                Requeue::NotReady => None,
+                done => Some(done),
+            },
+        )
+    })
+    .await;
+    if !matches!(requeued, Ok(Some(Requeue::Done))) {
+        tracing::warn!(command_id = %row.id, ?requeued, "given back in PostgreSQL, not yet in Redis; the sweepers repair it");
+    }
+    Ok(true)
+}

@@ -1,0 +1,63 @@
+//! The command life cycle as one fenced state machine.
+//!
+//! Every state change of a command is a named transition ([`table::TRANSITIONS`]) with its
+//! PostgreSQL statement and its Redis script side by side; the functions of this module carry
+//! them out, and the HTTP handlers and the executor call them instead of orchestrating steps.
+//! PostgreSQL is the truth and is written first; Redis (the projection) follows.
+//!
+//! Three fences keep every ordering safe:
+//! - **The epoch** (the projection's generation): a rebuild marks the projection not ready,
+//!   advances the generation in PostgreSQL and only then takes its snapshot. Commits and claims
+//!   are fenced on the generation they were reserved or admitted under, so nothing of an old
+//!   epoch commits after the snapshot; every script that decides or writes answers `NOT_READY`
+//!   while the projection is not trusted (also when Redis lost writes: `lua/lib/epoch.lua`),
+//!   and the Redis side of a transition is made again once it is.
+//! - **The attempt** ([`AttemptId`]): minted with a command's permits, recorded by the claim,
+//!   required by every later write of that start in PostgreSQL and in Redis. A start whose
+//!   lease lapsed can neither land nor touch the permits of the start that replaced it.
+//! - **Monotonic statuses**: no script moves a command out of a final status, and every count
+//!   changes exactly once per transition.
+//!
+//! - [`table`]: the transitions, rendered into the README's state diagram.
+//! - [`status`]: the statuses. [`attempt`]: the attempt token.
+//! - [`redis`]: the Redis side of each transition, one typed caller per script.
+//! - [`until_ready`]: the Redis side of a transition, again once the projection is trusted.
+//! - [`enqueue`]: reserve, commit, accept, release (the gateway's intake).
+//! - [`claim`]: admit and claim (the executor's start of work).
+//! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
+//! - [`end`]: land, cancel, complete: every way a command ends.
+//! - [`sweep`]: rescue, expire, prune (PostgreSQL's clock).
+//! - [`repair`]: the Redis sides that were missed, found from what Redis shows.
+
+pub mod attempt;
+pub mod claim;
+pub mod end;
+pub mod enqueue;
+pub mod held;
+pub mod redis;
+pub mod repair;
+pub mod status;
+pub mod sweep;
+pub mod table;
+mod until_ready;
+
+use std::time::Duration;
+
+pub use attempt::AttemptId;
+pub use status::CommandStatus;
+pub use until_ready::until_ready;
+
+use crate::projection::Scripts;
+
+/// How long a running command's permits outlive its deadline, so the deadline sweeper (not the
+/// lease) ends it; if every sweeper is down they lapse anyway.
+pub const RUNNING_PERMIT_GRACE: Duration = Duration::from_secs(60);
+
+/// What every transition works on: PostgreSQL (the truth), Redis (the projection) and the
+/// scripts. Borrowed, so any owner of the three lends them without a copy.
+#[derive(Clone, Copy)]
+pub struct Stores<'a> {
+    pub pg: &'a sqlx::PgPool,
+    pub redis: &'a fred::prelude::Pool,
+    pub scripts: &'a Scripts,
+}

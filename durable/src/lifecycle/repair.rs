@@ -1,0 +1,348 @@
+//! Repairs of the projection, driven by what Redis shows and decided by what PostgreSQL says,
+//! for the Redis sides that could not be made when their transition happened (Redis down, a
+//! process killed between the two sides). One executor repairs at a time (advisory locks); each
+//! round is bounded and the next continues.
+//! - [`permits`]: every holder of a command's permits against its row: an ended row's permits
+//!   are freed, a running row's are extended to its deadline (restored if they lapsed), a head
+//!   admitted by an executor that died before its claim goes back in line.
+//! - [`projection`]: waiting rows with no projection (committed while the gateway's `accept`
+//!   failed) are accepted; waiting rows missing from their queue are put back. It only ever
+//!   adds, so no count is lowered and no limit gets looser.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use fred::prelude::*;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::claim::current_state;
+use super::end::project_current;
+use super::redis::{Acceptance, Accepted, Extend, accept, holders, mark};
+use super::sweep::SweepSide;
+use super::{RUNNING_PERMIT_GRACE, Stores};
+use crate::DurableError;
+use crate::outbox::rfc3339;
+use crate::projection::{AppKeys, request_key_field};
+
+const LOCK_PERMITS: i64 = 0x51_1CE0_0004;
+const LOCK_RECONCILE: i64 = 0x51_1CE0_0006;
+/// Holders looked at per command and round.
+const HOLDERS: i64 = 500;
+/// Waiting rows looked at per application and round.
+const SLICE: i64 = 500;
+
+/// One application's commands, as the repairs walk them.
+pub struct AppCommands<'a> {
+    pub application_id: Uuid,
+    pub commands: Vec<(Uuid, &'a str)>,
+}
+
+/// Reconciles the holders of every command's permits with PostgreSQL; returns how many it
+/// changed.
+pub async fn permits(
+    stores: Stores<'_>,
+    apps: &[AppCommands<'_>],
+    side: SweepSide,
+) -> Result<usize, DurableError> {
+    let mut tx = stores.pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_PERMITS)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(0);
+    }
+    let mut changed = 0;
+    for app in apps {
+        let keys = AppKeys::new(app.application_id);
+        for (namespace_id, command) in &app.commands {
+            let found = holders(
+                stores.redis,
+                stores.scripts,
+                &keys,
+                *namespace_id,
+                command,
+                HOLDERS,
+            )
+            .await?;
+            if found.is_empty() {
+                continue;
+            }
+            let ids: Vec<Uuid> = found.iter().map(|h| h.command_id).collect();
+            let states = current_state(stores, &ids).await?;
+            for holder in &found {
+                let Some(row) = states.iter().find(|s| s.id == holder.command_id) else {
+                    continue;
+                };
+                let repaired = match row.status.as_str() {
+                    // An admitted head nobody claimed (its executor died): back in line, once
+                    // its permit lapsed (a live one is an admission whose claim is under way).
+                    "accepted" | "retry_wait" if !row.held && !holder.live => {
+                        tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
+                        project_current(
+                            stores,
+                            &keys,
+                            side.retention_ms,
+                            side.patience,
+                            row,
+                            holder.attempt,
+                        )
+                        .await
+                    }
+                    "running" => restore_running(stores, &keys, row, holder.attempt).await,
+                    "executing" | "retry_wait" | "accepted" => false,
+                    // Ended (or needs_review) while its landing missed Redis.
+                    _ => {
+                        project_current(stores, &keys, side.retention_ms, side.patience, row, None)
+                            .await
+                    }
+                };
+                changed += usize::from(repaired);
+            }
+            // Permits of rows that no longer exist (pruned) are simply dropped.
+            let gone: Vec<String> = ids
+                .iter()
+                .filter(|id| !states.iter().any(|s| s.id == **id))
+                .map(Uuid::to_string)
+                .collect();
+            if !gone.is_empty() {
+                let _: i64 = stores
+                    .redis
+                    .next()
+                    .zrem(keys.command_leases(*namespace_id, command), gone)
+                    .await?;
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// A running row's permits last until its deadline plus a grace, whatever happened to them: its
+/// backend has the command. Only the attempt whose backend answered `202` is restored.
+async fn restore_running(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    row: &super::claim::RowState,
+    on_record: Option<super::AttemptId>,
+) -> bool {
+    let Some(attempt) = row.attempt.filter(|a| Some(*a) == on_record) else {
+        return false;
+    };
+    let deadline: Option<chrono::DateTime<Utc>> =
+        sqlx::query_scalar("SELECT deadline_at FROM commands WHERE id = $1 AND status = 'running'")
+            .bind(row.id)
+            .fetch_optional(stores.pg)
+            .await
+            .ok()
+            .flatten();
+    let Some(deadline) = deadline else {
+        return false;
+    };
+    let until = (deadline - Utc::now())
+        .to_std()
+        .unwrap_or_default()
+        .saturating_add(RUNNING_PERMIT_GRACE);
+    matches!(
+        mark(
+            stores.redis,
+            stores.scripts,
+            keys,
+            row.id,
+            attempt,
+            "running",
+            rfc3339(row.updated_at),
+            Some(Extend::Restore(until)),
+        )
+        .await,
+        Ok(super::redis::Mark::Marked)
+    )
+}
+
+/// Where the last round of [`projection`] stopped, per application (queue sequence).
+#[derive(Debug, Default)]
+pub struct Cursor {
+    after: HashMap<Uuid, i64>,
+}
+
+/// One round over `applications`; returns how many commands it repaired. Rows changed less than
+/// `grace` ago are left alone: their gateway or executor may still be projecting them.
+pub async fn projection(
+    stores: Stores<'_>,
+    applications: &[Uuid],
+    cursor: &mut Cursor,
+    side: SweepSide,
+    grace: Duration,
+) -> Result<usize, DurableError> {
+    let mut tx = stores.pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_RECONCILE)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(0);
+    }
+    let mut repaired = 0;
+    for &application_id in applications {
+        let after = cursor
+            .after
+            .get(&application_id)
+            .copied()
+            .unwrap_or(i64::MIN);
+        // The rows and the generation they belong to, read together: an `accept` under that
+        // generation is refused if a rebuild (whose snapshot has these rows) came between.
+        let rows = sqlx::query(
+            "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
+                    c.resource_key, c.queue_seq, c.accepted_at, c.deadline_at, c.limit_keys,
+                    p.generation
+               FROM commands c JOIN projections p ON p.application_id = c.application_id
+              WHERE c.application_id = $1 AND c.status IN ('accepted', 'retry_wait')
+                AND c.lease_owner IS NULL AND c.queue_seq > $2
+                AND c.updated_at < now() - make_interval(secs => $4)
+              ORDER BY c.queue_seq LIMIT $3",
+        )
+        .bind(application_id)
+        .bind(after)
+        .bind(SLICE)
+        .bind(grace.as_secs_f64())
+        .fetch_all(stores.pg)
+        .await?;
+        let last = rows
+            .last()
+            .map(|r| r.try_get::<i64, _>("queue_seq"))
+            .transpose()?;
+        match last {
+            Some(seq) if rows.len() as i64 == SLICE => cursor.after.insert(application_id, seq),
+            _ => cursor.after.remove(&application_id),
+        };
+        if rows.is_empty() {
+            continue;
+        }
+        let keys = AppKeys::new(application_id);
+        let waiting: Vec<Waiting> = rows
+            .iter()
+            .map(Waiting::from_row)
+            .collect::<Result<_, _>>()?;
+        let seen = projected(stores, &keys, &waiting).await?;
+        let mut unqueued = Vec::new();
+        for (row, (status, queued)) in waiting.iter().zip(seen) {
+            match status.as_deref() {
+                None => {
+                    let accepted = accept(
+                        stores.redis,
+                        stores.scripts,
+                        &keys,
+                        row.generation,
+                        &[row.accepted()],
+                    )
+                    .await?;
+                    if matches!(accepted, Acceptance::Projected(_)) {
+                        tracing::warn!(command_id = %row.id, "committed command missing from Redis; projected");
+                        repaired += 1;
+                    }
+                }
+                Some("accepted" | "retry_wait") if !queued => unqueued.push(row.id),
+                _ => {}
+            }
+        }
+        if !unqueued.is_empty() {
+            // Asked again under the rows' current state: one claimed meanwhile is left alone.
+            for row in current_state(stores, &unqueued).await? {
+                if project_current(stores, &keys, side.retention_ms, side.patience, &row, None)
+                    .await
+                {
+                    tracing::warn!(command_id = %row.id, "waiting command missing from its queue; back in line");
+                    repaired += 1;
+                }
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(repaired)
+}
+
+/// A waiting row as the projection needs it.
+struct Waiting {
+    id: Uuid,
+    namespace_id: Uuid,
+    command: String,
+    subject: String,
+    request_key: String,
+    content_sha256: Vec<u8>,
+    resource_key: String,
+    queue_seq: i64,
+    accepted_at: chrono::DateTime<Utc>,
+    deadline_at: chrono::DateTime<Utc>,
+    limit_keys: serde_json::Value,
+    generation: i64,
+}
+
+impl Waiting {
+    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            namespace_id: row.try_get("namespace_id")?,
+            command: row.try_get("command")?,
+            subject: row.try_get("subject")?,
+            request_key: row.try_get("request_key")?,
+            content_sha256: row.try_get("content_sha256")?,
+            resource_key: row.try_get("resource_key")?,
+            queue_seq: row.try_get("queue_seq")?,
+            accepted_at: row.try_get("accepted_at")?,
+            deadline_at: row.try_get("deadline_at")?,
+            limit_keys: row.try_get("limit_keys")?,
+            generation: row.try_get("generation")?,
+        })
+    }
+
+    fn accepted(&self) -> Accepted {
+        let limit_keys = match &self.limit_keys {
+            serde_json::Value::Array(keys) if !keys.is_empty() => self.limit_keys.to_string(),
+            _ => String::new(),
+        };
+        Accepted {
+            command_id: self.id,
+            namespace_id: self.namespace_id,
+            command: self.command.clone(),
+            resource_key: self.resource_key.clone(),
+            request_key_field: request_key_field(&self.subject, &self.request_key),
+            content_sha256_hex: hex::encode(&self.content_sha256),
+            queue_seq: self.queue_seq,
+            accepted_at: rfc3339(self.accepted_at),
+            deadline_at: rfc3339(self.deadline_at),
+            limit_keys,
+        }
+    }
+}
+
+/// Each row's projected status (None: no status hash) and whether it is in its queue.
+async fn projected(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    rows: &[Waiting],
+) -> Result<Vec<(Option<String>, bool)>, DurableError> {
+    let mut script_keys = Vec::with_capacity(rows.len() * 2);
+    let mut args: Vec<Value> = Vec::with_capacity(rows.len());
+    for row in rows {
+        script_keys.push(keys.command(row.id));
+        script_keys.push(keys.queue(row.namespace_id, &row.command, &row.resource_key));
+        args.push(row.id.to_string().into());
+    }
+    let answer: Vec<Value> = stores
+        .scripts
+        .projected
+        .call(stores.redis, script_keys, args)
+        .await?;
+    if answer.len() != rows.len() * 2 {
+        return Err(DurableError::script(
+            "projected.lua",
+            "one pair per command",
+        ));
+    }
+    Ok(answer
+        .chunks(2)
+        .map(|pair| (pair[0].as_string(), pair[1].as_i64() == Some(1)))
+        .collect())
+}

@@ -1,0 +1,220 @@
+//! The transitions PostgreSQL's clock drives, safe to run in any number of executors: each
+//! sweeper takes a transaction-level advisory lock first (one sweeper of a kind at a time; the
+//! others skip the round), works in bounded batches with `FOR UPDATE SKIP LOCKED`, and makes the
+//! Redis side of what it changed after the commit.
+//! - `rescue`: a held row whose lease lapsed (its executor died or stalled) goes back in line,
+//!   or ends if its deadline passed; its attempt is over, so it can never land.
+//! - `expire`: a waiting row past its `max_wait` or deadline ends; a running row past its
+//!   deadline becomes `needs_review`.
+//! - `prune`: final rows past the retention period are deleted.
+
+use std::time::Duration;
+
+use fred::prelude::Pool;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::Stores;
+use super::claim::RowState;
+use super::end::project_current;
+use crate::DurableError;
+use crate::projection::{AppKeys, request_key_field};
+
+/// Rows per sweep round; the next round continues.
+const BATCH: i64 = 500;
+
+const LOCK_LEASES: i64 = 0x51_1CE0_0001;
+const LOCK_WAITING: i64 = 0x51_1CE0_0002;
+const LOCK_RETENTION: i64 = 0x51_1CE0_0003;
+const LOCK_RUNNING: i64 = 0x51_1CE0_0005;
+
+/// How a sweep's Redis side is made.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSide {
+    /// How long final statuses stay readable in Redis.
+    pub retention_ms: i64,
+    /// How long a Redis side is made again while the projection is not trusted.
+    pub patience: Duration,
+}
+
+/// Runs `statement` under the advisory lock `key`; None when another executor holds it.
+async fn locked(
+    pg: &PgPool,
+    key: i64,
+    statement: &'static str,
+) -> Result<Option<Vec<RowState>>, DurableError> {
+    let mut tx = pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(None);
+    }
+    let rows = sqlx::query(statement)
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+    let rows = rows
+        .iter()
+        .map(RowState::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.commit().await?;
+    Ok(Some(rows))
+}
+
+/// The Redis side of what a sweep changed; returns how many rows it changed.
+async fn project_all(stores: Stores<'_>, side: SweepSide, rows: &[RowState]) -> usize {
+    for row in rows {
+        let keys = AppKeys::new(row.application_id);
+        project_current(stores, &keys, side.retention_ms, side.patience, row, None).await;
+    }
+    rows.len()
+}
+
+/// Rows whose lease lapsed (transition `rescue`).
+pub const RESCUE_SQL: &str = "WITH due AS (
+                 SELECT id, attempt_id FROM commands
+                  WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
+                    AND status IN ('executing', 'retry_wait')
+                  ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+             decided AS (
+                 SELECT c.id, due.attempt_id AS lapsed,
+                        CASE WHEN c.deadline_at > now() THEN 'retry_wait'
+                             WHEN c.in_doubt THEN 'needs_review'
+                             ELSE 'expired' END AS status
+                   FROM commands c JOIN due ON due.id = c.id)
+             UPDATE commands c SET
+                 status = d.status,
+                 finished_at = CASE WHEN d.status = 'expired' THEN now() END,
+                 error_code = CASE d.status WHEN 'expired' THEN 'DEADLINE_EXCEEDED'
+                                            WHEN 'needs_review' THEN 'OUTCOME_UNKNOWN'
+                                            ELSE c.error_code END,
+                 error_message = CASE d.status
+                     WHEN 'expired' THEN 'the deadline passed before the command could finish'
+                     WHEN 'needs_review' THEN 'the executor stopped mid-request and the deadline passed: the backend may have acted'
+                     ELSE c.error_message END,
+                 lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
+                 attempt_id = NULL, updated_at = now()
+               FROM decided d WHERE c.id = d.id
+             RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key,
+                       c.queue_seq, c.status, c.updated_at, c.result, c.error_code,
+                       c.error_message, false AS held, d.lapsed AS attempt_id";
+
+/// `rescue`: rows whose attempt's lease lapsed (`executing`, or `retry_wait` between two webhook
+/// attempts) go back to their queue in their original place, without an attempt (the lapsed one
+/// can never land again). Past their deadline they end: `expired`, or `needs_review` when an
+/// attempt may have reached a backend unanswered. Their permits go back either way: the
+/// returned row carries the lapsed attempt, which the Redis side is fenced on.
+pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
+    let Some(rows) = locked(stores.pg, LOCK_LEASES, RESCUE_SQL).await? else {
+        return Ok(0);
+    };
+    for row in &rows {
+        crate::metrics::lease_rescued(&row.status);
+        if row.status == "retry_wait" {
+            tracing::info!(command_id = %row.id, "lease lapsed; command back in line");
+        }
+    }
+    Ok(project_all(stores, side, &rows).await)
+}
+
+/// Running rows past their deadline (transition `review`).
+pub const REVIEW_RUNNING_SQL: &str = concat!(
+            "WITH due AS (
+                 SELECT id FROM commands
+                  WHERE status = 'running' AND deadline_at <= now()
+                  ORDER BY deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+             UPDATE commands c SET
+                 status = 'needs_review', error_code = 'OUTCOME_UNKNOWN',
+                 error_message = 'the backend accepted the command (202) and reported no result by the deadline',
+                 attempt_id = NULL, updated_at = now()
+               FROM due WHERE c.id = due.id
+             RETURNING ",
+            crate::row_state_columns!()
+        );
+
+/// `expire`, running rows (a webhook answered `202`) with no `:complete` by their deadline: the
+/// backend has the task and nobody knows its outcome, so `needs_review`. Their permits go back;
+/// their share of `max_unfinished` stays until a late `:complete` or an operator ends them.
+pub async fn review_overdue_running(
+    stores: Stores<'_>,
+    side: SweepSide,
+) -> Result<usize, DurableError> {
+    let Some(rows) = locked(stores.pg, LOCK_RUNNING, REVIEW_RUNNING_SQL).await? else {
+        return Ok(0);
+    };
+    for row in &rows {
+        tracing::warn!(command_id = %row.id, "running command reached its deadline without a result: needs_review");
+    }
+    Ok(project_all(stores, side, &rows).await)
+}
+
+/// Waiting rows past their `max_wait` or deadline (transition `expire`).
+pub const EXPIRE_WAITING_SQL: &str = concat!(
+    "WITH due AS (
+                 SELECT id FROM commands
+                  WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
+                    AND (max_wait_at <= now() OR deadline_at <= now())
+                  ORDER BY max_wait_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+             UPDATE commands c SET ",
+    crate::waiting_expiry_assignments!(),
+    "
+               FROM due WHERE c.id = due.id
+             RETURNING ",
+    crate::row_state_columns!()
+);
+
+/// `expire`, waiting rows past their `max_wait` or their deadline: `expired` (`needs_review` when
+/// an earlier attempt may have reached a backend unanswered).
+pub async fn expire_waiting(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
+    let Some(rows) = locked(stores.pg, LOCK_WAITING, EXPIRE_WAITING_SQL).await? else {
+        return Ok(0);
+    };
+    Ok(project_all(stores, side, &rows).await)
+}
+
+/// Deletes final rows past the retention period (transition `prune`).
+pub const PRUNE_SQL: &str = "DELETE FROM commands WHERE id IN (
+        SELECT id FROM commands
+         WHERE finished_at < now() - make_interval(secs => $2::double precision)
+         LIMIT $1 FOR UPDATE SKIP LOCKED)
+    RETURNING application_id, namespace_id, command, subject, request_key";
+
+/// `prune`: deletes final rows older than the retention period and forgets their request keys.
+pub async fn prune(
+    pg: &PgPool,
+    redis: &Pool,
+    retention_seconds: i64,
+) -> Result<usize, DurableError> {
+    let mut tx = pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_RETENTION)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(0);
+    }
+    let rows: Vec<(Uuid, Uuid, String, String, String)> = sqlx::query_as(PRUNE_SQL)
+        .bind(BATCH)
+        .bind(retention_seconds as f64)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    for (application_id, namespace_id, command, subject, request_key) in &rows {
+        let keys = AppKeys::new(*application_id);
+        let field = request_key_field(subject, request_key);
+        let result: Result<i64, _> = fred::interfaces::HashesInterface::hdel(
+            redis.next(),
+            keys.request_keys(*namespace_id, command),
+            field,
+        )
+        .await;
+        if let Err(error) = result {
+            let error = DurableError::from(error);
+            crate::metrics::storage_error(&error);
+            tracing::warn!(%error, "pruned request key not forgotten in Redis");
+        }
+    }
+    Ok(rows.len())
+}

@@ -1,0 +1,381 @@
+//! The transitions of a command, each named once with its PostgreSQL statement and its Redis
+//! script side by side. The README's state diagram and table are rendered from this table
+//! ([`mermaid`], [`markdown`]), and a test keeps them equal.
+
+use super::CommandStatus;
+use super::CommandStatus::*;
+
+/// A state in the diagram: a status, or the two states PostgreSQL has no row for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Before a reservation, and after a prune: no row.
+    Nothing,
+    /// Reserved in Redis (`intake.lua`), not yet committed.
+    Reserved,
+    Is(CommandStatus),
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Nothing => "[*]",
+            State::Reserved => "reserved",
+            State::Is(status) => status.as_str(),
+        }
+    }
+}
+
+/// Who carries a transition out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    Gateway,
+    Executor,
+    Sweeper,
+}
+
+impl By {
+    fn name(self) -> &'static str {
+        match self {
+            By::Gateway => "gateway",
+            By::Executor => "executor",
+            By::Sweeper => "sweeper",
+        }
+    }
+}
+
+/// One transition.
+#[derive(Debug, Clone, Copy)]
+pub struct Transition {
+    pub name: &'static str,
+    pub from: &'static [State],
+    pub to: &'static [State],
+    /// What the PostgreSQL side does, in a line; `sql` is the statement itself.
+    pub postgres: &'static str,
+    pub sql: Option<&'static str>,
+    /// The Redis scripts (`lua/`), in the order they run.
+    pub redis: &'static [&'static str],
+    /// What fences it against every other ordering.
+    pub fence: &'static str,
+    pub by: &'static [By],
+}
+
+const WAITING: &[State] = &[State::Is(Accepted), State::Is(RetryWait)];
+const HELD: &[State] = &[State::Is(Executing), State::Is(RetryWait)];
+const ENDS: &[State] = &[
+    State::Is(Succeeded),
+    State::Is(Rejected),
+    State::Is(Failed),
+    State::Is(Expired),
+    State::Is(Cancelled),
+    State::Is(NeedsReview),
+];
+const FINAL: &[State] = &[
+    State::Is(Succeeded),
+    State::Is(Rejected),
+    State::Is(Failed),
+    State::Is(Expired),
+    State::Is(Cancelled),
+];
+
+/// Every transition of a command.
+pub const TRANSITIONS: &[Transition] = &[
+    Transition {
+        name: "reserve",
+        from: &[State::Nothing],
+        to: &[State::Reserved],
+        postgres: "—",
+        sql: None,
+        redis: &["intake.lua"],
+        fence: "epoch (NOT_READY); answers with the generation the commit is fenced on",
+        by: &[By::Gateway],
+    },
+    Transition {
+        name: "release",
+        from: &[State::Reserved],
+        to: &[State::Nothing],
+        postgres: "— (the commit refused or failed)",
+        sql: None,
+        redis: &["release.lua"],
+        fence: "exactly once (ZREM of the reservation)",
+        by: &[By::Gateway],
+    },
+    Transition {
+        name: "commit",
+        from: &[State::Reserved],
+        to: &[State::Is(Accepted)],
+        postgres: "group-commit INSERT … ON CONFLICT DO NOTHING",
+        sql: Some(crate::outbox::insert::INSERT_SQL),
+        redis: &[],
+        fence: "pause and epoch re-checked in the INSERT, under their locks",
+        by: &[By::Gateway],
+    },
+    Transition {
+        name: "accept",
+        from: &[State::Is(Accepted)],
+        to: &[State::Is(Accepted)],
+        postgres: "— (after the commit)",
+        sql: None,
+        redis: &["accept.lua"],
+        fence: "epoch of the reservation (STALE: the rebuild projected it); once per command",
+        by: &[By::Gateway, By::Sweeper],
+    },
+    Transition {
+        name: "admit",
+        from: WAITING,
+        to: &[State::Is(Executing)],
+        postgres: "—",
+        sql: None,
+        redis: &["admit.lua"],
+        fence: "epoch; every permit or none; mints the attempt",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "claim",
+        from: WAITING,
+        to: &[
+            State::Is(Executing),
+            State::Is(Expired),
+            State::Is(NeedsReview),
+        ],
+        postgres: "UPDATE … SET attempt_id, lease (past deadline or max_wait: expired)",
+        sql: Some(super::claim::CLAIM_SQL),
+        redis: &["requeue.lua", "land.lua"],
+        fence: "epoch of the admission (FOR SHARE); still waiting and unheld",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "renew",
+        from: HELD,
+        to: HELD,
+        postgres: "UPDATE … SET lease_expires_at",
+        sql: Some(super::held::RENEW_SQL),
+        redis: &["renew.lua"],
+        fence: "attempt; only live permits (a lost attempt is stopped)",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "attempt",
+        from: HELD,
+        to: HELD,
+        postgres: "UPDATE … retry_wait, then executing again",
+        sql: Some(super::held::START_RETRY_SQL),
+        redis: &["mark.lua", "retake.lua"],
+        fence: "attempt",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "running",
+        from: &[State::Is(Executing)],
+        to: &[State::Is(Running)],
+        postgres: "UPDATE … SET status = 'running'",
+        sql: Some(super::held::RUNNING_SQL),
+        redis: &["mark.lua"],
+        fence: "attempt; permits extended to the deadline before the row says running",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "land",
+        from: HELD,
+        to: ENDS,
+        postgres: "UPDATE … SET status, result",
+        sql: Some(super::end::LAND_SQL),
+        redis: &["land.lua"],
+        fence: "attempt; a final status is never left; counted out once",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "cancel",
+        from: WAITING,
+        to: &[State::Is(Cancelled)],
+        postgres: "UPDATE … (a started command records the intent only)",
+        sql: Some(super::end::CANCEL_SQL),
+        redis: &["land.lua"],
+        fence: "row lock; waiting only",
+        by: &[By::Gateway],
+    },
+    Transition {
+        name: "complete",
+        from: &[
+            State::Is(Executing),
+            State::Is(RetryWait),
+            State::Is(Running),
+            State::Is(NeedsReview),
+        ],
+        to: &[State::Is(Succeeded), State::Is(Rejected), State::Is(Failed)],
+        postgres: "UPDATE … SET status, result (the first result wins)",
+        sql: Some(super::end::COMPLETE_SQL),
+        redis: &["land.lua"],
+        fence: "row lock; the attempt in hand finds the row decided",
+        by: &[By::Gateway],
+    },
+    Transition {
+        name: "requeue",
+        from: HELD,
+        to: &[State::Is(RetryWait)],
+        postgres: "UPDATE … attempt given back",
+        sql: Some(super::held::GIVE_BACK_SQL),
+        redis: &["requeue.lua"],
+        fence: "attempt (a late requeue finds another attempt and changes nothing)",
+        by: &[By::Executor],
+    },
+    Transition {
+        name: "rescue",
+        from: HELD,
+        to: &[
+            State::Is(RetryWait),
+            State::Is(Expired),
+            State::Is(NeedsReview),
+        ],
+        postgres: "UPDATE … lease lapsed: attempt cleared",
+        sql: Some(super::sweep::RESCUE_SQL),
+        redis: &["requeue.lua", "land.lua"],
+        fence: "the lapsed attempt can never land; requeue fenced on it",
+        by: &[By::Sweeper],
+    },
+    Transition {
+        name: "expire",
+        from: WAITING,
+        to: &[State::Is(Expired), State::Is(NeedsReview)],
+        postgres: "UPDATE … past max_wait or deadline",
+        sql: Some(super::sweep::EXPIRE_WAITING_SQL),
+        redis: &["land.lua"],
+        fence: "unheld rows only, row lock (SKIP LOCKED), database clock",
+        by: &[By::Sweeper],
+    },
+    Transition {
+        name: "review",
+        from: &[State::Is(Running)],
+        to: &[State::Is(NeedsReview)],
+        postgres: "UPDATE … running past its deadline",
+        sql: Some(super::sweep::REVIEW_RUNNING_SQL),
+        redis: &["land.lua"],
+        fence: "row lock (SKIP LOCKED), database clock",
+        by: &[By::Sweeper],
+    },
+    Transition {
+        name: "prune",
+        from: FINAL,
+        to: &[State::Nothing],
+        postgres: "DELETE … past retention",
+        sql: Some(super::sweep::PRUNE_SQL),
+        redis: &["HDEL request key"],
+        fence: "final rows only",
+        by: &[By::Sweeper],
+    },
+];
+
+/// The state diagram (mermaid), one arrow per (from, to) pair labelled with its transition;
+/// a transition that keeps the state (accept, renew) is listed in the table only.
+pub fn mermaid() -> String {
+    let mut text = String::from("```mermaid\nstateDiagram-v2\n");
+    for t in TRANSITIONS {
+        for from in t.from {
+            for to in t.to {
+                if from == to {
+                    continue;
+                }
+                text.push_str(&format!(
+                    "    {} --> {} : {}\n",
+                    from.name(),
+                    to.name(),
+                    t.name
+                ));
+            }
+        }
+    }
+    text.push_str("```\n");
+    text
+}
+
+/// The table: transition, from → to, PostgreSQL, Redis, fence, by.
+pub fn markdown() -> String {
+    let names = |states: &[State]| {
+        states
+            .iter()
+            .map(|s| match s {
+                State::Nothing => "—",
+                other => other.name(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut text = String::from(
+        "| transition | from | to | PostgreSQL | Redis | fenced by | by |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for t in TRANSITIONS {
+        let redis = if t.redis.is_empty() {
+            "—".to_string()
+        } else {
+            t.redis
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            t.name,
+            names(t.from),
+            names(t.to),
+            t.postgres,
+            redis,
+            t.fence,
+            t.by.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "),
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transition_is_named_once_and_every_status_is_reached_and_left() {
+        let mut names: Vec<&str> = TRANSITIONS.iter().map(|t| t.name).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "a transition is named twice");
+        for status in CommandStatus::ALL {
+            let reached = TRANSITIONS
+                .iter()
+                .any(|t| t.to.contains(&State::Is(status)));
+            assert!(reached, "{status} is never reached");
+            let left = TRANSITIONS
+                .iter()
+                .any(|t| t.from.contains(&State::Is(status)));
+            assert!(left, "{status} is never left (final rows are pruned)");
+        }
+    }
+
+    #[test]
+    fn final_statuses_are_left_only_by_prune() {
+        for t in TRANSITIONS {
+            if t.from
+                .iter()
+                .any(|s| matches!(s, State::Is(x) if x.is_final()))
+            {
+                assert_eq!(t.name, "prune", "{} leaves a final status", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn every_script_named_exists() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
+        for t in TRANSITIONS {
+            for script in t.redis.iter().filter(|s| s.ends_with(".lua")) {
+                assert!(
+                    dir.join(script).is_file(),
+                    "{}: lua/{script} is missing",
+                    t.name
+                );
+            }
+            if let Some(sql) = t.sql {
+                assert!(!sql.trim().is_empty(), "{}: empty statement", t.name);
+            }
+        }
+    }
+}

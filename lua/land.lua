@@ -1,0 +1,64 @@
+-- land.lua: a command's end, after PostgreSQL committed it (transition `land`, and the Redis side
+-- of `cancel`, `complete`, `rescue` and `expire`): whatever Redis thought of the command —
+-- waiting in its queue, started with permits, running — it ends here.
+--
+-- KEYS[1] meta  KEYS[2] count  KEYS[3] cmd (status hash)  KEYS[4] its resource queue
+-- ARGV: 1 id  2 ns  3 cmd  4 status  5 updated_at  6 result (JSON text or "")  7 error_code
+--       8 error_message  9 retention_ms
+--
+-- ARGV[4] is a final status, or `needs_review`: the outcome is unknown, the permits go back, but
+-- the command keeps its share of `unfinished` until an authoritative result (or an operator)
+-- ends it.
+--
+-- Exactly-once counting, whoever lands first: the waiting counts drop with the queue entry
+-- (ZREM); `unfinished` drops with the status hash's move from a non-final status to a final one.
+-- A final status is final: a late landing (a `needs_review` decided before the result landed)
+-- never reopens it. A missing status hash means the command was never counted in (its
+-- commit's projection has not run yet, or a rebuild after the end did not project it): the
+-- final status is written for ticket polls without counting, and a late accept.lua, finding the
+-- hash, does not queue it. Permits are zset members, so releasing twice changes nothing.
+-- The same transition counts the outcome in `<prefix>:outcomes:<ns>:<unix second>` (a hash by
+-- status, read by the status board) and the drain of the second (`<prefix>:drain:<ns>:<cmd>:<s>`,
+-- behind ticket ETAs).
+--
+-- Returns "NOT_READY" while the projection is not trusted (the caller lands again once it is:
+-- a rebuild meanwhile may or may not have seen the end), else 1 when this call counted the
+-- command out of `unfinished`, 0 otherwise.
+
+local meta, count, cmdkey, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = epoch_now()
+if not epoch_check(meta, 0, now) then return 'NOT_READY' end
+local id, ns, cmd, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local prefix = string.match(count, '^(.*):count$')
+
+if redis.call('ZREM', q, id) == 1 then
+  redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
+  redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, -1)
+end
+release_held(cmdkey, id)
+
+local current = redis.call('HGET', cmdkey, 'status')
+if current and TERMINAL[current] then return 0 end
+local counted = 0
+if TERMINAL[status] then
+  if current then
+    redis.call('HINCRBY', count, 'unfinished', -1)
+    local second = math.floor(now / 1000)
+    local drain = prefix .. ':drain:' .. ns .. ':' .. cmd .. ':' .. second
+    redis.call('INCR', drain)
+    redis.call('EXPIRE', drain, 30)
+    local outcomes = prefix .. ':outcomes:' .. ns .. ':' .. second
+    redis.call('HINCRBY', outcomes, status, 1)
+    redis.call('EXPIRE', outcomes, 120)
+    counted = 1
+  end
+elseif not current then
+  -- needs_review of a command Redis never counted in: nothing to keep a share of.
+  return 0
+end
+redis.call('HSET', cmdkey, 'status', status, 'updated_at', ARGV[5], 'ns', ns, 'cmd', cmd)
+if ARGV[6] ~= '' then redis.call('HSET', cmdkey, 'result', ARGV[6]) end
+if ARGV[7] ~= '' then redis.call('HSET', cmdkey, 'error_code', ARGV[7], 'error_message', ARGV[8]) end
+-- A needs_review command is not over: its status stays readable until it is.
+if TERMINAL[status] then redis.call('PEXPIRE', cmdkey, tonumber(ARGV[9])) end
+return counted
