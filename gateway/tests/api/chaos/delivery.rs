@@ -78,12 +78,13 @@ pub(super) fn check(judge: &mut Judge<'_>, data: &Data) {
     for (provider, calls) in &mut per_provider {
         calls.sort_by_key(|c| c.at);
         let times: Vec<_> = calls.iter().map(|c| c.at).collect();
-        // The worst window per phase (by its last call), when it exceeds the bucket.
+        // The worst window per phase of its first call: the calls that came too close
+        // together start it, and every later window that contains them would repeat it.
         let mut worst: HashMap<Option<usize>, super::witness::Window> = HashMap::new();
         for window in windows(&times, rate, rate, config.rate_slack) {
             worst_excess = worst_excess.max(window.excess);
             if window.excess > 0.0 {
-                let phase = judge.phases.of(times[window.to]);
+                let phase = judge.phases.of(times[window.from]);
                 let entry = worst.entry(phase).or_insert(window);
                 if window.excess > entry.excess {
                     *entry = window;
@@ -93,19 +94,27 @@ pub(super) fn check(judge: &mut Judge<'_>, data: &Data) {
         let mut worst: Vec<_> = worst.into_iter().collect();
         worst.sort_by_key(|(phase, _)| *phase);
         for (phase, window) in worst {
-            let commands: Vec<Uuid> = calls[window.from..=window.to]
+            let first = times[window.from];
+            let shown: Vec<String> = calls[window.from..=window.to]
                 .iter()
-                .map(|c| c.command_id)
+                .take(40)
+                .map(|c| {
+                    format!(
+                        "+{}ms {} (attempt {})",
+                        (c.at - first).as_millis(),
+                        c.command_id,
+                        c.attempt
+                    )
+                })
                 .collect();
             judge.violation(
                 phase,
                 format!(
                     "provider {provider} received {} calls within {:.3} s (from {:.3} s): its \
-                     bucket allows {:.1} ({} per second, burst {}, slack {:?}); commands \
-                     {commands:?}",
+                     bucket allows {:.1} ({} per second, burst {}, slack {:?}); calls {shown:?}",
                     window.count,
                     window.span.as_secs_f64(),
-                    times[window.from].as_secs_f64(),
+                    first.as_secs_f64(),
                     window.count as f64 - window.excess,
                     config.provider_per_second,
                     config.provider_per_second,

@@ -106,7 +106,7 @@ impl Stack {
                 )
             }
             FaultKind::ExecutorKill => {
-                let holding = self.executor_holding_work(target).await;
+                let holding = self.executor_holding_work(target, None).await;
                 self.executors[target].kill();
                 let dead = shared.now();
                 tokio::time::sleep(hold).await;
@@ -117,7 +117,9 @@ impl Stack {
                 )
             }
             FaultKind::ExecutorStop => {
-                let holding = self.executor_holding_work(target).await;
+                // Webhook calls in hand: what a stopped executor may still deliver or land
+                // after its leases lapsed and the other executor took the calls over.
+                let holding = self.executor_holding_work(target, Some("call")).await;
                 self.executors[target].freeze();
                 let stopped = shared.now();
                 tokio::time::sleep(hold).await;
@@ -125,7 +127,7 @@ impl Stack {
                 (
                     stopped,
                     format!(
-                        "executor {target} stopped {:.2} s holding {holding} executing rows",
+                        "executor {target} stopped {:.2} s holding {holding} call rows",
                         hold.as_secs_f64()
                     ),
                 )

@@ -13,6 +13,9 @@ use uuid::Uuid;
 use super::checks::{Data, Judge};
 use super::load::Outcome;
 
+/// A `202`: (acknowledged at, sent at, queue_seq, command id).
+type Accepted = (Duration, Duration, i64, Uuid);
+
 pub(super) fn check(judge: &mut Judge<'_>, data: &Data) {
     let by_id = data.by_id();
     let acknowledged: HashMap<Uuid, Duration> = data
@@ -61,7 +64,7 @@ pub(super) fn check(judge: &mut Judge<'_>, data: &Data) {
 
     // Within a queue: B sent after A's 202 arrived ⇒ queue_seq(B) > queue_seq(A).
     // (acknowledged at, sent at, seq, id) per queue, for every 202 whose row exists.
-    let mut per_queue: HashMap<(&str, &str), Vec<(Duration, Duration, i64, Uuid)>> = HashMap::new();
+    let mut per_queue: HashMap<(&str, &str), Vec<Accepted>> = HashMap::new();
     for intent in &data.intents {
         if intent.outcome != Outcome::Accepted {
             continue;

@@ -113,12 +113,13 @@ impl Stack {
         }
     }
 
-    /// Waits up to 3 s until executor `i` holds claimed rows; returns how many it holds.
-    pub(super) async fn executor_holding_work(&self, i: usize) -> i64 {
+    /// Waits up to 3 s until executor `i` holds rows of `command` (any command if None), so a
+    /// fault of the executor meets work in hand; returns how many it holds.
+    pub(super) async fn executor_holding_work(&self, i: usize, command: Option<&str>) -> i64 {
         let owner = self.executors[i].owner;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
         loop {
-            let holding = self.held_by(owner).await;
+            let holding = self.held_by(owner, command).await;
             if holding > 0 || tokio::time::Instant::now() >= deadline {
                 return holding;
             }
@@ -126,14 +127,16 @@ impl Stack {
         }
     }
 
-    /// Rows `executing` under `owner`'s lease.
-    async fn held_by(&self, owner: Uuid) -> i64 {
+    /// Rows `executing` or `retry_wait` under `owner`'s lease.
+    async fn held_by(&self, owner: Uuid, command: Option<&str>) -> i64 {
         sqlx::query_scalar(
-            "SELECT count(*) FROM commands WHERE application_id = $1 AND status = 'executing'
-               AND lease_owner = $2",
+            "SELECT count(*) FROM commands WHERE application_id = $1
+               AND status IN ('executing', 'retry_wait') AND lease_owner = $2
+               AND ($3::text IS NULL OR command = $3)",
         )
         .bind(self.creds.application_id)
         .bind(owner)
+        .bind(command)
         .fetch_one(&self.pg)
         .await
         .unwrap_or(0)
