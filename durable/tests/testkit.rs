@@ -81,6 +81,46 @@ fn redis_kill_and_restart_on_same_port_is_empty() {
     );
 }
 
+/// A restart from a snapshot comes back with the data of the snapshot and without the writes
+/// made after it; a plain restart afterwards is empty again (the snapshot's file is not loaded).
+#[test]
+fn redis_restart_from_a_snapshot_rolls_back_and_restart_stays_empty() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    assert_eq!(redis(port, "SET in-snapshot 1"), "+OK");
+    let snapshot = server.snapshot();
+    assert!(snapshot.path().is_file(), "{:?}", snapshot.path());
+    assert_eq!(redis(port, "SET after-snapshot 2"), "+OK");
+    assert_eq!(redis(port, "DEL in-snapshot"), ":1");
+
+    server.restart_from(&snapshot);
+    assert_eq!(server.port(), port);
+    assert!(server.is_running());
+    assert_eq!(
+        redis(port, "GET after-snapshot"),
+        "$-1",
+        "a later write survived"
+    );
+    assert_eq!(
+        redis(port, "EXISTS in-snapshot"),
+        ":1",
+        "the snapshot was not loaded"
+    );
+
+    // A second snapshot of the same second still waits for its own save.
+    assert_eq!(redis(port, "SET second 3"), "+OK");
+    let second = server.snapshot();
+    server.restart();
+    assert_eq!(
+        redis(port, "DBSIZE"),
+        ":0",
+        "an empty restart loaded a dump"
+    );
+    server.restart_from(&second);
+    assert_eq!(redis(port, "EXISTS second"), ":1");
+    assert_eq!(redis(port, "EXISTS in-snapshot"), ":1");
+}
+
 #[tokio::test]
 async fn postgres_data_survives_stop_and_kill() {
     let t = Instant::now();

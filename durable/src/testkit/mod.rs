@@ -31,7 +31,7 @@ mod spawn;
 use std::sync::OnceLock;
 
 pub use postgres::PgServer;
-pub use redis::RedisServer;
+pub use redis::{RdbSnapshot, RedisServer};
 
 /// One redis-server per test binary, started on first use and shared by
 /// every test in it. Tests that kill or restart a server must use

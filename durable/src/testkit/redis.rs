@@ -3,7 +3,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
@@ -11,15 +11,42 @@ use super::spawn::{self, RunAs, StartError};
 use super::{ports, rundir};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a `BGSAVE` may take before [`RedisServer::snapshot`] gives up.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The file a server loads at start-up and `BGSAVE` writes (Redis' default `dbfilename`).
+const DUMP: &str = "dump.rdb";
 /// Attempts with a fresh port when another process took the chosen one.
 const PORT_ATTEMPTS: usize = 5;
 
 /// A redis-server on `127.0.0.1:<free port>` with persistence off, in its own
 /// temp dir (log: `redis.log`). Killed on drop.
+///
+/// Persistence off means no automatic saves: only an explicit
+/// [`snapshot`](Self::snapshot) writes an RDB file, and only
+/// [`restart_from`](Self::restart_from) loads one.
 pub struct RedisServer {
     port: u16,
     dir: TempDir,
     child: Option<Child>,
+    snapshots: usize,
+}
+
+/// A copy of the server's data at one moment (an RDB file kept aside in the
+/// server's directory), to restart from later: a Redis that comes back with
+/// an old state, as after a restart from a stale dump or a failover to a
+/// replica that missed writes.
+#[derive(Debug, Clone)]
+pub struct RdbSnapshot {
+    path: PathBuf,
+    /// When the save finished.
+    pub taken: Instant,
+}
+
+impl RdbSnapshot {
+    /// Where the copy is kept.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl RedisServer {
@@ -33,6 +60,7 @@ impl RedisServer {
             port: 0,
             dir,
             child: None,
+            snapshots: 0,
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = ports::free_port();
@@ -65,12 +93,86 @@ impl RedisServer {
     }
 
     /// Kills the server if it runs, then starts a new, empty one on the
-    /// same port and waits until it answers `PING`.
+    /// same port and waits until it answers `PING`. An RDB file left by a
+    /// [`snapshot`](Self::snapshot) is removed first, so empty means empty.
     ///
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn restart(&mut self) {
         self.kill();
+        let dump = self.dump();
+        if let Err(e) = std::fs::remove_file(&dump)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            panic!("testkit: cannot remove {}: {e}", dump.display());
+        }
+        if let Err(e) = self.launch() {
+            self.fail(e);
+        }
+    }
+
+    /// Saves the data as it is now (`BGSAVE`, waiting until the save
+    /// finished and succeeded) and keeps a copy of the file aside.
+    ///
+    /// # Panics
+    /// If the server is not running, or the save fails or takes longer
+    /// than 30 s.
+    pub fn snapshot(&mut self) -> RdbSnapshot {
+        let reply = command(self.port, &["BGSAVE"])
+            .unwrap_or_else(|e| panic!("testkit: redis BGSAVE: {e}"));
+        assert!(
+            reply.starts_with("+Background saving started"),
+            "testkit: BGSAVE answered {reply:?}"
+        );
+        // The reply comes after the fork, with `rdb_bgsave_in_progress` already 1: its return to
+        // 0 is the end of this save (a save in the same second as the previous one would leave
+        // `LASTSAVE` unchanged, so that is no signal).
+        let deadline = Instant::now() + SAVE_TIMEOUT;
+        let field = |name: &str| {
+            info_field(self.port, "persistence", name)
+                .unwrap_or_else(|e| panic!("testkit: redis INFO persistence: {e}"))
+        };
+        while field("rdb_bgsave_in_progress") != "0" {
+            assert!(
+                Instant::now() < deadline,
+                "testkit: BGSAVE did not finish within {SAVE_TIMEOUT:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+        let status = field("rdb_last_bgsave_status");
+        assert_eq!(status, "ok", "testkit: BGSAVE failed:\n{}", self.log_tail());
+        let taken = Instant::now();
+        self.snapshots += 1;
+        let path = self
+            .dir
+            .path()
+            .join(format!("snapshot-{}.rdb", self.snapshots));
+        std::fs::copy(self.dump(), &path).unwrap_or_else(|e| {
+            panic!(
+                "testkit: cannot keep the RDB file aside at {}: {e}",
+                path.display()
+            )
+        });
+        RdbSnapshot { path, taken }
+    }
+
+    /// SIGKILLs the server if it runs (a crash: nothing is saved), puts
+    /// `snapshot` back as the file Redis loads at start-up and starts it
+    /// again on the same port: it answers with the data of the snapshot and
+    /// none of the writes made after it.
+    ///
+    /// # Panics
+    /// If the file cannot be put back or the server cannot be started.
+    pub fn restart_from(&mut self, snapshot: &RdbSnapshot) {
+        self.kill();
+        let dump = self.dump();
+        std::fs::copy(&snapshot.path, &dump).unwrap_or_else(|e| {
+            panic!(
+                "testkit: cannot put {} back as {}: {e}",
+                snapshot.path.display(),
+                dump.display()
+            )
+        });
         if let Err(e) = self.launch() {
             self.fail(e);
         }
@@ -86,6 +188,14 @@ impl RedisServer {
 
     fn log(&self) -> PathBuf {
         self.dir.path().join("redis.log")
+    }
+
+    fn log_tail(&self) -> String {
+        rundir::tail(&self.log(), 30)
+    }
+
+    fn dump(&self) -> PathBuf {
+        self.dir.path().join(DUMP)
     }
 
     fn launch(&mut self) -> Result<(), StartError> {
@@ -126,6 +236,43 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// How often a save is polled for.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Sends one command (as a RESP array) and returns its reply: a simple
+/// string or error with its `+`/`-` prefix, an integer with `:`, a bulk
+/// string's contents.
+fn command(port: u16, args: &[&str]) -> io::Result<String> {
+    let mut stream = ports::connect(port)?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let Some(len) = line.strip_prefix('$') else {
+        return Ok(line.trim_end().to_string());
+    };
+    let len: usize = len
+        .trim_end()
+        .parse()
+        .map_err(|_| io::Error::other(format!("bad bulk length {line:?}")))?;
+    let mut bulk = vec![0; len];
+    reader.read_exact(&mut bulk)?;
+    Ok(String::from_utf8_lossy(&bulk).into_owned())
+}
+
+/// One field of `INFO <section>`.
+fn info_field(port: u16, section: &str, name: &str) -> io::Result<String> {
+    let info = command(port, &["INFO", section])?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| io::Error::other(format!("INFO {section} has no {name}")))
 }
 
 /// Sends `PING` and `INFO server`; returns the server's `process_id` if the

@@ -198,7 +198,7 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
 }
 
 /// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, within five minutes of now.
-fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
+pub fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
     let mut t = None;
     let mut v1 = None;
     for part in header.split(',') {

@@ -1,6 +1,7 @@
 //! The load of a chaos run: enqueues of distinct subjects over both gateways at a steady rate
-//! (plus bursts on demand), a second request key for some subjects, deliberate replays, and
-//! ticket polls. Every answer is recorded with its request key and its times.
+//! (plus bursts on demand): quota `claim`s (a second request key for some subjects, deliberate
+//! replays) and webhook `call`s (see [`super::calls`]: replays and cancels), and ticket polls.
+//! Every answer is recorded with its request key and its times.
 //!
 //! Like a real client, an enqueue whose outcome is unknown (`503 UNAVAILABLE`, a connection
 //! error, a timeout) is sent again with the same request key, alternating gateways (a load
@@ -11,90 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::Method;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-pub(super) type Client = HttpClient<HttpConnector, Full<Bytes>>;
-
-/// A client with a short connect timeout, without Nagle's delay.
-pub(super) fn client() -> Client {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(2)));
-    HttpClient::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(256)
-        .pool_idle_timeout(Duration::from_secs(5))
-        .build(connector)
-}
-
-/// What a request got: an HTTP answer, or none (connection refused or cut, timeout).
-#[derive(Debug, Clone)]
-pub(super) enum Answer {
-    Http {
-        status: u16,
-        /// The error code, or "" for a success.
-        code: String,
-        retry_after_ms: Option<u64>,
-        body: Value,
-    },
-    Failed(String),
-}
-
-/// One request, answered within `timeout` or [`Answer::Failed`].
-pub(super) async fn send(
-    client: &Client,
-    method: Method,
-    url: &str,
-    bearer: Option<&str>,
-    body: Option<&Value>,
-    timeout: Duration,
-) -> Answer {
-    let mut builder = Request::builder().method(method).uri(url);
-    if let Some(bearer) = bearer {
-        builder = builder.header("authorization", format!("Bearer {bearer}"));
-    }
-    if body.is_some() {
-        builder = builder.header("content-type", "application/json");
-    }
-    let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-    let request = builder.body(Full::new(bytes)).expect("request");
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| format!("{e:?}"))?;
-        let status = response.status().as_u16();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?
-            .to_bytes();
-        Ok::<_, String>((status, bytes))
-    };
-    match tokio::time::timeout(timeout, exchange).await {
-        Err(_) => Answer::Failed(format!("no answer within {timeout:?}")),
-        Ok(Err(error)) => Answer::Failed(error),
-        Ok(Ok((status, bytes))) => {
-            let body: Value = serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-            Answer::Http {
-                status,
-                code: body["error"]["code"].as_str().unwrap_or("").to_string(),
-                retry_after_ms: body["error"]["retry_after_ms"].as_u64(),
-                body,
-            }
-        }
-    }
-}
+pub(super) use super::http::{Answer, Client, send};
 
 /// How one HTTP request ended, as the tables count it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +78,8 @@ pub(super) enum Outcome {
 /// One intent and every attempt it took.
 #[derive(Debug, Clone)]
 pub(super) struct Intent {
+    /// `claim` or `call`.
+    pub(super) command: &'static str,
     pub(super) subject: String,
     pub(super) key: String,
     /// A deliberate replay of a key that was acknowledged before.
@@ -187,10 +113,27 @@ pub(super) struct Poll {
     pub(super) status: Option<String>,
 }
 
+/// A cancel and what it answered, after retries of unknown outcomes.
+#[derive(Debug, Clone)]
+pub(super) struct Cancel {
+    pub(super) command_id: Uuid,
+    pub(super) attempts: Vec<Attempt>,
+    /// The status of the record it returned (None: no definite answer).
+    pub(super) answered_status: Option<String>,
+}
+
 /// The shape of the load.
 #[derive(Debug, Clone)]
 pub(super) struct LoadConfig {
+    /// `claim` subjects per second.
     pub(super) subjects_per_second: u32,
+    /// `call` subjects per second.
+    pub(super) calls_per_second: u32,
+    /// Providers, and accounts per provider, of the `call`s.
+    pub(super) providers: usize,
+    pub(super) accounts: usize,
+    /// Every n-th `call` is cancelled as soon as it is accepted (while it most likely waits).
+    pub(super) cancel_every: u64,
     /// Intents in flight at most (the spawner waits beyond it, like a saturated client pool).
     pub(super) max_concurrency: usize,
     /// Every n-th subject also sends a second request key (a second command).
@@ -208,15 +151,18 @@ pub(super) struct LoadConfig {
 pub(super) struct Shared {
     pub(super) clock: Instant,
     pub(super) config: LoadConfig,
-    client: Client,
+    pub(super) client: Client,
     bases: Vec<Arc<RwLock<String>>>,
-    credential: String,
+    pub(super) credential: String,
     pub(super) offers: Vec<String>,
     next_subject: AtomicU64,
+    next_call: AtomicU64,
     burst: AtomicU64,
-    stop: AtomicBool,
+    call_burst: AtomicU64,
+    pub(super) stop: AtomicBool,
     pub(super) intents: Mutex<Vec<Intent>>,
     pub(super) polls: Mutex<Vec<Poll>>,
+    pub(super) cancels: Mutex<Vec<Cancel>>,
     /// Acknowledged commands and their tickets, for the pollers and the position checks.
     pub(super) tickets: RwLock<Vec<(Uuid, String)>>,
     /// The latest start (µs since the clock) of an attempt that got a `202`.
@@ -228,7 +174,7 @@ impl Shared {
         self.clock.elapsed()
     }
 
-    fn base(&self, gateway: usize) -> String {
+    pub(super) fn base(&self, gateway: usize) -> String {
         self.bases[gateway % self.bases.len()]
             .read()
             .expect("base lock")
@@ -275,22 +221,24 @@ impl Shared {
         answer
     }
 
-    /// Sends one intent until its outcome is known or its attempts are spent; records it.
-    async fn enqueue(
+    /// Sends one intent of `command` until its outcome is known or its attempts are spent;
+    /// records it.
+    pub(super) async fn enqueue(
         &self,
+        command: &'static str,
         subject: &str,
         key: &str,
-        offer: &str,
+        input: Value,
         first_gateway: usize,
         replay_of: Option<Uuid>,
     ) -> Intent {
-        let body = json!({"request_key": key, "subject": subject, "input": {"offer": offer}});
+        let body = json!({"request_key": key, "subject": subject, "input": input});
         let mut attempts = Vec::new();
         let mut outcome = Outcome::Unknown;
         let (mut command_id, mut answered_status, mut ticket) = (None, None, None);
         for n in 0..self.config.max_attempts {
             let gateway = first_gateway + n as usize;
-            let url = format!("{}/v1/commands/claim:enqueue", self.base(gateway));
+            let url = format!("{}/v1/commands/{command}:enqueue", self.base(gateway));
             let started = self.now();
             let answer = send(
                 &self.client,
@@ -360,6 +308,7 @@ impl Shared {
                 .push((id, ticket));
         }
         let intent = Intent {
+            command,
             subject: subject.to_string(),
             key: key.to_string(),
             replay_of,
@@ -380,23 +329,45 @@ impl Shared {
         let subject = format!("s-{i}");
         let offer = self.offers[i as usize % self.offers.len()].clone();
         let gateway = i as usize;
+        let input = json!({ "offer": offer });
         let first = self
-            .enqueue(&subject, &format!("k-{i}-a"), &offer, gateway, None)
+            .enqueue(
+                "claim",
+                &subject,
+                &format!("k-{i}-a"),
+                input.clone(),
+                gateway,
+                None,
+            )
             .await;
         if i.is_multiple_of(self.config.replay_every)
             && let Some(id) = first.command_id
         {
-            self.enqueue(&subject, &first.key, &offer, gateway + 1, Some(id))
-                .await;
+            self.enqueue(
+                "claim",
+                &subject,
+                &first.key,
+                input.clone(),
+                gateway + 1,
+                Some(id),
+            )
+            .await;
         }
         if i.is_multiple_of(self.config.second_every) {
-            self.enqueue(&subject, &format!("k-{i}-b"), &offer, gateway + 1, None)
-                .await;
+            self.enqueue(
+                "claim",
+                &subject,
+                &format!("k-{i}-b"),
+                input,
+                gateway + 1,
+                None,
+            )
+            .await;
         }
     }
 }
 
-fn attempt_of(
+pub(super) fn attempt_of(
     write: bool,
     gateway: usize,
     started: Duration,
@@ -421,7 +392,7 @@ fn attempt_of(
 /// A running load; [`Load::stop`] ends it and waits for every intent in flight.
 pub(super) struct Load {
     pub(super) shared: Arc<Shared>,
-    spawner: JoinHandle<Vec<JoinHandle<()>>>,
+    spawners: Vec<JoinHandle<Vec<JoinHandle<()>>>>,
     pollers: Vec<JoinHandle<()>>,
 }
 
@@ -444,34 +415,44 @@ impl Load {
             credential,
             offers,
             next_subject: AtomicU64::new(0),
+            next_call: AtomicU64::new(0),
             burst: AtomicU64::new(0),
+            call_burst: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             intents: Mutex::new(Vec::new()),
             polls: Mutex::new(Vec::new()),
+            cancels: Mutex::new(Vec::new()),
             tickets: RwLock::new(Vec::new()),
             accepted_start_us: AtomicU64::new(0),
         });
-        let spawner = tokio::spawn(spawn_subjects(shared.clone()));
+        let spawners = vec![
+            tokio::spawn(spawn_subjects(shared.clone(), Kind::Claim)),
+            tokio::spawn(spawn_subjects(shared.clone(), Kind::Call)),
+        ];
         let pollers = (0..config.pollers)
             .map(|p| tokio::spawn(poll_tickets(shared.clone(), p)))
             .collect();
         Load {
             shared,
-            spawner,
+            spawners,
             pollers,
         }
     }
 
-    /// Adds `n` subjects at once, on top of the steady rate.
-    pub(super) fn burst(&self, n: u64) {
-        self.shared.burst.fetch_add(n, Ordering::Relaxed);
+    /// Adds `claims` claim subjects and `calls` call subjects at once, on top of the steady
+    /// rates.
+    pub(super) fn burst(&self, claims: u64, calls: u64) {
+        self.shared.burst.fetch_add(claims, Ordering::Relaxed);
+        self.shared.call_burst.fetch_add(calls, Ordering::Relaxed);
     }
 
-    /// Stops the spawner and the pollers; waits until every intent in flight has its outcome.
+    /// Stops the spawners and the pollers; waits until every intent in flight has its outcome.
     pub(super) async fn stop(self) -> Arc<Shared> {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for task in self.spawner.await.expect("load spawner") {
-            task.await.expect("load task");
+        for spawner in self.spawners {
+            for task in spawner.await.expect("load spawner") {
+                task.await.expect("load task");
+            }
         }
         for poller in self.pollers {
             poller.await.expect("poller");
@@ -480,21 +461,39 @@ impl Load {
     }
 }
 
-/// Starts subjects at the steady rate (and the bursts asked for), at most `max_concurrency`
-/// in flight.
-async fn spawn_subjects(shared: Arc<Shared>) -> Vec<JoinHandle<()>> {
+/// The two kinds of subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Claim,
+    Call,
+}
+
+/// Starts subjects of `kind` at their steady rate (and the bursts asked for), at most
+/// `max_concurrency` of each kind in flight.
+async fn spawn_subjects(shared: Arc<Shared>, kind: Kind) -> Vec<JoinHandle<()>> {
     let slots = Arc::new(Semaphore::new(shared.config.max_concurrency));
-    let every = Duration::from_secs_f64(1.0 / f64::from(shared.config.subjects_per_second));
+    let rate = match kind {
+        Kind::Claim => shared.config.subjects_per_second,
+        Kind::Call => shared.config.calls_per_second,
+    };
+    let every = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let (counter, bursts) = match kind {
+        Kind::Claim => (&shared.next_subject, &shared.burst),
+        Kind::Call => (&shared.next_call, &shared.call_burst),
+    };
     let mut tasks = Vec::new();
     let mut next = tokio::time::Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
-        let burst = shared.burst.swap(0, Ordering::Relaxed);
+        let burst = bursts.swap(0, Ordering::Relaxed);
         for _ in 0..=burst {
             let slot = slots.clone().acquire_owned().await.expect("semaphore");
-            let i = shared.next_subject.fetch_add(1, Ordering::Relaxed);
+            let i = counter.fetch_add(1, Ordering::Relaxed);
             let shared = shared.clone();
             tasks.push(tokio::spawn(async move {
-                shared.subject(i).await;
+                match kind {
+                    Kind::Claim => shared.subject(i).await,
+                    Kind::Call => shared.call_subject(i).await,
+                }
                 drop(slot);
             }));
         }

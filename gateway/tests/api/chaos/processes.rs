@@ -1,5 +1,6 @@
 //! The chaos stack's real processes: `sluice serve` and `sluice execute` against the run's own
-//! Redis and PostgreSQL, each killable with SIGKILL and startable again.
+//! Redis and PostgreSQL, each killable with SIGKILL and startable again, or frozen with SIGSTOP
+//! and thawed with SIGCONT.
 //!
 //! (`crate::sluice_process` spawns against the shared Redis; a chaos run kills and restarts its
 //! Redis, so it spawns its own.)
@@ -73,6 +74,17 @@ impl Process {
 
     fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) with the `kill` utility (no `unsafe` libc call).
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {signal} {}", self.child.id());
     }
 
     /// SIGKILL, then reap.
@@ -186,6 +198,19 @@ impl GatewayProcess {
         }
     }
 
+    /// SIGSTOP: it keeps its sockets, and whatever reaches them waits.
+    pub(super) fn freeze(&self) {
+        self.process
+            .as_ref()
+            .expect("a running gateway")
+            .signal("STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub(super) fn thaw(&self) {
+        self.process.as_ref().expect("a gateway").signal("CONT");
+    }
+
     pub(super) fn is_running(&mut self) -> bool {
         self.process.as_mut().is_some_and(Process::is_running)
     }
@@ -225,21 +250,24 @@ async fn ready(client: &Client, base: &str, process: &mut Process, within: Durat
     }
 }
 
-/// A `sluice execute` process with a short lease (1.5 s), so a killed executor's work is taken
-/// over quickly.
+/// A `sluice execute` process with a short lease (the run's, 1.5 s), so a killed or stopped
+/// executor's work is taken over quickly, and short webhook retry delays (100 ms doubling up to
+/// 2 s), so retried commands drain within a short run.
 pub(super) struct ExecutorProcess {
     name: String,
     env: Env,
+    lease: Duration,
     process: Option<Process>,
     starts: usize,
     pub(super) owner: Uuid,
 }
 
 impl ExecutorProcess {
-    pub(super) async fn start(env: &Env, name: &str) -> ExecutorProcess {
+    pub(super) async fn start(env: &Env, name: &str, lease: Duration) -> ExecutorProcess {
         let mut executor = ExecutorProcess {
             name: name.to_string(),
             env: env.clone(),
+            lease,
             process: None,
             starts: 0,
             owner: Uuid::nil(),
@@ -255,18 +283,22 @@ impl ExecutorProcess {
             .dir
             .join(format!("executor-{}-{}.log", self.name, self.starts));
         self.starts += 1;
+        let lease_ms = self.lease.as_millis().to_string();
         let mut process = Process::spawn(
             &self.env,
             &[
                 "execute",
                 "--lease-ms",
-                "1500",
+                &lease_ms,
                 "--tick-ms",
                 "20",
                 "--pg-pool-size",
                 "8",
             ],
-            &[],
+            &[
+                ("SLUICE_WEBHOOK_RETRY_BASE_MS", "100"),
+                ("SLUICE_WEBHOOK_RETRY_MAX_MS", "2000"),
+            ],
             log,
         );
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -292,6 +324,19 @@ impl ExecutorProcess {
         if let Some(mut process) = self.process.take() {
             process.kill();
         }
+    }
+
+    /// SIGSTOP: its leases stop being renewed while it still believes it holds them.
+    pub(super) fn freeze(&self) {
+        self.process
+            .as_ref()
+            .expect("a running executor")
+            .signal("STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub(super) fn thaw(&self) {
+        self.process.as_ref().expect("an executor").signal("CONT");
     }
 
     pub(super) fn is_running(&mut self) -> bool {
