@@ -60,13 +60,10 @@ local function numbers(spec)
   return f
 end
 
--- Tokens of a bucket refilled up to now (Redis time).
+-- Tokens of a bucket refilled up to now (Redis time; lib/epoch.lua).
 local function tokens_now(bucket, rate, burst)
   local b = redis.call('HMGET', bucket, 'tokens', 'ts')
-  local tokens, ts = tonumber(b[1]), tonumber(b[2])
-  if tokens == nil or ts == nil then tokens, ts = burst, now end
-  if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate / 1000) end
-  return tokens
+  return bucket_tokens(b[1], b[2], rate, burst, now)
 end
 
 local function live(lease)

@@ -78,16 +78,10 @@ if tonumber(c[1] or '0') >= max_unfinished then return {'APPLICATION_FULL'} end
 if tonumber(c[2] or '0') >= tonumber(ARGV[8]) then return {'QUEUE_FULL'} end
 if tonumber(c[3] or '0') >= tonumber(ARGV[9]) then return {'QUEUE_FULL'} end
 
--- 6. Intake token bucket, refilled continuously from Redis time.
+-- 6. Intake token bucket, refilled continuously from Redis time (lib/epoch.lua).
 local rate, burst = tonumber(ARGV[10]), tonumber(ARGV[11])
 local b = redis.call('HMGET', bucket, 'tokens', 'ts')
-local tokens, ts = tonumber(b[1]), tonumber(b[2])
-if tokens == nil or ts == nil then
-  tokens, ts = burst, now
-end
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
-end
+local tokens = bucket_tokens(b[1], b[2], rate, burst, now)
 if tokens < 1 then
   return {'RATE_LIMITED', math.ceil((1 - tokens) * 1000 / rate)}
 end

@@ -15,9 +15,7 @@ local tokens, wait = {}, 0
 for i, bucket in ipairs(buckets) do
   local rate, burst = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
   local b = redis.call('HMGET', bucket, 'tokens', 'ts')
-  local have, ts = tonumber(b[1]), tonumber(b[2])
-  if have == nil or ts == nil then have, ts = burst, now end
-  if now > ts then have = math.min(burst, have + (now - ts) * rate / 1000) end
+  local have = bucket_tokens(b[1], b[2], rate, burst, now)
   tokens[i] = have
   if have < 1 then wait = math.max(wait, math.ceil((1 - have) * 1000 / rate)) end
 end

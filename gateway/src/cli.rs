@@ -138,6 +138,12 @@ pub struct ServeArgs {
     /// Such PostgreSQL look-ups in progress at once, per process at most.
     #[arg(long, env = "SLUICE_FALLBACK_CONCURRENCY", default_value_t = 4)]
     pub fallback_concurrency: usize,
+    /// Calls to read origins in progress at once in this process, at most.
+    #[arg(long, env = "SLUICE_ORIGIN_PER_PROCESS", default_value_t = 2)]
+    pub origin_per_process: usize,
+    /// Calls to read origins in progress at once per application, across every gateway.
+    #[arg(long, env = "SLUICE_ORIGIN_PER_APPLICATION", default_value_t = 2)]
+    pub origin_per_application: i64,
 }
 
 #[derive(Debug, Args)]
@@ -385,6 +391,8 @@ async fn serve(args: ServeArgs) -> CliResult {
     config.group_commit.committers = args.group_commit_committers;
     config.fallback_per_second = args.fallback_per_second;
     config.fallback_concurrency = args.fallback_concurrency;
+    config.cache.origin_per_process = args.origin_per_process;
+    config.cache.origin_per_application = args.origin_per_application;
     config.validate()?;
     let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
     let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;

@@ -65,6 +65,9 @@ impl GatewayConfig {
         if self.group_commit.max_batch == 0 || self.group_commit.committers == 0 {
             return Err("group commit max_batch and committers must be at least 1".into());
         }
+        if self.cache.origin_per_process == 0 || self.cache.origin_per_application < 1 {
+            return Err("origin_per_process and origin_per_application must be at least 1".into());
+        }
         Ok(())
     }
 }

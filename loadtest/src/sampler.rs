@@ -1,6 +1,7 @@
 //! Samples taken while the load runs: `GET /v1/status` for the stack's own view (permits in
-//! flight, waiting and unfinished commands, the oldest unfinished), and `/proc` for the CPU and
-//! memory of the stack's processes.
+//! flight, waiting and unfinished commands, the oldest unfinished), PostgreSQL for the commands
+//! executing at once (a witness that shares nothing with the permits Redis holds), and `/proc`
+//! for the CPU and memory of the stack's processes.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,40 @@ pub fn status(
             let answer = exchange(&client, Method::GET, &uri, Some(&credential), None).await;
             if let Outcome::Success { data, .. } = answer.outcome {
                 absorb(&mut peaks, &data, origin.elapsed());
+            }
+        }
+    })
+}
+
+/// Counts the namespace's commands executing or running in PostgreSQL every [`INTERVAL`] until
+/// cancelled; returns the peak per command. A row is `executing` from its claim to its landing,
+/// both inside the time its permits are held, so with no fault the peak never exceeds what the
+/// permits allow.
+pub fn executing(
+    pg: sqlx::PgPool,
+    namespace: uuid::Uuid,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<std::collections::BTreeMap<String, i64>> {
+    tokio::spawn(async move {
+        let mut peaks = std::collections::BTreeMap::new();
+        let mut tick = tokio::time::interval(INTERVAL / 5);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return peaks,
+                _ = tick.tick() => {}
+            }
+            let counts: Result<Vec<(String, i64)>, _> = sqlx::query_as(
+                "SELECT command, count(*) FROM commands
+                  WHERE namespace_id = $1 AND status IN ('executing', 'running')
+                  GROUP BY command",
+            )
+            .bind(namespace)
+            .fetch_all(&pg)
+            .await;
+            for (command, count) in counts.unwrap_or_default() {
+                let peak = peaks.entry(command).or_insert(0);
+                *peak = (*peak).max(count);
             }
         }
     })

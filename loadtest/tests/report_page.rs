@@ -154,6 +154,13 @@ fn sample() -> Report {
                     limit: Some(64),
                 },
             )]),
+            executing: BTreeMap::from([(
+                "claim".into(),
+                PeakOf {
+                    peak: 64,
+                    limit: Some(64),
+                },
+            )]),
             series,
         },
         processes: vec![

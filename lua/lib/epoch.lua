@@ -24,11 +24,16 @@ local function epoch_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The moment the projection was opened (its last rebuild), for bucket_tokens.
+local opened_at = 0
+
 -- The projection's generation, or nil when it must not be trusted.
 local function epoch_check(meta, min_generation, now)
-  local m = redis.call('HMGET', meta, 'ready', 'generation', 'run_id', 'lastsave', 'checked_at')
+  local m = redis.call('HMGET', meta, 'ready', 'generation', 'run_id', 'lastsave', 'checked_at',
+    'opened_at')
   local generation = tonumber(m[2] or '')
   if m[1] ~= '1' or generation == nil or generation < min_generation then return nil end
+  opened_at = tonumber(m[6] or '') or 0
   local lastsave = tostring(redis.call('LASTSAVE'))
   if lastsave ~= m[4] or now - (tonumber(m[5] or '') or 0) >= 1000 then
     local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
@@ -39,6 +44,18 @@ local function epoch_check(meta, min_generation, now)
     redis.call('HSET', meta, 'lastsave', lastsave, 'checked_at', now)
   end
   return generation
+end
+
+-- The tokens of a token bucket (its `tokens` and `ts` fields as read) refilled up to `now`. A
+-- bucket that does not exist was lost with the projection (or never used): it counts as empty
+-- when the rebuild that opened the projection fenced it (`opened_at`, see ready.lua), so a
+-- rebuild never hands out a burst that was already spent before the loss; one opened long ago
+-- is full.
+local function bucket_tokens(tokens, ts, rate, burst, now)
+  tokens, ts = tonumber(tokens), tonumber(ts)
+  if tokens == nil or ts == nil then tokens, ts = 0, opened_at end
+  if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate / 1000) end
+  return tokens
 end
 
 -- Statuses a command never leaves.

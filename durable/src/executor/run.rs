@@ -48,6 +48,13 @@ pub struct Executor {
     in_hand: TaskTracker,
 }
 
+/// Where a webhook command goes, and when its admission took its first start tokens.
+struct Delivery {
+    url: String,
+    timeout_ms: u32,
+    admitted_at: Instant,
+}
+
 /// Heads admitted together, and when (their permits' leases count from then).
 struct Admitted {
     generation: i64,
@@ -278,7 +285,12 @@ impl Executor {
                         .push(row);
                 }
                 Some(HandlerDecl::Webhook { url, timeout_ms }) => {
-                    self.start_webhook(app, &keys, row, stop, url, timeout_ms, shutdown);
+                    let delivery = Delivery {
+                        url,
+                        timeout_ms,
+                        admitted_at: batch.at,
+                    };
+                    self.start_webhook(app, &keys, row, stop, delivery, shutdown);
                 }
                 _ => self.give_back(&keys, &row).await,
             }
@@ -384,15 +396,13 @@ impl Executor {
     /// Runs one webhook command to its end on its own task: its retries may wait for seconds
     /// and must not hold a batch slot. A stopped attempt abandons its request: its lease may
     /// have lapsed, and another executor may already be starting the command again.
-    #[allow(clippy::too_many_arguments)]
     fn start_webhook(
         self: &Arc<Self>,
         app: &Application,
         keys: &AppKeys,
         row: Claimed,
         stop: CancellationToken,
-        url: String,
-        timeout_ms: u32,
+        delivery: Delivery,
         shutdown: &CancellationToken,
     ) {
         let Some(decl) = app.commands.get(&(row.namespace_id, row.command.clone())) else {
@@ -403,11 +413,12 @@ impl Executor {
             return;
         };
         let target = Target {
-            url,
-            timeout: Duration::from_millis(u64::from(timeout_ms)),
+            url: delivery.url,
+            timeout: Duration::from_millis(u64::from(delivery.timeout_ms)),
             secret: namespace.webhook_secret.clone(),
             namespace: namespace.name.clone(),
             rate_keys: rate_keys_of(keys, &row, decl),
+            admitted_at: delivery.admitted_at,
         };
         let this = self.clone();
         let keys = keys.clone();

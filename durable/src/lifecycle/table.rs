@@ -48,6 +48,7 @@ impl By {
 pub struct Transition {
     pub name: &'static str,
     pub from: &'static [State],
+    /// Empty: the status does not change (the transition works on the projection or the lease).
     pub to: &'static [State],
     /// What the PostgreSQL side does, in a line; `sql` is the statement itself.
     pub postgres: &'static str,
@@ -112,7 +113,7 @@ pub const TRANSITIONS: &[Transition] = &[
     Transition {
         name: "accept",
         from: &[State::Is(Accepted)],
-        to: &[State::Is(Accepted)],
+        to: &[],
         postgres: "— (after the commit)",
         sql: None,
         redis: &["accept.lua"],
@@ -146,7 +147,7 @@ pub const TRANSITIONS: &[Transition] = &[
     Transition {
         name: "renew",
         from: HELD,
-        to: HELD,
+        to: &[],
         postgres: "UPDATE … SET lease_expires_at",
         sql: Some(super::held::RENEW_SQL),
         redis: &["renew.lua"],
@@ -264,24 +265,35 @@ pub const TRANSITIONS: &[Transition] = &[
     },
 ];
 
-/// The state diagram (mermaid), one arrow per (from, to) pair labelled with its transition;
-/// a transition that keeps the state (accept, renew) is listed in the table only.
+/// The state diagram (mermaid): the five final statuses drawn as one state, `ended`; one arrow
+/// per pair of states, labelled with every transition that takes it. Transitions that keep the
+/// status (accept, renew) are in the table only.
 pub fn mermaid() -> String {
-    let mut text = String::from("```mermaid\nstateDiagram-v2\n");
+    let node = |state: &State| match state {
+        State::Is(status) if status.is_final() => "ended",
+        other => other.name(),
+    };
+    let mut arrows: Vec<((&str, &str), Vec<&str>)> = Vec::new();
     for t in TRANSITIONS {
         for from in t.from {
             for to in t.to {
-                if from == to {
+                let pair = (node(from), node(to));
+                if pair.0 == pair.1 {
+                    // Same status, another holder (a requeue between two attempts): table only.
                     continue;
                 }
-                text.push_str(&format!(
-                    "    {} --> {} : {}\n",
-                    from.name(),
-                    to.name(),
-                    t.name
-                ));
+                match arrows.iter_mut().find(|(p, _)| *p == pair) {
+                    Some((_, names)) if !names.contains(&t.name) => names.push(t.name),
+                    Some(_) => {}
+                    None => arrows.push((pair, vec![t.name])),
+                }
             }
         }
+    }
+    let mut text = String::from("```mermaid\nstateDiagram-v2\n");
+    text.push_str("    ended : succeeded, rejected, failed, expired, cancelled\n");
+    for ((from, to), names) in arrows {
+        text.push_str(&format!("    {from} --> {to} : {}\n", names.join(", ")));
     }
     text.push_str("```\n");
     text
@@ -290,6 +302,9 @@ pub fn mermaid() -> String {
 /// The table: transition, from → to, PostgreSQL, Redis, fence, by.
 pub fn markdown() -> String {
     let names = |states: &[State]| {
+        if states.is_empty() {
+            return "(unchanged)".to_string();
+        }
         states
             .iter()
             .map(|s| match s {

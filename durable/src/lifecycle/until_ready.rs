@@ -38,10 +38,15 @@ where
         if tokio::time::Instant::now() >= deadline {
             return Ok(None);
         }
-        if let Err(error) = rebuild::ensure_ready(stores.pg, stores.redis, application_id).await {
+        // Within the patience left: a rebuild under way holds its lock until it is done.
+        let rebuild = rebuild::ensure_ready(stores.pg, stores.redis, application_id);
+        if let Ok(Err(error)) = tokio::time::timeout_at(deadline, rebuild).await {
             tracing::debug!(%application_id, %error, "projection not rebuilt yet");
         }
-        tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
+        let now = tokio::time::Instant::now();
+        if now < deadline {
+            tokio::time::sleep(pause.min(deadline - now)).await;
+        }
         pause = (pause * 2).min(Duration::from_millis(500));
     }
 }

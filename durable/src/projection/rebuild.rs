@@ -198,12 +198,18 @@ async fn rebuild_unless_ready(
     tx.commit().await?;
 
     // 5. Open.
+    let first = if generation == 0 { "first" } else { "" };
     let opened: i64 = scripts
         .ready
         .call(
             redis,
             vec![keys.meta()],
-            vec!["open".into(), token.into(), next_generation.into()],
+            vec![
+                "open".into(),
+                token.into(),
+                next_generation.into(),
+                first.into(),
+            ],
         )
         .await?;
     if opened != 1 {
@@ -223,7 +229,8 @@ async fn rebuild_unless_ready(
 }
 
 /// Marks the (empty) projection of `keys` ready at `generation` in this Redis process, as a
-/// rebuild's last step does: for tests and benchmarks that write a projection by hand.
+/// rebuild's last step does for an application's first projection: for tests and benchmarks
+/// that write a projection by hand.
 pub async fn open_empty(
     redis: &Pool,
     scripts: &Scripts,
@@ -244,7 +251,12 @@ pub async fn open_empty(
         .call(
             redis,
             vec![keys.meta()],
-            vec!["open".into(), token.into(), generation.into()],
+            vec![
+                "open".into(),
+                token.into(),
+                generation.into(),
+                "first".into(),
+            ],
         )
         .await?;
     if opened == 1 {

@@ -57,6 +57,8 @@ impl LuaFixture {
             .expect("redis");
         let keys = AppKeys::new(Uuid::now_v7());
         let scripts = Scripts::new();
+        // The application's first projection: a token bucket these tests have not used yet is
+        // full (after a later rebuild it would count as empty, see lib/epoch.lua).
         open_empty(&redis, &scripts, &keys, 1)
             .await
             .expect("open the projection");
@@ -196,6 +198,17 @@ impl LuaFixture {
             .zrange(key, 0, -1, None, false, None, false)
             .await
             .expect("zrange")
+    }
+
+    /// The members of a sorted set with their scores.
+    pub(crate) async fn zscores(&self, key: &str) -> HashMap<String, f64> {
+        let pairs: Vec<(String, f64)> = self
+            .redis
+            .next()
+            .zrange(key, 0, -1, None, false, None, true)
+            .await
+            .expect("zrange withscores");
+        pairs.into_iter().collect()
     }
 
     pub(crate) async fn hash(&self, key: &str) -> HashMap<String, String> {

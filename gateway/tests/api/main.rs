@@ -17,6 +17,7 @@ mod execution;
 mod executor_processes;
 mod gateway_process;
 mod idempotency;
+mod life_cycle;
 mod logs;
 mod lua_admit;
 mod lua_fixture;

@@ -1,6 +1,8 @@
 //! A real HTTP backend for webhook tests: it verifies every request's `Sluice-Signature` with the
-//! namespace's webhook secret (independently of the executor's code), records every arrival, and
-//! answers whatever the test's handler decides, after whatever delay it chooses.
+//! namespace's webhook secret (independently of the executor's code), records every arrival,
+//! counts the calls in progress on its own (the witness of a concurrency limit: a call counts
+//! from its arrival until its answer is sent or its client hangs up), and answers whatever the
+//! test's handler decides, after whatever delay it chooses.
 
 #![allow(dead_code)]
 
@@ -85,7 +87,34 @@ pub struct Backend {
     pub base: String,
     secret: Arc<Mutex<String>>,
     arrivals: Arc<Mutex<Vec<Arrival>>>,
+    calls: Arc<Calls>,
     shutdown: CancellationToken,
+}
+
+/// Calls in progress and the most there ever were at once, counted by the backend alone.
+#[derive(Default)]
+struct Calls {
+    now: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+/// One call in progress; dropped when its answer is sent or its connection is gone (hyper drops
+/// the service future of a request whose client hung up).
+struct InProgress(Arc<Calls>);
+
+impl InProgress {
+    fn start(calls: &Arc<Calls>) -> InProgress {
+        use std::sync::atomic::Ordering;
+        let now = calls.now.fetch_add(1, Ordering::SeqCst) + 1;
+        calls.peak.fetch_max(now, Ordering::SeqCst);
+        InProgress(calls.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Backend {
@@ -100,7 +129,13 @@ impl Backend {
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let shutdown = CancellationToken::new();
         let secret = Arc::new(Mutex::new(String::new()));
-        let (recorded, stop, key) = (arrivals.clone(), shutdown.clone(), secret.clone());
+        let calls = Arc::new(Calls::default());
+        let (recorded, stop, key, counted) = (
+            arrivals.clone(),
+            shutdown.clone(),
+            secret.clone(),
+            calls.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 let stream = tokio::select! {
@@ -110,12 +145,22 @@ impl Backend {
                     },
                     _ = stop.cancelled() => return,
                 };
-                let (secret, recorded, handle) = (key.clone(), recorded.clone(), handle.clone());
+                let (secret, recorded, handle, counted) = (
+                    key.clone(),
+                    recorded.clone(),
+                    handle.clone(),
+                    counted.clone(),
+                );
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
-                        let (secret, recorded, handle) =
-                            (secret.clone(), recorded.clone(), handle.clone());
+                        let (secret, recorded, handle, counted) = (
+                            secret.clone(),
+                            recorded.clone(),
+                            handle.clone(),
+                            counted.clone(),
+                        );
                         async move {
+                            let _call = InProgress::start(&counted);
                             let key = secret.lock().expect("secret lock").clone();
                             let arrival = read_arrival(request, &key).await;
                             recorded
@@ -146,8 +191,19 @@ impl Backend {
             base,
             secret,
             arrivals,
+            calls,
             shutdown,
         }
+    }
+
+    /// The most calls the backend ever had in progress at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.calls.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Calls in progress now.
+    pub fn in_flight(&self) -> usize {
+        self.calls.now.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn set_secret(&self, secret: &str) {

@@ -139,6 +139,10 @@ pub struct Peaks {
     pub oldest_unfinished_seconds: f64,
     /// Live permits per limit key at any sample, with the declared limit.
     pub limit_keys: BTreeMap<String, PeakOf>,
+    /// Commands executing or running at once per command, counted in PostgreSQL (not from the
+    /// permits Redis holds), with the command's declared `max_in_flight`.
+    #[serde(default)]
+    pub executing: BTreeMap<String, PeakOf>,
     /// The samples themselves, for the chart: milliseconds since the first arrival.
     pub series: Vec<StatusSample>,
 }

@@ -217,6 +217,7 @@ async fn drive_on(
         stop.clone(),
     );
     let usage = sampler::processes(watched, stop.clone());
+    let executing = sampler::executing(tenant.pg.clone(), creds.namespace_id, stop.clone());
     let bar = progress::start(recorder.clone(), arrivals.len() as u64, options.quiet);
     let context = Arc::new(Context {
         client: client.clone(),
@@ -276,6 +277,15 @@ async fn drive_on(
     bar.finish();
     let mut peaks = status.await?;
     let processes = usage.await?;
+    for (command, peak) in executing.await? {
+        peaks.executing.insert(
+            command,
+            crate::report::PeakOf {
+                peak,
+                limit: Some(i64::from(options.admission_max_in_flight)),
+            },
+        );
+    }
     let recorded = recorder.finish();
 
     let mut checks =
@@ -324,7 +334,7 @@ async fn drive_on(
             checks.extend(invariants::backend(options, &seen, &recorded.accepted));
         }
     }
-    checks.push(invariants::sampled_limits(&peaks));
+    checks.push(invariants::executing_within_limits(&peaks));
     let invariants_hold = checks.iter().all(|c| c.holds);
     let targets = targets(options, &recorded);
     Ok(Report {

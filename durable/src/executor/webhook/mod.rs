@@ -3,8 +3,10 @@
 //!
 //! The command keeps every permit it was admitted with (command, resource, limit keys) from the
 //! first attempt to its end, across retries: a provider counts a task that may be running on its
-//! side, and a retry after a timeout may find it there. Each retry takes a start token from
-//! every rate-limited limit key again, since each attempt is a request to the provider.
+//! side, and a retry after a timeout may find it there. Each request holds a start token of every
+//! rate-limited limit key, taken at most [`TOKEN_FRESHNESS`] before it goes out: a retry takes
+//! them again, and so does a first request whose admission's tokens are older (the claim waited
+//! on PostgreSQL), so requests held back together never reach their provider together.
 
 mod backoff;
 mod client;
@@ -32,6 +34,10 @@ use crate::metrics::{self, HandlerKind};
 use crate::outbox::rfc3339;
 use crate::projection::{AppKeys, Scripts};
 
+/// How old a request's start tokens may be when it goes out. A provider therefore sees at most
+/// `burst + per_second × (window + TOKEN_FRESHNESS)` requests in any window.
+pub const TOKEN_FRESHNESS: Duration = Duration::from_millis(200);
+
 /// Where one command goes and what it may use.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -42,6 +48,8 @@ pub struct Target {
     pub namespace: String,
     /// The start buckets a retry takes a token from.
     pub rate_keys: Vec<RateKey>,
+    /// When the admission took the first request's start tokens.
+    pub admitted_at: tokio::time::Instant,
 }
 
 /// What the executor lends the handler.
@@ -91,7 +99,18 @@ pub async fn run(
 ) -> Result<End, DurableError> {
     let mut attempt = row.attempts;
     let mut in_doubt = row.was_in_doubt;
+    let mut tokens_taken = target.admitted_at;
     loop {
+        if tokens_taken.elapsed() > TOKEN_FRESHNESS {
+            match take_tokens(deps, row, target, shutdown).await? {
+                Tokens::Taken => {}
+                Tokens::PastDeadline => {
+                    return deadline(deps, row, in_doubt, "no start token before the deadline")
+                        .await;
+                }
+                Tokens::ShuttingDown => return hand_back(deps, row).await,
+            }
+        }
         let remaining = (row.deadline_at - Utc::now()).to_std().unwrap_or_default();
         if remaining.is_zero() {
             return deadline(
@@ -151,21 +170,10 @@ pub async fn run(
             _ = shutdown.cancelled() => return hand_back(deps, row).await,
         }
         // Each attempt is a request to the provider: it needs its start tokens again.
-        loop {
-            let more = match retake(deps.redis, deps.scripts, &deps.keys, &target.rate_keys).await?
-            {
-                Retake::Taken => break,
-                Retake::Wait(more) => more,
-                // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
-                Retake::NotReady => Duration::from_millis(100),
-            };
-            if before_deadline(more, row.deadline_at).is_none() {
-                return deadline(deps, row, in_doubt, &reason).await;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(more) => {}
-                _ = shutdown.cancelled() => return hand_back(deps, row).await,
-            }
+        match take_tokens(deps, row, target, shutdown).await? {
+            Tokens::Taken => tokens_taken = tokio::time::Instant::now(),
+            Tokens::PastDeadline => return deadline(deps, row, in_doubt, &reason).await,
+            Tokens::ShuttingDown => return hand_back(deps, row).await,
         }
         if !in_doubt && held::cancel_requested(stores, row.id).await? {
             return cancelled(deps, row).await;
@@ -174,6 +182,38 @@ pub async fn run(
             return Ok(End::Elsewhere);
         };
         attempt = next;
+    }
+}
+
+/// What waiting for start tokens came to.
+enum Tokens {
+    Taken,
+    PastDeadline,
+    ShuttingDown,
+}
+
+/// One start token from every rate-limited limit key of the command (`retake.lua`), waiting as
+/// long as the buckets say, within the deadline.
+async fn take_tokens(
+    deps: &Deps<'_>,
+    row: &Claimed,
+    target: &Target,
+    shutdown: &CancellationToken,
+) -> Result<Tokens, DurableError> {
+    loop {
+        let more = match retake(deps.redis, deps.scripts, &deps.keys, &target.rate_keys).await? {
+            Retake::Taken => return Ok(Tokens::Taken),
+            Retake::Wait(more) => more,
+            // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
+            Retake::NotReady => Duration::from_millis(100),
+        };
+        if before_deadline(more, row.deadline_at).is_none() {
+            return Ok(Tokens::PastDeadline);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(more) => {}
+            _ = shutdown.cancelled() => return Ok(Tokens::ShuttingDown),
+        }
     }
 }
 

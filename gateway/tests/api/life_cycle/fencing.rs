@@ -1,0 +1,367 @@
+//! Attempt fencing and monotonic statuses: a start whose lease lapsed can neither land nor touch
+//! the start that replaced it, and no late write brings an ended command back.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_durable::executor::ExecutorConfig;
+use sluice_durable::lifecycle::redis::{
+    Acceptance, Accepted, AdmitLimits, Ending, Mark, Requeue, Requeued, accept, land, mark, renew,
+    requeue,
+};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::execution::{fast_executor, start_executor};
+use crate::lua_fixture;
+use crate::support::*;
+use crate::webhook_backend::{Answer, Backend, handler};
+use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_stack, row};
+
+/// The lease of these tests' executors: the shortest allowed, so a lapse is quick to provoke.
+const LEASE_MS: u64 = 1_000;
+
+/// The first request of a command is held until the second one arrives and then answered
+/// `first`; the second is held three leases long and answered `second`.
+async fn two_calls_backend(second_arrived: Arc<Notify>, seen: Arc<Mutex<usize>>) -> Backend {
+    let answer = handler(move |_arrival| {
+        let (second_arrived, seen) = (second_arrived.clone(), seen.clone());
+        async move {
+            let nth = {
+                let mut seen = seen.lock().expect("seen");
+                *seen += 1;
+                *seen
+            };
+            let answer = |from: &str| {
+                Answer::json(
+                    200,
+                    json!({"outcome": "succeeded", "result": {"from": from}}),
+                )
+            };
+            if nth == 1 {
+                let arrived = second_arrived.notified();
+                let _ = tokio::time::timeout(Duration::from_secs(20), arrived).await;
+                answer("first")
+            } else {
+                second_arrived.notify_waiters();
+                tokio::time::sleep(Duration::from_millis(3 * LEASE_MS)).await;
+                answer("second")
+            }
+        }
+    });
+    Backend::start(answer).await
+}
+
+/// A lease lapses while the attempt's request is still at the backend: the row is rescued and
+/// started again under a new attempt by the same executor. The first attempt's answer, arriving
+/// after the second started, cannot land; the second attempt keeps renewing although the first
+/// one ended beside it (no third request), and its answer is the one PostgreSQL keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_attempt_cannot_land_and_the_new_one_keeps_renewing() {
+    let second_arrived = Arc::new(Notify::new());
+    let seen = Arc::new(Mutex::new(0));
+    let backend = two_calls_backend(second_arrived.clone(), seen.clone()).await;
+    let stack = ocr_stack(&backend, 20_000, 60, "").await;
+    let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
+    let executor = start_executor(
+        &stack,
+        ExecutorConfig {
+            lease_ms: LEASE_MS,
+            ..fast_executor()
+        },
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !arrivals_of(&backend, &id).is_empty()
+        })
+        .await,
+        "the first attempt reached the backend"
+    );
+    // The first attempt's lease lapses (as if its executor had stalled): the sweeper rescues
+    // the row and the executor starts it again. A renewal racing the backdating puts the lease
+    // forward again, so it is backdated until the second attempt shows up.
+    let command: Uuid = id.parse().expect("uuid");
+    let rescued = eventually(Duration::from_secs(10), || async {
+        sqlx::query(
+            "UPDATE commands SET lease_expires_at = now() - interval '10 seconds'
+              WHERE id = $1 AND status = 'executing' AND attempts = 1",
+        )
+        .bind(command)
+        .execute(&stack.pg)
+        .await
+        .expect("backdate the lease");
+        arrivals_of(&backend, &id).len() >= 2
+    })
+    .await;
+    assert!(
+        rescued,
+        "the command was started again after its lease lapsed"
+    );
+    let first_attempt = arrivals_of(&backend, &id)[0].body["attempt"].clone();
+    let second_attempt = arrivals_of(&backend, &id)[1].body["attempt"].clone();
+    assert_eq!((first_attempt, second_attempt), (json!(1), json!(2)));
+
+    let landed = eventually(Duration::from_secs(15), || async {
+        row(&stack, &id).await["status"] == "succeeded"
+    })
+    .await;
+    assert!(landed, "{}", row(&stack, &id).await);
+    let landed = row(&stack, &id).await;
+    assert_eq!(
+        landed["result"],
+        json!({"from": "second"}),
+        "only the attempt holding the row lands: {landed}"
+    );
+    assert_eq!(landed["attempts"], 2, "{landed}");
+    assert_eq!(
+        arrivals_of(&backend, &id).len(),
+        2,
+        "the second attempt kept its lease for its three-lease-long request: no third start"
+    );
+    executor.cancel();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late writes, at the script level.
+// ---------------------------------------------------------------------------------------------
+
+enum LateWrites {}
+
+type Bench = lua_fixture::Bench<LateWrites>;
+
+impl Bench {
+    async fn push(&self, resource: &str) -> Uuid {
+        let ns = self.namespace;
+        self.queue_command(
+            "job",
+            resource,
+            self.next_seq(),
+            vec![
+                ("status".into(), "accepted".into()),
+                ("ns".into(), ns.to_string()),
+                ("cmd".into(), "job".into()),
+            ],
+            vec![
+                "unfinished".into(),
+                format!("waiting:{ns}"),
+                format!("queued:{ns}:job"),
+            ],
+        )
+        .await
+    }
+
+    async fn start(&self) -> Vec<sluice_durable::lifecycle::redis::AdmittedHead> {
+        self.admitted_heads(AdmitLimits {
+            min_generation: 1,
+            max_heads: 10,
+            scan_limit: 64,
+            lease_ms: 60_000,
+            lookahead: 1,
+        })
+        .await
+    }
+
+    async fn land(&self, id: Uuid, resource: &str, status: &str) -> Option<bool> {
+        land(
+            &self.redis,
+            &self.scripts,
+            &self.keys,
+            &Ending {
+                command_id: id,
+                namespace_id: self.namespace,
+                command: "job",
+                resource_key: resource,
+                status,
+                updated_at: "2026-12-01T00:00:00.000Z".into(),
+                result: None,
+                error: None,
+                retention_ms: 60_000,
+            },
+        )
+        .await
+        .expect("land.lua")
+    }
+
+    async fn requeue(
+        &self,
+        id: Uuid,
+        attempt: sluice_durable::lifecycle::AttemptId,
+        resource: &str,
+        seq: i64,
+    ) -> Requeue {
+        requeue(
+            &self.redis,
+            &self.scripts,
+            &self.keys,
+            &Requeued {
+                command_id: id,
+                attempt: Some(attempt),
+                namespace_id: self.namespace,
+                command: "job",
+                resource_key: resource,
+                queue_seq: seq,
+                status: "retry_wait",
+                updated_at: "2026-12-01T00:00:00.000Z".into(),
+            },
+        )
+        .await
+        .expect("requeue.lua")
+    }
+
+    async fn mark(
+        &self,
+        id: Uuid,
+        attempt: sluice_durable::lifecycle::AttemptId,
+        status: &str,
+    ) -> Mark {
+        mark(
+            &self.redis,
+            &self.scripts,
+            &self.keys,
+            id,
+            attempt,
+            status,
+            "2026-12-01T00:00:00.000Z".into(),
+            None,
+        )
+        .await
+        .expect("mark.lua")
+    }
+
+    /// unfinished, waiting and queued of `job`, and the live permits of `job`.
+    async fn figures(&self) -> (i64, i64, i64, usize) {
+        let ns = self.namespace;
+        (
+            self.counter("unfinished").await,
+            self.counter(&format!("waiting:{ns}")).await,
+            self.counter(&format!("queued:{ns}:job")).await,
+            self.zmembers(&self.keys.command_leases(ns, "job"))
+                .await
+                .len(),
+        )
+    }
+}
+
+/// A command that ended (cancelled, completed) stays ended whatever arrives late: the requeue of
+/// the attempt that held it, a status mark of that attempt, its renewal, a second landing as
+/// `needs_review`, and a late `accept` of its commit change nothing, and it is never started
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_writes_never_resurrect_an_ended_command() {
+    let bench = Bench::new().await;
+    bench
+        .configure(&[("job", "100 1000000 1000000 0")], &[])
+        .await;
+    let id = bench.push("r").await;
+    let heads = bench.start().await;
+    assert_eq!(heads.len(), 1);
+    let head = heads[0].clone();
+    assert_eq!(bench.land(id, "r", "cancelled").await, Some(true));
+    let ended = (0, 0, 0, 0);
+    assert_eq!(bench.figures().await, ended);
+
+    assert_eq!(
+        bench.requeue(id, head.attempt, "r", head.queue_seq).await,
+        Requeue::Stale
+    );
+    assert_eq!(bench.mark(id, head.attempt, "retry_wait").await, Mark::Lost);
+    assert_eq!(bench.mark(id, head.attempt, "running").await, Mark::Lost);
+    let renewed = renew(
+        &bench.redis,
+        &bench.scripts,
+        &bench.keys,
+        &[(id, head.attempt)],
+        60_000,
+    )
+    .await
+    .expect("renew.lua");
+    assert_eq!(
+        renewed,
+        Some(vec![false]),
+        "an ended command's attempt is lost"
+    );
+    assert_eq!(bench.land(id, "r", "needs_review").await, Some(false));
+    let late = accept(
+        &bench.redis,
+        &bench.scripts,
+        &bench.keys,
+        1,
+        &[Accepted {
+            command_id: id,
+            namespace_id: bench.namespace,
+            command: "job".into(),
+            resource_key: "r".into(),
+            request_key_field: "1:uk".into(),
+            content_sha256_hex: "a".repeat(64),
+            queue_seq: head.queue_seq,
+            accepted_at: "2026-12-01T00:00:00.000Z".into(),
+            deadline_at: "2026-12-01T01:00:00.000Z".into(),
+            limit_keys: String::new(),
+        }],
+    )
+    .await
+    .expect("accept.lua");
+    assert!(
+        matches!(&late, Acceptance::Projected(p) if p.positions == vec![None]),
+        "{late:?}"
+    );
+    assert_eq!(bench.status(id).await.as_deref(), Some("cancelled"));
+    assert_eq!(bench.figures().await, ended, "nothing counted again");
+    assert!(bench.start().await.is_empty(), "never started again");
+}
+
+/// An attempt given back and started again: the first attempt's late requeue and marks touch
+/// nothing of the second (its permits stay, it stays out of its queue and executing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
+    let bench = Bench::new().await;
+    bench
+        .configure(&[("job", "100 1000000 1000000 0")], &[])
+        .await;
+    let id = bench.push("r").await;
+    let first = bench.start().await[0].clone();
+    assert_eq!(
+        bench.requeue(id, first.attempt, "r", first.queue_seq).await,
+        Requeue::Done
+    );
+    let second = bench.start().await[0].clone();
+    assert_ne!(
+        first.attempt, second.attempt,
+        "every start mints its attempt"
+    );
+    let before = bench.figures().await;
+    assert_eq!(before, (1, 0, 0, 1));
+
+    assert_eq!(
+        bench.requeue(id, first.attempt, "r", first.queue_seq).await,
+        Requeue::Stale
+    );
+    assert_eq!(
+        bench.mark(id, first.attempt, "retry_wait").await,
+        Mark::Lost
+    );
+    assert_eq!(
+        bench.figures().await,
+        before,
+        "the second attempt keeps its permits"
+    );
+    assert_eq!(bench.status(id).await.as_deref(), Some("executing"));
+    assert_eq!(
+        bench.field(id, "attempt").await,
+        Some(second.attempt.to_string())
+    );
+    assert!(bench.start().await.is_empty(), "not queued twice");
+    assert_eq!(
+        renew(
+            &bench.redis,
+            &bench.scripts,
+            &bench.keys,
+            &[(id, first.attempt), (id, second.attempt)],
+            60_000,
+        )
+        .await
+        .expect("renew.lua"),
+        Some(vec![false, true])
+    );
+}

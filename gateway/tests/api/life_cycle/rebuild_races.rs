@@ -1,0 +1,305 @@
+//! A rebuild racing the other transitions, the race made to happen by fault-injection points
+//! that hold one side at the worst moment: a claim after the rebuild's snapshot, a commit and
+//! its accept between the rebuild's clearing and its counts, a completion while the rebuild
+//! writes. Limits are judged by the backend's own count of calls in progress, counts by
+//! PostgreSQL's rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_durable::faults::{self, Point};
+use sluice_durable::projection::rebuild;
+use sluice_gateway::config::GatewayConfig;
+
+use crate::execution::{all_terminal, fast_executor, start_executor};
+use crate::support::*;
+use crate::webhook_backend::{Answer, Backend, handler};
+use crate::webhooks::{arrivals_of, complete, enqueue_ocr, ocr_declaration, row, stack_with};
+
+/// `ocr` allowing one command in flight per account (`account:{provider}:{account}`).
+const ONE_PER_ACCOUNT: &str = r#"{ key = "account:{provider}:{account}", max_in_flight = 1 }"#;
+
+/// The application's Redis counters against PostgreSQL's rows: `unfinished` is every unfinished
+/// row, `waiting` and `queued` the waiting ones not held by an executor.
+async fn counts_match_postgres(stack: &Stack, command: &str) -> Result<(), String> {
+    let (unfinished, waiting): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status NOT IN
+                    ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')),
+                count(*) FILTER (WHERE status IN ('accepted', 'retry_wait')
+                                   AND lease_owner IS NULL)
+           FROM commands WHERE application_id = $1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(&stack.pg)
+    .await
+    .map_err(|e| e.to_string())?;
+    let redis = stack.open_counts(command).await;
+    if redis == (unfinished, waiting, waiting) {
+        Ok(())
+    } else {
+        Err(format!(
+            "Redis counts {redis:?}, PostgreSQL unfinished {unfinished} and waiting {waiting}"
+        ))
+    }
+}
+
+/// Waits until the counters agree with PostgreSQL (they follow its commits by a moment).
+async fn assert_counts_settle(stack: &Stack, command: &str) {
+    let settled = eventually(Duration::from_secs(10), || async {
+        counts_match_postgres(stack, command).await.is_ok()
+    })
+    .await;
+    assert!(settled, "{:?}", counts_match_postgres(stack, command).await);
+}
+
+/// A head admitted (its permit taken) and then held before its claim while a rebuild runs
+/// through: the rebuild's snapshot has it waiting and queues it again without a permit, and the
+/// command's only permit goes to another head. The held claim is refused (fenced by the
+/// admission's epoch), so the head is started once, later, with a permit: the backend never has
+/// two calls at once and every command is called exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_the_rebuilds_snapshot_is_refused() {
+    let backend = Backend::start(handler(|_| async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        Answer::succeeded(json!({}))
+    }))
+    .await;
+    let declaration = ocr_declaration(&backend.url("/ocr"), 5_000, 120, "")
+        .replace("max_in_flight = 1000,", "max_in_flight = 1,");
+    let stack = stack_with(&backend, &declaration).await;
+    let application = stack.creds.application_id;
+    // The held head is on account z; the others, enqueued while it is held, sort before it.
+    let mut ids = vec![enqueue_ocr(&stack, "user-z", "gitee", "z", "doc").await];
+    let held = faults::pause(Point::AfterAdmit, application);
+    let executor = start_executor(&stack, fast_executor());
+    held.reached().await;
+    for account in ["a", "b", "c"] {
+        ids.push(enqueue_ocr(&stack, &format!("user-{account}"), "gitee", account, "doc").await);
+    }
+    rebuild::rebuild(&stack.pg, &stack.redis, application)
+        .await
+        .expect("rebuild");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !backend.arrivals().is_empty()
+        })
+        .await,
+        "after the rebuild the command's permit goes to another head"
+    );
+    held.release();
+    assert!(all_terminal(&stack, Duration::from_secs(30)).await);
+    for id in &ids {
+        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(
+            arrivals_of(&backend, id).len(),
+            1,
+            "{id} was called once: {:?}",
+            row(&stack, id).await
+        );
+    }
+    assert_eq!(
+        backend.peak_in_flight(),
+        1,
+        "the command's max_in_flight as the backend counted it"
+    );
+    assert_counts_settle(&stack, "ocr").await;
+    executor.cancel();
+}
+
+/// An enqueue reserved before a rebuild and committed while the rebuild is between clearing the
+/// projection and writing its counts: the commit is refused (its reservation's epoch ended) and
+/// the enqueue answered `503`; retried with the same key it is accepted once, under the new
+/// epoch. The counters equal PostgreSQL's rows afterwards, and the command runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_between_the_rebuilds_clearing_and_counts_is_counted_once() {
+    let stack = Arc::new(
+        Stack::start_with(StackOptions {
+            config: GatewayConfig {
+                rebuild_wait_ms: 500,
+                ..GatewayConfig::default()
+            },
+            ..StackOptions::default()
+        })
+        .await,
+    );
+    // Some commands already waiting, counted by the rebuild.
+    let offer = offer();
+    for subject in ["a", "b", "c"] {
+        let reply = stack.enqueue(subject, &key(), &offer).await;
+        assert_eq!(reply.status.as_u16(), 202, "{:?}", reply.body);
+    }
+    let (namespace, application) = (stack.creds.namespace_id, stack.creds.application_id);
+    let reserved = faults::pause(Point::AfterReservation, namespace);
+    let racing_key = key();
+    let enqueue = {
+        let (stack, racing_key, offer) = (stack.clone(), racing_key.clone(), offer.clone());
+        tokio::spawn(async move { stack.enqueue("racer", &racing_key, &offer).await })
+    };
+    reserved.reached().await;
+    let counting = faults::pause(Point::RebuildBeforeCounts, application);
+    let rebuilding = {
+        let stack = stack.clone();
+        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
+    };
+    counting.reached().await;
+    reserved.release();
+    let first = enqueue.await.expect("the enqueue");
+    counting.release();
+    rebuilding
+        .await
+        .expect("the rebuild task")
+        .expect("the rebuild");
+    let answered = eventually(Duration::from_secs(10), || async {
+        let retried = stack.enqueue("racer", &racing_key, &offer).await;
+        matches!(retried.status.as_u16(), 200 | 202)
+    })
+    .await;
+    assert!(answered, "the retry with the same key is answered");
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM commands WHERE namespace_id = $1 AND request_key = $2",
+    )
+    .bind(namespace)
+    .bind(&racing_key)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("rows");
+    assert_eq!(
+        rows, 1,
+        "one command for the key (first answer {:?})",
+        first.body
+    );
+    assert_counts_settle(&stack, "claim").await;
+}
+
+/// A running command completed while a rebuild writes (its snapshot, taken before, has the
+/// command running with its permits until its deadline): the completion's Redis side waits for
+/// the rebuild and then frees the permits, so the account's next command starts at once instead
+/// of at the first one's deadline, and the counters equal PostgreSQL's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_during_the_rebuild_frees_its_permits() {
+    let backend = Backend::start(handler(|_| async { Answer::status(202) })).await;
+    let declaration = ocr_declaration(&backend.url("/ocr"), 5_000, 600, ONE_PER_ACCOUNT);
+    let stack = Arc::new(stack_with(&backend, &declaration).await);
+    let first = enqueue_ocr(&stack, "user-1", "gitee", "a", "one").await;
+    let second = enqueue_ocr(&stack, "user-2", "gitee", "a", "two").await;
+    let executor = start_executor(&stack, fast_executor());
+    let running = eventually(Duration::from_secs(10), || async {
+        row(&stack, &first).await["status"] == "running"
+    })
+    .await;
+    assert!(running, "{}", row(&stack, &first).await);
+    assert!(arrivals_of(&backend, &second).is_empty());
+
+    let application = stack.creds.application_id;
+    let writing = faults::pause(Point::RebuildBeforeCounts, application);
+    let rebuilding = {
+        let stack = stack.clone();
+        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
+    };
+    writing.reached().await;
+    let completing = {
+        let (stack, first) = (stack.clone(), first.clone());
+        tokio::spawn(async move {
+            complete(
+                &stack,
+                &first,
+                json!({"outcome": "succeeded", "result": {}}),
+            )
+            .await
+        })
+    };
+    // The completion has committed in PostgreSQL; its Redis side waits for the rebuild.
+    let committed = eventually(Duration::from_secs(5), || async {
+        row(&stack, &first).await["status"] == "succeeded"
+    })
+    .await;
+    assert!(committed, "{}", row(&stack, &first).await);
+    writing.release();
+    rebuilding
+        .await
+        .expect("the rebuild task")
+        .expect("the rebuild");
+    let completed = completing.await.expect("the completion");
+    assert_eq!(completed.status.as_u16(), 200, "{:?}", completed.body);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !arrivals_of(&backend, &second).is_empty()
+        })
+        .await,
+        "the account's next command starts once the first completed, not at its deadline"
+    );
+    assert_eq!(backend.peak_in_flight(), 1);
+    let done = complete(
+        &stack,
+        &second,
+        json!({"outcome": "succeeded", "result": {}}),
+    )
+    .await;
+    assert_eq!(done.status.as_u16(), 200, "{:?}", done.body);
+    assert_counts_settle(&stack, "ocr").await;
+    executor.cancel();
+}
+
+/// A rebuild clears the token buckets with everything else; tokens already spent must not come
+/// back with it. A provider limited to 2 starts per second (burst 2) gets its burst, then the
+/// projection is rebuilt twice: the backend's own record of arrivals never shows more starts in
+/// a window than the bucket allows (`burst + per_second × window`, with the executor's token
+/// freshness as slack), where refilled buckets would hand out a fresh burst after each rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_never_refills_a_token_bucket() {
+    const PER_SECOND: f64 = 2.0;
+    const BURST: f64 = 2.0;
+    let backend = Backend::start(handler(|_| async { Answer::succeeded(json!({})) })).await;
+    let declaration = ocr_declaration(
+        &backend.url("/ocr"),
+        5_000,
+        120,
+        r#"{ key = "provider:{provider}", per_second = 2 }"#,
+    );
+    let stack = stack_with(&backend, &declaration).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(
+            enqueue_ocr(
+                &stack,
+                &format!("user-{i}"),
+                "gitee",
+                &format!("a{i}"),
+                "doc",
+            )
+            .await,
+        );
+    }
+    let executor = start_executor(&stack, fast_executor());
+    let application = stack.creds.application_id;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            backend.arrivals().len() >= 2
+        })
+        .await,
+        "the burst goes out"
+    );
+    for _ in 0..2 {
+        rebuild::rebuild(&stack.pg, &stack.redis, application)
+            .await
+            .expect("rebuild");
+    }
+    assert!(all_terminal(&stack, Duration::from_secs(20)).await);
+    let mut at: Vec<std::time::Instant> = backend.arrivals().iter().map(|a| a.at).collect();
+    at.sort();
+    assert_eq!(at.len(), ids.len(), "every command called once");
+    let slack = sluice_durable::executor::webhook::TOKEN_FRESHNESS.as_secs_f64();
+    for (i, from) in at.iter().enumerate() {
+        for (j, to) in at.iter().enumerate().skip(i) {
+            let window = to.duration_since(*from).as_secs_f64();
+            let allowed = BURST + PER_SECOND * (window + slack);
+            assert!(
+                (j - i + 1) as f64 <= allowed,
+                "{} starts within {window:.3} s, the bucket allows {allowed:.1}",
+                j - i + 1
+            );
+        }
+    }
+    executor.cancel();
+}
