@@ -116,6 +116,40 @@ pub async fn project_end(
     }
 }
 
+/// The Redis side of a requeue PostgreSQL committed (or of a waiting row Redis lost track of),
+/// made again while the projection is not trusted, for at most `patience`. True when this call
+/// put the command back; false when it was not the attempt on record (nothing to do) or could
+/// not be made (logged: the reconciler and the permit sweeper repair it).
+pub async fn project_requeue(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    back: &Requeued<'_>,
+    patience: Duration,
+) -> bool {
+    let requeued = until_ready(stores, keys.application_id(), patience, || async {
+        Ok(
+            match requeue(stores.redis, stores.scripts, keys, back).await? {
+                Requeue::NotReady => None,
+                done => Some(done),
+            },
+        )
+    })
+    .await;
+    match requeued {
+        Ok(Some(Requeue::Done)) => true,
+        Ok(Some(_)) => false,
+        Ok(None) => {
+            tracing::warn!(command_id = %back.command_id, "requeue not projected while the projection was rebuilt; the sweepers repair it");
+            false
+        }
+        Err(error) => {
+            crate::metrics::storage_error(&error);
+            tracing::warn!(command_id = %back.command_id, %error, "requeue not projected; the reconciler repairs it");
+            false
+        }
+    }
+}
+
 /// The Redis side of whatever PostgreSQL says of a row now (a head that could not be claimed, a
 /// row a sweeper changed, a permit that lapsed): waiting rows go back in line under the attempt
 /// Redis has on record (`attempt`, else the row's own), ended ones land; rows an attempt or a
@@ -143,24 +177,7 @@ pub async fn project_current(
                 status: &row.status,
                 updated_at: rfc3339(row.updated_at),
             };
-            let requeued = until_ready(stores, keys.application_id(), patience, || async {
-                Ok(
-                    match requeue(stores.redis, stores.scripts, keys, &back).await? {
-                        Requeue::NotReady => None,
-                        done => Some(done),
-                    },
-                )
-            })
-            .await;
-            match requeued {
-                Ok(Some(Requeue::Done)) => true,
-                Ok(_) => false,
-                Err(error) => {
-                    crate::metrics::storage_error(&error);
-                    tracing::warn!(command_id = %row.id, %error, "requeue not projected; the reconciler repairs it");
-                    false
-                }
-            }
+            project_requeue(stores, keys, &back, patience).await
         }
         "executing" | "running" => false,
         status => {

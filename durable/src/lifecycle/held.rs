@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::attempt::AttemptId;
 use super::claim::Claimed;
-use super::redis::{Extend, Mark, Requeue, Requeued, mark, requeue};
+use super::redis::{Extend, Mark, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
 use crate::outbox::rfc3339;
@@ -237,17 +237,6 @@ pub async fn give_back(
         status: "retry_wait",
         updated_at: rfc3339(updated_at),
     };
-    let requeued = until_ready(stores, keys.application_id(), patience, || async {
-        Ok(
-            match requeue(stores.redis, stores.scripts, keys, &back).await? {
-                Requeue::NotReady => None,
-                done => Some(done),
-            },
-        )
-    })
-    .await;
-    if !matches!(requeued, Ok(Some(Requeue::Done))) {
-        tracing::warn!(command_id = %row.id, ?requeued, "given back in PostgreSQL, not yet in Redis; the sweepers repair it");
-    }
+    super::end::project_requeue(stores, keys, &back, patience).await;
     Ok(true)
 }

@@ -85,15 +85,7 @@ async fn rebuild_unless_ready(
     }
 
     // 2. Fence.
-    let token = Uuid::new_v4().to_string();
-    let _: String = scripts
-        .ready
-        .call(
-            redis,
-            vec![keys.meta()],
-            vec!["fence".into(), token.clone().into()],
-        )
-        .await?;
+    let token = fence(redis, &scripts, &keys).await?;
     // 3. Advance the epoch: waits for the commits and claims of the old one in flight.
     let next_generation: i64 = sqlx::query_scalar(
         "UPDATE projections SET generation = generation + 1, rebuilt_at = now()
@@ -198,27 +190,15 @@ async fn rebuild_unless_ready(
     tx.commit().await?;
 
     // 5. Open.
-    let first = if generation == 0 { "first" } else { "" };
-    let opened: i64 = scripts
-        .ready
-        .call(
-            redis,
-            vec![keys.meta()],
-            vec![
-                "open".into(),
-                token.into(),
-                next_generation.into(),
-                first.into(),
-            ],
-        )
-        .await?;
-    if opened != 1 {
-        return Err(DurableError::Unavailable(
-            "Redis was flushed or restarted while the projection was being rebuilt; it is \
-             rebuilt again on the next request"
-                .into(),
-        ));
-    }
+    open(
+        redis,
+        &scripts,
+        &keys,
+        token,
+        next_generation,
+        generation == 0,
+    )
+    .await?;
     lock.commit().await?;
     tracing::info!(%application_id, generation = next_generation, waiting, unfinished, "projection rebuilt");
     Ok(Some(RebuildReport {
@@ -237,6 +217,12 @@ pub async fn open_empty(
     keys: &AppKeys,
     generation: i64,
 ) -> Result<(), DurableError> {
+    let token = fence(redis, scripts, keys).await?;
+    open(redis, scripts, keys, token, generation, true).await
+}
+
+/// `ready.lua fence`: the projection is not ready from here on; the rebuild's token.
+async fn fence(redis: &Pool, scripts: &Scripts, keys: &AppKeys) -> Result<String, DurableError> {
     let token = Uuid::new_v4().to_string();
     let _: String = scripts
         .ready
@@ -246,6 +232,20 @@ pub async fn open_empty(
             vec!["fence".into(), token.clone().into()],
         )
         .await?;
+    Ok(token)
+}
+
+/// `ready.lua open`: ready at `generation`, unless the fence of `token` is gone (a FLUSHALL or a
+/// restart while the rebuild wrote). `first`: the application never had a projection (its
+/// token buckets start full).
+async fn open(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    token: String,
+    generation: i64,
+    first: bool,
+) -> Result<(), DurableError> {
     let opened: i64 = scripts
         .ready
         .call(
@@ -255,7 +255,7 @@ pub async fn open_empty(
                 "open".into(),
                 token.into(),
                 generation.into(),
-                "first".into(),
+                if first { "first" } else { "" }.into(),
             ],
         )
         .await?;
@@ -263,7 +263,9 @@ pub async fn open_empty(
         Ok(())
     } else {
         Err(DurableError::Unavailable(
-            "the projection could not be opened".into(),
+            "Redis was flushed or restarted while the projection was being rebuilt; it is \
+             rebuilt again on the next request"
+                .into(),
         ))
     }
 }

@@ -620,42 +620,26 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
         }
         // What holds them back.
         let client = bench.redis.next();
-        let far = 4_102_444_800_000.0; // 2100: a permit that never lapses during the test
         match blocker {
             Blocker::Permits => {
-                let _: i64 = client
-                    .zadd(
-                        bench.keys.command_leases(ns, "hog"),
-                        None,
-                        None,
-                        false,
-                        false,
-                        (far, "holder"),
-                    )
+                bench
+                    .hold_forever(&bench.keys.command_leases(ns, "hog"))
                     .await
-                    .expect("the held permit");
             }
             Blocker::Tokens => {
+                // Last refilled in 2100: no token accrues during the test.
                 let _: () = client
                     .hset(
                         bench.command_bucket("hog"),
-                        [("tokens", "0".to_string()), ("ts", far.to_string())],
+                        [("tokens", "0"), ("ts", "4102444800000")],
                     )
                     .await
                     .expect("an empty bucket");
             }
             Blocker::LimitKey => {
-                let _: i64 = client
-                    .zadd(
-                        bench.keys.limit_leases(ns, "acct:x"),
-                        None,
-                        None,
-                        false,
-                        false,
-                        (far, "holder"),
-                    )
+                bench
+                    .hold_forever(&bench.keys.limit_leases(ns, "acct:x"))
                     .await
-                    .expect("the held key");
             }
             Blocker::Configuration => {}
         }
@@ -758,19 +742,9 @@ async fn blocked_resources_of_a_command_rotate_until_a_free_one_is_reached() {
             )
             .await;
     }
-    let _: i64 = bench
-        .redis
-        .next()
-        .zadd(
-            bench.keys.limit_leases(ns, "acct:x"),
-            None,
-            None,
-            false,
-            false,
-            (4_102_444_800_000.0, "holder"),
-        )
-        .await
-        .expect("the held key");
+    bench
+        .hold_forever(&bench.keys.limit_leases(ns, "acct:x"))
+        .await;
     let free = bench.push("job", "z-free", 1).await[0];
     let limits = AdmitLimits {
         min_generation: 1,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use fred::prelude::*;
-use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, admit};
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, Ending, admit, land};
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
@@ -175,6 +175,52 @@ impl LuaFixture {
             Admission::Heads { heads, .. } => heads,
             Admission::NotReady => panic!("the projection is ready"),
         }
+    }
+
+    /// `land.lua` for command `id` of `command` in `resource`, ending `status`: whether it
+    /// counted the command out (None: the projection was not trusted).
+    pub(crate) async fn land(
+        &self,
+        command: &str,
+        resource: &str,
+        id: Uuid,
+        status: &str,
+    ) -> Option<bool> {
+        land(
+            &self.redis,
+            &self.scripts,
+            &self.keys,
+            &Ending {
+                command_id: id,
+                namespace_id: self.namespace,
+                command,
+                resource_key: resource,
+                status,
+                updated_at: "2026-12-01T00:00:00.000Z".into(),
+                result: None,
+                error: None,
+                retention_ms: 600_000,
+            },
+        )
+        .await
+        .expect("land.lua")
+    }
+
+    /// A permit of `lease` held by nobody the test knows, that never lapses during the test.
+    pub(crate) async fn hold_forever(&self, lease: &str) {
+        let _: i64 = self
+            .redis
+            .next()
+            .zadd(
+                lease,
+                None,
+                None,
+                false,
+                false,
+                (4_102_444_800_000.0, "holder"),
+            )
+            .await
+            .expect("a held permit");
     }
 
     pub(crate) async fn counter(&self, name: &str) -> i64 {

@@ -13,7 +13,7 @@ use fred::prelude::*;
 use serde_json::{Map, Value as Json, json};
 use sluice_durable::declaration::{parse, render_limit_keys};
 use sluice_durable::lifecycle::redis::{
-    AdmitLimits, AdmittedHead, Ending, RateKey, Requeue, Requeued, Retake, land, requeue, retake,
+    AdmitLimits, AdmittedHead, RateKey, Requeue, Requeued, Retake, requeue, retake,
 };
 use sluice_durable::projection::admission_config::{
     admission_spec, limit_specs, write_admission_config,
@@ -76,29 +76,12 @@ impl Bench {
         self.admit_with(max_heads, LOOKAHEAD).await
     }
 
-    /// `land.lua` through its Rust caller, for the command `id` of `command` in `resource`:
-    /// whether it counted the command out.
+    /// `land.lua` for the command `id` of `command` in `resource`: whether it counted the command
+    /// out.
     async fn finish(&self, command: &str, resource: &str, id: Uuid, status: &str) -> bool {
-        let now = self.now_ms().await;
-        land(
-            &self.redis,
-            &self.scripts,
-            &self.keys,
-            &Ending {
-                command_id: id,
-                namespace_id: self.namespace,
-                command,
-                resource_key: resource,
-                status,
-                updated_at: now.to_string(),
-                result: None,
-                error: None,
-                retention_ms: 600_000,
-            },
-        )
-        .await
-        .expect("land.lua")
-        .expect("the projection is ready")
+        self.land(command, resource, id, status)
+            .await
+            .expect("the projection is ready")
     }
 
     /// Redis time in milliseconds, the clock every script uses.

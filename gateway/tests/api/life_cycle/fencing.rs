@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::lifecycle::redis::{
-    Acceptance, Accepted, AdmitLimits, Ending, Mark, Requeue, Requeued, accept, land, mark, renew,
-    requeue,
+    Acceptance, Accepted, AdmitLimits, Mark, Requeue, Requeued, accept, mark, renew, requeue,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -162,27 +161,6 @@ impl Bench {
         .await
     }
 
-    async fn land(&self, id: Uuid, resource: &str, status: &str) -> Option<bool> {
-        land(
-            &self.redis,
-            &self.scripts,
-            &self.keys,
-            &Ending {
-                command_id: id,
-                namespace_id: self.namespace,
-                command: "job",
-                resource_key: resource,
-                status,
-                updated_at: "2026-12-01T00:00:00.000Z".into(),
-                result: None,
-                error: None,
-                retention_ms: 60_000,
-            },
-        )
-        .await
-        .expect("land.lua")
-    }
-
     async fn requeue(
         &self,
         id: Uuid,
@@ -257,7 +235,7 @@ async fn late_writes_never_resurrect_an_ended_command() {
     let heads = bench.start().await;
     assert_eq!(heads.len(), 1);
     let head = heads[0].clone();
-    assert_eq!(bench.land(id, "r", "cancelled").await, Some(true));
+    assert_eq!(bench.land("job", "r", id, "cancelled").await, Some(true));
     let ended = (0, 0, 0, 0);
     assert_eq!(bench.figures().await, ended);
 
@@ -281,7 +259,10 @@ async fn late_writes_never_resurrect_an_ended_command() {
         Some(vec![false]),
         "an ended command's attempt is lost"
     );
-    assert_eq!(bench.land(id, "r", "needs_review").await, Some(false));
+    assert_eq!(
+        bench.land("job", "r", id, "needs_review").await,
+        Some(false)
+    );
     let late = accept(
         &bench.redis,
         &bench.scripts,

@@ -119,6 +119,28 @@ async fn retries_end_expired_at_the_deadline() {
     executor.cancel();
 }
 
+/// A backend's `Retry-After` of 10^13 seconds (past any deadline, and past what date arithmetic
+/// holds) ends the command at once as its deadline would, `expired`, with its permits given
+/// back: not a panic that leaves it `executing` with them until its lease lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_past_any_date_ends_the_command_now() {
+    let backend = Backend::start(handler(|_| async {
+        Answer::status(429).with_header("Retry-After", "10000000000000")
+    }))
+    .await;
+    let stack = ocr_stack(&backend, 2_000, 600, "").await;
+    let executor = start_executor(&stack, fast_executor());
+    let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
+    assert_reaches(&stack, &id, "expired", Duration::from_secs(10)).await;
+    let ended = row(&stack, &id).await;
+    assert_eq!(ended["error_code"], "DEADLINE_EXCEEDED", "{ended}");
+    assert_eq!(ended["attempts"], 1, "{ended}");
+    assert_eq!(arrivals_of(&backend, &id).len(), 1);
+    assert!(unfinished_becomes(&stack, 0).await);
+    assert_eq!(held_permits(&stack, "ocr").await, 0);
+    executor.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_request_ends_needs_review() {
     let backend = Backend::start(handler(|_| async {
