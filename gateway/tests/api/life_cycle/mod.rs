@@ -6,5 +6,6 @@
 mod diagram;
 mod fencing;
 mod rebuild_races;
+mod repairs;
 mod rollback;
 mod starvation;
