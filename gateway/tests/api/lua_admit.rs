@@ -86,7 +86,7 @@ impl Bench {
             .await
     }
 
-    /// Gives one permit back the way `finish.lua` does.
+    /// Gives one permit back the way `land.lua` does.
     async fn release(&self, command: &str, head: &AdmittedHead) {
         let client = self.redis.next();
         let id = head.command_id.to_string();

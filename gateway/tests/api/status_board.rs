@@ -376,8 +376,8 @@ async fn the_board_equals_postgres_and_the_live_projection() {
         assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
     }
 
-    // 3. Results through the gateway, each twice: account c's ocr lands (finish.lua), a waiting
-    //    ocr of account a and a waiting claim are cancelled (finish_waiting.lua).
+    // 3. Results through the gateway, each twice: account c's ocr lands (land.lua), a waiting
+    //    ocr of account a and a waiting claim are cancelled (land.lua too).
     for _ in 0..2 {
         let landed = complete(&stack, &ocr["c"][0], json!({"outcome": "succeeded"})).await;
         assert_eq!(landed.status, StatusCode::OK, "{:?}", landed.body);

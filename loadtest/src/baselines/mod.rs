@@ -10,7 +10,7 @@
 //!    bucket is empty (`per_second = 1, burst = 1`), so every answer is a whole `intake.lua`
 //!    decision refused `429 RATE_LIMITED` (auth, strict JSON, key derivation, the script, the
 //!    error envelope), against the ceiling: the same `intake.lua` call with the same keys and
-//!    budget through `projection::intake::intake` (EVALSHA, fred pipelining concurrent calls on a
+//!    budget through `lifecycle::redis::reserve` (EVALSHA, fred pipelining concurrent calls on a
 //!    pool of the gateway's size) from as many tokio tasks, no HTTP. The bucket refills one token
 //!    a second, so about one decision a second is an acceptance; those are allowed (and counted),
 //!    nothing else is.

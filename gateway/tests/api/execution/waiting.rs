@@ -206,7 +206,7 @@ async fn retention_prunes_old_terminal_rows_only() {
 }
 
 /// A command that ends while waiting (cancelled, expired) keeps its status hash in Redis for
-/// the retention period, like one that ran (`finish.lua` sets the same PEXPIRE).
+/// the retention period, like one that ran (`land.lua` sets the same PEXPIRE).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_that_ends_waiting_keeps_its_status_for_the_retention() {
     let stack = Stack::start().await;
