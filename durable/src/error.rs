@@ -56,4 +56,28 @@ impl DurableError {
             detail: detail.into(),
         }
     }
+
+    /// PostgreSQL could not be reached, or went away mid-statement (a restart, a failover), or
+    /// refused for a moment (a serialization failure, a deadlock): the same statement may
+    /// succeed later. Any other failure would fail again.
+    pub fn postgres_is_unreachable(&self) -> bool {
+        let Self::Postgres(error) = self else {
+            return false;
+        };
+        match error {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(e) => e.code().is_some_and(|code| {
+                code.starts_with("08")
+                    || matches!(
+                        code.as_ref(),
+                        "57P01" | "57P02" | "57P03" | "40001" | "40P01"
+                    )
+            }),
+            _ => false,
+        }
+    }
 }

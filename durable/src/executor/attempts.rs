@@ -2,11 +2,14 @@
 //! same executor may hold a newer attempt of the same command beside the old one, and the old
 //! one's end must not touch the new one's bookkeeping).
 //!
-//! Each attempt is renewed every third of the lease, in PostgreSQL and in Redis, and stopped —
-//! its work abandoned, so it can neither land nor act at its backend any more — as soon as it is
-//! known lost (a renewal touched no row, or found a permit gone) or may be lost: when neither
-//! side could be renewed for two thirds of the lease, the lease may lapse before the next
-//! renewal, and another executor may then start the command again.
+//! Each attempt is renewed every third of the lease, in PostgreSQL and in Redis side by side, and
+//! stopped — its work abandoned, so it can neither land nor act at its backend any more — as
+//! soon as it is known lost (a renewal touched no row, or found a permit gone) or may be lost:
+//! when its permits might lapse before the next renewal round has ended, they could be handed
+//! to another command. A lease that PostgreSQL alone could not renew (PostgreSQL out of reach)
+//! does not stop it: the sweeper rescues a row only once its attempt's permits have lapsed too,
+//! so an attempt that keeps them cannot be started twice, and its request at its backend keeps
+//! counting against the limits it holds.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,10 +29,8 @@ struct Held {
     application_id: Uuid,
     /// Cancelled when the attempt is stopped.
     stop: CancellationToken,
-    /// Until when the row's lease is known to be ours: the send time of the last renewal that
-    /// touched it (or of the claim), plus the lease.
-    pg_until: Instant,
-    /// The same for the permits in Redis (the last renewal, or the admission).
+    /// Until when its permits in Redis are known to be live: the send time of the last renewal
+    /// that extended them all (or of the admission), plus the lease.
     redis_until: Instant,
 }
 
@@ -40,15 +41,14 @@ pub struct Attempts {
 }
 
 impl Attempts {
-    /// Takes `attempt` of `command_id` in hand; its row was claimed at `claimed_at` and its
-    /// permits taken at `admitted_at`. Returns the token that stops it.
+    /// Takes `attempt` of `command_id` in hand; its permits were taken at `admitted_at`.
+    /// Returns the token that stops it.
     pub fn hold(
         &self,
         attempt: AttemptId,
         command_id: Uuid,
         application_id: Uuid,
         admitted_at: Instant,
-        claimed_at: Instant,
         lease: Duration,
     ) -> CancellationToken {
         let stop = CancellationToken::new();
@@ -58,7 +58,6 @@ impl Attempts {
                 command_id,
                 application_id,
                 stop: stop.clone(),
-                pg_until: claimed_at + lease,
                 redis_until: admitted_at + lease,
             },
         );
@@ -87,8 +86,10 @@ impl Attempts {
         }
     }
 
-    /// One renewal round: PostgreSQL's leases, then each application's permits; then every
-    /// attempt that is lost, or may lose its lease before the next round, is stopped.
+    /// One renewal round: PostgreSQL's leases and each application's permits, side by side and
+    /// each bounded by [`call_bound`] (a PostgreSQL out of reach must not hold the permits'
+    /// renewal back until they lapse); then every attempt that is lost, or may lose its permits
+    /// before the next round ends, is stopped.
     pub async fn renew(&self, stores: Stores<'_>, lease: Duration) {
         let snapshot: Vec<(AttemptId, Held)> = self
             .lock()
@@ -98,44 +99,74 @@ impl Attempts {
         if snapshot.is_empty() {
             return;
         }
+        let bound = call_bound(lease);
+        tokio::join!(
+            self.renew_in_postgres(stores, &snapshot, lease, bound),
+            self.renew_in_redis(stores, &snapshot, lease, bound),
+        );
+        // Permits that might lapse before the next round's end: it starts a third of the lease
+        // from now and its call may take `bound`, and only then could it stop them.
+        let margin = lease / 3 + bound;
+        let doomed: Vec<AttemptId> = self
+            .lock()
+            .iter()
+            .filter(|(_, held)| Instant::now() + margin >= held.redis_until)
+            .map(|(attempt, _)| *attempt)
+            .collect();
+        for attempt in doomed {
+            self.stop(attempt, "its lease could not be renewed in time");
+        }
+    }
+
+    async fn renew_in_postgres(
+        &self,
+        stores: Stores<'_>,
+        snapshot: &[(AttemptId, Held)],
+        lease: Duration,
+        bound: Duration,
+    ) {
         let pairs: Vec<(Uuid, AttemptId)> = snapshot
             .iter()
             .map(|(attempt, held)| (held.command_id, *attempt))
             .collect();
-        let sent = Instant::now();
-        match held::renew_leases(stores, &pairs, lease).await {
-            Ok(renewed) => {
-                let mut map = self.lock();
-                for attempt in &renewed {
-                    if let Some(held) = map.get_mut(attempt) {
-                        held.pg_until = sent + lease;
-                    }
-                }
-                drop(map);
-                for (attempt, _) in &snapshot {
+        match tokio::time::timeout(bound, held::renew_leases(stores, &pairs, lease)).await {
+            Ok(Ok(renewed)) => {
+                for (attempt, _) in snapshot {
                     if !renewed.contains(attempt) {
                         self.stop(*attempt, "its row is not ours any more");
                     }
                 }
             }
-            Err(error) => {
+            // The row stays ours while the permits do (see the module's doc).
+            Ok(Err(error)) => {
                 crate::metrics::storage_error(&error);
                 tracing::warn!(%error, "lease renewal failed in PostgreSQL");
             }
+            Err(_) => tracing::warn!(?bound, "lease renewal in PostgreSQL timed out"),
         }
+    }
+
+    async fn renew_in_redis(
+        &self,
+        stores: Stores<'_>,
+        snapshot: &[(AttemptId, Held)],
+        lease: Duration,
+        bound: Duration,
+    ) {
         let mut by_app: HashMap<Uuid, Vec<(Uuid, AttemptId)>> = HashMap::new();
-        for (attempt, held) in &snapshot {
+        for (attempt, held) in snapshot {
             by_app
                 .entry(held.application_id)
                 .or_default()
                 .push((held.command_id, *attempt));
         }
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
         for (application_id, attempts) in by_app {
             let keys = AppKeys::new(application_id);
             let sent = Instant::now();
-            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-            match redis::renew(stores.redis, stores.scripts, &keys, &attempts, lease_ms).await {
-                Ok(Some(renewed)) => {
+            let renewal = redis::renew(stores.redis, stores.scripts, &keys, &attempts, lease_ms);
+            match tokio::time::timeout(bound, renewal).await {
+                Ok(Ok(Some(renewed))) => {
                     for ((_, attempt), ok) in attempts.iter().zip(renewed) {
                         if ok {
                             if let Some(held) = self.lock().get_mut(attempt) {
@@ -148,23 +179,20 @@ impl Attempts {
                 }
                 // Being rebuilt: the rebuild restores the permits of every row in hand under its
                 // attempt; until then they are not renewed.
-                Ok(None) => {}
-                Err(error) => {
+                Ok(Ok(None)) => {}
+                Ok(Err(error)) => {
                     crate::metrics::storage_error(&error);
                     tracing::warn!(%error, "lease renewal failed in Redis");
                 }
+                Err(_) => tracing::warn!(?bound, "lease renewal in Redis timed out"),
             }
         }
-        // Not renewed for two thirds of the lease: the next round may come after it lapsed.
-        let margin = lease / 3;
-        let doomed: Vec<AttemptId> = self
-            .lock()
-            .iter()
-            .filter(|(_, held)| Instant::now() + margin >= held.pg_until.min(held.redis_until))
-            .map(|(attempt, _)| *attempt)
-            .collect();
-        for attempt in doomed {
-            self.stop(attempt, "its lease could not be renewed in time");
-        }
     }
+}
+
+/// How long one renewal call may take: a sixth of the lease, so that a round (a third of the
+/// lease apart from the previous one) with its slowest call still ends, and can stop what it
+/// could not renew, before permits renewed two rounds earlier lapse.
+fn call_bound(lease: Duration) -> Duration {
+    lease / 6
 }

@@ -246,7 +246,6 @@ impl Executor {
             retention_ms: self.retention_ms(),
             patience: self.patience(),
         };
-        let claimed_at = Instant::now();
         let claimed = match claim::claim(self.stores(), &order).await {
             Ok(Claim::Claimed(claimed)) => claimed,
             Ok(Claim::Stale) => {
@@ -264,14 +263,9 @@ impl Executor {
         };
         let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
-            let stop = self.attempts.hold(
-                row.attempt,
-                row.id,
-                app.id,
-                batch.at,
-                claimed_at,
-                self.lease(),
-            );
+            let stop = self
+                .attempts
+                .hold(row.attempt, row.id, app.id, batch.at, self.lease());
             let handler = app
                 .commands
                 .get(&(row.namespace_id, row.command.clone()))

@@ -2,8 +2,9 @@
 //! sweeper takes a transaction-level advisory lock first (one sweeper of a kind at a time; the
 //! others skip the round), works in bounded batches with `FOR UPDATE SKIP LOCKED`, and makes the
 //! Redis side of what it changed after the commit.
-//! - `rescue`: a held row whose lease lapsed (its executor died or stalled) goes back in line,
-//!   or ends if its deadline passed; its attempt is over, so it can never land.
+//! - `rescue`: a held row whose attempt lapsed (its lease in PostgreSQL and its permits in
+//!   Redis: its executor died or stalled) goes back in line, or ends if its deadline passed; its
+//!   attempt is over, so it can never land.
 //! - `expire`: a waiting row past its `max_wait` or deadline ends; a running row past its
 //!   deadline becomes `needs_review`.
 //! - `prune`: final rows past the retention period are deleted.
@@ -14,9 +15,13 @@ use fred::prelude::Pool;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use std::collections::HashMap;
+
 use super::Stores;
+use super::attempt::AttemptId;
 use super::claim::RowState;
 use super::end::project_current;
+use super::redis::holding;
 use crate::DurableError;
 use crate::projection::{AppKeys, request_key_field};
 
@@ -72,18 +77,22 @@ async fn project_all(stores: Stores<'_>, side: SweepSide, rows: &[RowState]) -> 
     rows.len()
 }
 
-/// Rows whose lease lapsed (transition `rescue`).
-pub const RESCUE_SQL: &str = "WITH due AS (
-                 SELECT id, attempt_id FROM commands
-                  WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
-                    AND status IN ('executing', 'retry_wait')
-                  ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),
-             decided AS (
-                 SELECT c.id, due.attempt_id AS lapsed,
+/// Rows whose lease lapsed in PostgreSQL, candidates for a rescue (locked until it is decided).
+const LAPSED_SQL: &str = "SELECT id, application_id, attempt_id, deadline_at > now() AS in_time
+       FROM commands
+      WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
+        AND status IN ('executing', 'retry_wait')
+      ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
+
+/// Rows whose attempt lapsed (transition `rescue`), among those [`LAPSED_SQL`] locked.
+pub const RESCUE_SQL: &str = "WITH decided AS (
+                 SELECT c.id, c.attempt_id AS lapsed,
                         CASE WHEN c.deadline_at > now() THEN 'retry_wait'
                              WHEN c.in_doubt THEN 'needs_review'
                              ELSE 'expired' END AS status
-                   FROM commands c JOIN due ON due.id = c.id)
+                   FROM commands c
+                  WHERE c.id = ANY($1) AND c.lease_owner IS NOT NULL
+                    AND c.lease_expires_at < now() AND c.status IN ('executing', 'retry_wait'))
              UPDATE commands c SET
                  status = d.status,
                  finished_at = CASE WHEN d.status = 'expired' THEN now() END,
@@ -101,15 +110,73 @@ pub const RESCUE_SQL: &str = "WITH due AS (
                        c.queue_seq, c.status, c.updated_at, c.result, c.error_code,
                        c.error_message, false AS held, d.lapsed AS attempt_id";
 
-/// `rescue`: rows whose attempt's lease lapsed (`executing`, or `retry_wait` between two webhook
+/// `rescue`: rows whose attempt lapsed (`executing`, or `retry_wait` between two webhook
 /// attempts) go back to their queue in their original place, without an attempt (the lapsed one
 /// can never land again). Past their deadline they end: `expired`, or `needs_review` when an
 /// attempt may have reached a backend unanswered. Their permits go back either way: the
 /// returned row carries the lapsed attempt, which the Redis side is fenced on.
+///
+/// A lease that lapsed in PostgreSQL alone is not enough to go back in line: an attempt whose
+/// permits are still live in Redis is alive and renewing them (PostgreSQL was out of its reach),
+/// and its request may be at its backend; taking the command from it would start it twice and
+/// free its permits while the backend still works. Such rows wait until the attempt lands, or
+/// stops and its permits lapse. (Past its deadline a command ends whatever Redis says: its
+/// attempt's request was cut at the deadline.) Without an answer from Redis nothing goes back.
 pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
-    let Some(rows) = locked(stores.pg, LOCK_LEASES, RESCUE_SQL).await? else {
+    let mut tx = stores.pg.begin().await?;
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(LOCK_LEASES)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
         return Ok(0);
-    };
+    }
+    let lapsed: Vec<(Uuid, Uuid, Option<Uuid>, bool)> = sqlx::query_as(LAPSED_SQL)
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut rescued: Vec<Uuid> = lapsed
+        .iter()
+        .filter(|(_, _, attempt, in_time)| !in_time || attempt.is_none())
+        .map(|(id, ..)| *id)
+        .collect();
+    let mut by_app: HashMap<Uuid, Vec<(Uuid, AttemptId)>> = HashMap::new();
+    for (id, application_id, attempt, in_time) in &lapsed {
+        if let (true, Some(attempt)) = (*in_time, attempt) {
+            by_app
+                .entry(*application_id)
+                .or_default()
+                .push((*id, AttemptId::from_uuid(*attempt)));
+        }
+    }
+    for (application_id, attempts) in by_app {
+        let keys = AppKeys::new(application_id);
+        match holding(stores.redis, stores.scripts, &keys, &attempts).await {
+            Ok(Some(held)) => rescued.extend(
+                attempts
+                    .iter()
+                    .zip(held)
+                    .filter(|(_, held)| !held)
+                    .map(|((id, _), _)| *id),
+            ),
+            Ok(None) => {}
+            Err(error) => {
+                crate::metrics::storage_error(&error);
+                tracing::debug!(%application_id, %error, "lapsed leases not rescued: Redis cannot say whether their attempts live");
+            }
+        }
+    }
+    if rescued.is_empty() {
+        return Ok(0);
+    }
+    let rows = sqlx::query(RESCUE_SQL)
+        .bind(&rescued)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(RowState::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.commit().await?;
     for row in &rows {
         crate::metrics::lease_rescued(&row.status);
         if row.status == "retry_wait" {

@@ -157,8 +157,10 @@ pub async fn run(
         };
         tracing::info!(command_id = %row.id, attempt, %reason, ?wait, in_doubt, "webhook retry scheduled");
         let stores = deps.stores();
-        let Some(cancel) =
-            held::wait_for_retry(stores, &deps.keys, row, in_doubt, next_at, &reason).await?
+        let Some(cancel) = persist(row, "retry_wait", || {
+            held::wait_for_retry(stores, &deps.keys, row, in_doubt, next_at, &reason)
+        })
+        .await?
         else {
             return Ok(End::Elsewhere);
         };
@@ -175,13 +177,43 @@ pub async fn run(
             Tokens::PastDeadline => return deadline(deps, row, in_doubt, &reason).await,
             Tokens::ShuttingDown => return hand_back(deps, row).await,
         }
-        if !in_doubt && held::cancel_requested(stores, row.id).await? {
+        if !in_doubt
+            && persist(row, "cancel check", || {
+                held::cancel_requested(stores, row.id)
+            })
+            .await?
+        {
             return cancelled(deps, row).await;
         }
-        let Some(next) = held::start_retry(stores, &deps.keys, row).await? else {
+        let Some(next) =
+            persist(row, "retry", || held::start_retry(stores, &deps.keys, row)).await?
+        else {
             return Ok(End::Elsewhere);
         };
         attempt = next;
+    }
+}
+
+/// Runs one PostgreSQL write of the attempt until PostgreSQL takes it: an outage must not drop
+/// a result the backend decided or a request it has. The attempt holds its command meanwhile
+/// (its permits are renewed in Redis, so no sweeper takes the command from it), and its executor
+/// stops it if it loses them.
+async fn persist<T, F, Fut>(row: &Claimed, what: &str, mut write: F) -> Result<T, DurableError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, DurableError>>,
+{
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match write().await {
+            Err(error) if error.postgres_is_unreachable() => {
+                metrics::storage_error(&error);
+                tracing::warn!(command_id = %row.id, %error, what, "PostgreSQL unreachable; the attempt keeps its command and writes again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
     }
 }
 
@@ -305,7 +337,11 @@ async fn land(
     invalidate: &[String],
 ) -> Result<End, DurableError> {
     let stores = deps.stores();
-    let Some(updated_at) = land_attempt(stores, row.id, row.attempt, outcome).await? else {
+    let Some(updated_at) = persist(row, "land", || {
+        land_attempt(stores, row.id, row.attempt, outcome)
+    })
+    .await?
+    else {
         return Ok(End::Elsewhere);
     };
     // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
@@ -343,8 +379,13 @@ async fn land(
 
 /// `202`: `running`, its permits extended to the deadline first.
 async fn running(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+    let stores = deps.stores();
     Ok(
-        match held::running(deps.stores(), &deps.keys, row, deps.patience).await? {
+        match persist(row, "running", || {
+            held::running(stores, &deps.keys, row, deps.patience)
+        })
+        .await?
+        {
             Running::Running => End::Running,
             Running::Elsewhere => End::Elsewhere,
         },
@@ -352,8 +393,13 @@ async fn running(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
 }
 
 async fn hand_back(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+    let stores = deps.stores();
     Ok(
-        if held::give_back(deps.stores(), &deps.keys, row, deps.patience).await? {
+        if persist(row, "hand back", || {
+            held::give_back(stores, &deps.keys, row, deps.patience)
+        })
+        .await?
+        {
             End::HandedBack
         } else {
             End::Elsewhere

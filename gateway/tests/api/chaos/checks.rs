@@ -16,6 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::load::{Cancel, Intent, Poll};
+use super::positions::PositionCheck;
 use super::report::{Phases, Report};
 use super::runner::Finished;
 use super::{delivery, ledger, order, quota, table};
@@ -213,6 +214,18 @@ pub(super) async fn judge(run: &Finished) -> Report {
     quota::check(&mut judge, &data).await;
     order::check(&mut judge, &data);
     delivery::check(&mut judge, &data);
+    let checked: Vec<&PositionCheck> = run
+        .faults
+        .iter()
+        .filter_map(|f| f.positions.as_ref())
+        .collect();
+    if !checked.is_empty() && checked.iter().all(|c| c.compared == 0) {
+        judge.violation_of_run(format!(
+            "FIFO after the rebuilds: {} checks compared no pair of one queue at all (the \
+             backlogs were empty): the check proves nothing",
+            checked.len()
+        ));
+    }
     for (p, fault) in run.faults.iter().enumerate() {
         if let Some(check) = &fault.positions {
             judge.note(format!(
@@ -222,10 +235,7 @@ pub(super) async fn judge(run: &Finished) -> Report {
                 check.waiting,
                 check.polled,
                 check.compared,
-                check
-                    .violations
-                    .len()
-                    .saturating_sub(usize::from(check.compared == 0))
+                check.violations.len()
             ));
             for violation in &check.violations {
                 judge.violation(Some(p), violation);

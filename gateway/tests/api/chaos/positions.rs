@@ -4,7 +4,9 @@
 //!
 //! The commands are polled in descending `queue_seq` (positions only shrink over time, so a
 //! later poll of an earlier command can only show a smaller position, never hide an
-//! inversion). A check that compared no pair proves nothing, and is judged a violation.
+//! inversion). A rebuild can meet an almost empty backlog, with no two commands of one queue
+//! to compare; a run whose checks compared no pair at all proves nothing, and is judged a
+//! violation (see `checks`).
 
 use std::collections::HashMap;
 
@@ -85,13 +87,6 @@ impl Stack {
                     ));
                 }
             }
-        }
-        if check.compared == 0 {
-            check.violations.push(format!(
-                "FIFO after the rebuild ({phase}): nothing compared ({} commands waiting in \
-                 PostgreSQL, {} positions read from their tickets): the check proves nothing",
-                check.waiting, check.polled
-            ));
         }
         check
     }

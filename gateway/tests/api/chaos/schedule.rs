@@ -165,12 +165,17 @@ impl Schedule {
             }
             _ => self.between(timing.down),
         };
+        let gap = self.between(timing.gap);
+        let target = self.rng.random_range(0..2);
+        let drawn = self.rng.random_bool(0.75);
         Planned {
             kind,
             hold,
-            gap: self.between(timing.gap),
-            target: self.rng.random_range(0..2),
-            burst: self.rng.random_bool(0.75),
+            gap,
+            target,
+            // A Redis loss always meets a backlog, so the positions after its rebuild have
+            // queues to compare.
+            burst: kind.loses_redis() || drawn,
         }
     }
 

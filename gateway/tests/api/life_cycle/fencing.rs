@@ -77,19 +77,13 @@ async fn a_lapsed_attempt_cannot_land_and_the_new_one_keeps_renewing() {
         .await,
         "the first attempt reached the backend"
     );
-    // The first attempt's lease lapses (as if its executor had stalled): the sweeper rescues
-    // the row and the executor starts it again. A renewal racing the backdating puts the lease
-    // forward again, so it is backdated until the second attempt shows up.
+    // The first attempt's lease lapses, in PostgreSQL and in Redis (as if its executor had
+    // stalled): the sweeper rescues the row and the executor starts it again. A renewal racing
+    // the backdating puts the lease forward again, so it is backdated until the second attempt
+    // shows up.
     let command: Uuid = id.parse().expect("uuid");
     let rescued = eventually(Duration::from_secs(10), || async {
-        sqlx::query(
-            "UPDATE commands SET lease_expires_at = now() - interval '10 seconds'
-              WHERE id = $1 AND status = 'executing' AND attempts = 1",
-        )
-        .bind(command)
-        .execute(&stack.pg)
-        .await
-        .expect("backdate the lease");
+        lapse(&stack, command).await;
         arrivals_of(&backend, &id).len() >= 2
     })
     .await;
@@ -119,6 +113,48 @@ async fn a_lapsed_attempt_cannot_land_and_the_new_one_keeps_renewing() {
         "the second attempt kept its lease for its three-lease-long request: no third start"
     );
     executor.cancel();
+}
+
+/// Backdates the lease of `command`'s first attempt in PostgreSQL and every permit it holds in
+/// Redis, as a stalled executor would leave them. Fenced by the attempt on both sides: once the
+/// second attempt holds the row, neither its lease nor its permits (the same members of the same
+/// sets) are touched, so the test cannot lapse the attempt it watches keep renewing.
+async fn lapse(stack: &Stack, command: Uuid) {
+    let first: Option<(Uuid,)> = sqlx::query_as(
+        "UPDATE commands SET lease_expires_at = now() - interval '10 seconds'
+          WHERE id = $1 AND status = 'executing' AND attempts = 1
+          RETURNING attempt_id",
+    )
+    .bind(command)
+    .fetch_optional(&stack.pg)
+    .await
+    .expect("backdate the lease");
+    if let Some((attempt,)) = first {
+        backdate_permits(stack, command, attempt).await;
+    }
+}
+
+/// Backdates every permit `command` holds in Redis, as long as `attempt` still holds them (one
+/// script, so a new attempt's permits, the same members of the same sets, are never touched).
+pub(super) async fn backdate_permits(stack: &Stack, command: Uuid, attempt: Uuid) {
+    use fred::prelude::*;
+    const BACKDATE_IF_ATTEMPT: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'attempt', 'held')
+if h[1] ~= ARGV[1] or not h[2] then return 0 end
+for _, lease in ipairs(cjson.decode(h[2])) do
+  redis.call('ZADD', lease, 'XX', 1, ARGV[2])
+end
+return 1"#;
+    let _: i64 = stack
+        .redis
+        .next()
+        .eval(
+            BACKDATE_IF_ATTEMPT,
+            vec![stack.keys().command(command)],
+            vec![attempt.to_string(), command.to_string()],
+        )
+        .await
+        .expect("backdate the attempt's permits");
 }
 
 // ---------------------------------------------------------------------------------------------

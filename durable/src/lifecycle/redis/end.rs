@@ -1,0 +1,57 @@
+//! A command's end: `land`.
+
+use fred::prelude::*;
+use uuid::Uuid;
+
+use super::is_not_ready;
+use crate::DurableError;
+use crate::projection::{AppKeys, Scripts};
+
+/// A command's end that PostgreSQL committed, to project.
+#[derive(Debug, Clone)]
+pub struct Ending<'a> {
+    pub command_id: Uuid,
+    pub namespace_id: Uuid,
+    pub command: &'a str,
+    pub resource_key: &'a str,
+    /// A final status, or `needs_review`.
+    pub status: &'a str,
+    pub updated_at: String,
+    pub result: Option<String>,
+    pub error: Option<(&'a str, &'a str)>,
+    /// How long the final status stays readable in Redis.
+    pub retention_ms: i64,
+}
+
+/// `land.lua`: Some(true) when this call counted the command out of `unfinished`, None when the
+/// projection is not trusted (land again once it is).
+pub async fn land(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    end: &Ending<'_>,
+) -> Result<Option<bool>, DurableError> {
+    let script_keys = vec![
+        keys.meta(),
+        keys.count(),
+        keys.command(end.command_id),
+        keys.queue(end.namespace_id, end.command, end.resource_key),
+    ];
+    let (code, message) = end.error.unwrap_or(("", ""));
+    let args: Vec<Value> = vec![
+        end.command_id.to_string().into(),
+        end.namespace_id.to_string().into(),
+        end.command.into(),
+        end.status.into(),
+        end.updated_at.clone().into(),
+        end.result.clone().unwrap_or_default().into(),
+        code.into(),
+        message.into(),
+        end.retention_ms.into(),
+    ];
+    let answer: Value = scripts.land.call(redis, script_keys, args).await?;
+    if is_not_ready(&answer) {
+        return Ok(None);
+    }
+    Ok(Some(answer.as_i64() == Some(1)))
+}
