@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use fred::prelude::*;
-use sqlx::Row;
 use uuid::Uuid;
 
 use super::claim::current_state;
@@ -193,7 +192,7 @@ pub async fn projection(
             .unwrap_or(i64::MIN);
         // The rows and the generation they belong to, read together: an `accept` under that
         // generation is refused if a rebuild (whose snapshot has these rows) came between.
-        let rows = sqlx::query(
+        let waiting: Vec<Waiting> = sqlx::query_as(
             "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
                     c.resource_key, c.queue_seq, c.accepted_at, c.deadline_at, c.limit_keys,
                     p.generation
@@ -209,22 +208,16 @@ pub async fn projection(
         .bind(grace.as_secs_f64())
         .fetch_all(stores.pg)
         .await?;
-        let last = rows
-            .last()
-            .map(|r| r.try_get::<i64, _>("queue_seq"))
-            .transpose()?;
-        match last {
-            Some(seq) if rows.len() as i64 == SLICE => cursor.after.insert(application_id, seq),
+        match waiting.last() {
+            Some(last) if waiting.len() as i64 == SLICE => {
+                cursor.after.insert(application_id, last.queue_seq)
+            }
             _ => cursor.after.remove(&application_id),
         };
-        if rows.is_empty() {
+        if waiting.is_empty() {
             continue;
         }
         let keys = AppKeys::new(application_id);
-        let waiting: Vec<Waiting> = rows
-            .iter()
-            .map(Waiting::from_row)
-            .collect::<Result<_, _>>()?;
         let seen = projected(stores, &keys, &waiting).await?;
         let mut unqueued = Vec::new();
         for (row, (status, queued)) in waiting.iter().zip(seen) {
@@ -264,6 +257,7 @@ pub async fn projection(
 }
 
 /// A waiting row as the projection needs it.
+#[derive(sqlx::FromRow)]
 struct Waiting {
     id: Uuid,
     namespace_id: Uuid,
@@ -280,23 +274,6 @@ struct Waiting {
 }
 
 impl Waiting {
-    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            namespace_id: row.try_get("namespace_id")?,
-            command: row.try_get("command")?,
-            subject: row.try_get("subject")?,
-            request_key: row.try_get("request_key")?,
-            content_sha256: row.try_get("content_sha256")?,
-            resource_key: row.try_get("resource_key")?,
-            queue_seq: row.try_get("queue_seq")?,
-            accepted_at: row.try_get("accepted_at")?,
-            deadline_at: row.try_get("deadline_at")?,
-            limit_keys: row.try_get("limit_keys")?,
-            generation: row.try_get("generation")?,
-        })
-    }
-
     fn accepted(&self) -> Accepted {
         let limit_keys = match &self.limit_keys {
             serde_json::Value::Array(keys) if !keys.is_empty() => self.limit_keys.to_string(),

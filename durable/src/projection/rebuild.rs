@@ -221,8 +221,13 @@ pub async fn open_empty(
     open(redis, scripts, keys, token, generation, true).await
 }
 
-/// `ready.lua fence`: the projection is not ready from here on; the rebuild's token.
-async fn fence(redis: &Pool, scripts: &Scripts, keys: &AppKeys) -> Result<String, DurableError> {
+/// `ready.lua fence`: the projection is not ready from here on; the rebuild's token. Public for
+/// tests that fence a projection the way a rebuild's first step does.
+pub async fn fence(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+) -> Result<String, DurableError> {
     let token = Uuid::new_v4().to_string();
     let _: String = scripts
         .ready

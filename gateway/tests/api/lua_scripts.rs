@@ -73,44 +73,6 @@ impl Bench {
         let field = format!("3:sub{}", Uuid::new_v4());
         self.call(limits, &field, &"a".repeat(64)).await
     }
-
-    /// Every key of the application with its full contents, to prove a call wrote nothing (but
-    /// the epoch prelude's own bookkeeping in `meta`: when it last verified the Redis process).
-    async fn snapshot(&self) -> Vec<(String, String)> {
-        let client = self.redis.next();
-        let mut keys = crate::support::scan_keys(&self.redis, &self.keys.pattern()).await;
-        keys.sort();
-        let mut out = Vec::new();
-        for key in keys {
-            let kind: String = client.r#type(&key).await.expect("type");
-            let value = match kind.as_str() {
-                "hash" => format!("{:?}", {
-                    let mut v: Vec<(String, String)> = client
-                        .hgetall::<std::collections::HashMap<String, String>, _>(&key)
-                        .await
-                        .expect("hgetall")
-                        .into_iter()
-                        .filter(|(field, _)| field != "checked_at" && field != "lastsave")
-                        .collect();
-                    v.sort();
-                    v
-                }),
-                "zset" => format!(
-                    "{:?}",
-                    client
-                        .zrange::<Vec<String>, _, _, _>(&key, 0, -1, None, false, None, true)
-                        .await
-                        .expect("zrange")
-                ),
-                _ => format!(
-                    "{:?}",
-                    client.get::<Option<String>, _>(&key).await.expect("get")
-                ),
-            };
-            out.push((key, value));
-        }
-        out
-    }
 }
 
 /// A bucket never grants more than burst + rate × elapsed, however many callers race for it.

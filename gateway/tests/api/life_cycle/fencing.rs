@@ -16,7 +16,7 @@ use crate::execution::{fast_executor, start_executor};
 use crate::lua_fixture;
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
-use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_stack, row};
+use crate::webhooks::{arrivals_of, arrives, enqueue_ocr, ocr_stack, row};
 
 /// The lease of these tests' executors: the shortest allowed, so a lapse is quick to provoke.
 const LEASE_MS: u64 = 1_000;
@@ -71,10 +71,7 @@ async fn a_lapsed_attempt_cannot_land_and_the_new_one_keeps_renewing() {
         },
     );
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            !arrivals_of(&backend, &id).is_empty()
-        })
-        .await,
+        arrives(&backend, &id, Duration::from_secs(10)).await,
         "the first attempt reached the backend"
     );
     // The first attempt's lease lapses, in PostgreSQL and in Redis (as if its executor had

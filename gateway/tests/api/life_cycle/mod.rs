@@ -5,6 +5,7 @@
 
 mod diagram;
 mod fencing;
+mod not_ready;
 mod postgres_loss;
 mod rebuild_races;
 mod repairs;

@@ -18,7 +18,7 @@ use super::fencing::backdate_permits;
 use crate::execution::{fast_executor, start_executor};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
-use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_declaration, ocr_stack, row};
+use crate::webhooks::{arrivals_of, arrives, enqueue_ocr, ocr_declaration, ocr_stack, row};
 
 /// A backend that holds every request until `release` is notified, then answers `succeeded`.
 async fn held_backend(release: Arc<Notify>) -> Backend {
@@ -70,10 +70,7 @@ async fn a_lapsed_row_whose_permits_are_live_is_not_rescued() {
         },
     );
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            !arrivals_of(&backend, &id).is_empty()
-        })
-        .await,
+        arrives(&backend, &id, Duration::from_secs(10)).await,
         "the request reached the backend"
     );
     let (attempt, _) = lease_of(&stack, command).await;
@@ -135,10 +132,7 @@ async fn an_executor_that_loses_only_postgres_keeps_its_request() {
         },
     );
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            !arrivals_of(&backend, &id).is_empty()
-        })
-        .await,
+        arrives(&backend, &id, Duration::from_secs(10)).await,
         "the request reached the backend"
     );
 
