@@ -6,7 +6,9 @@
 //! stopped — its work abandoned, so it can neither land nor act at its backend any more — as
 //! soon as it is known lost (a renewal touched no row, or found a permit gone) or may be lost:
 //! when its permits might lapse before the next renewal round has ended, they could be handed
-//! to another command. A lease that PostgreSQL alone could not renew (PostgreSQL out of reach)
+//! to another command. That moment is the attempt's [`Fence`]: a request checks it as it goes
+//! out, so an executor that was paused past it (and whose renewal round has not yet run to stop
+//! the attempt) sends nothing. A lease that PostgreSQL alone could not renew (PostgreSQL out of reach)
 //! does not stop it: the sweeper rescues a row only once its attempt's permits have lapsed too,
 //! so an attempt that keeps them cannot be started twice, and its request at its backend keeps
 //! counting against the limits it holds.
@@ -19,6 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::fence::Fence;
 use crate::lifecycle::{AttemptId, Stores, held, redis};
 use crate::projection::AppKeys;
 
@@ -29,9 +32,18 @@ struct Held {
     application_id: Uuid,
     /// Cancelled when the attempt is stopped.
     stop: CancellationToken,
-    /// Until when its permits in Redis are known to be live: the send time of the last renewal
-    /// that extended them all (or of the admission), plus the lease.
-    redis_until: Instant,
+    /// Open while its permits in Redis are sure to outlive the next renewal round: until the
+    /// send time of the last renewal that extended them all (or of the admission), plus the
+    /// lease, less [`stop_margin`].
+    fence: Fence,
+}
+
+/// What the holder of an attempt gets: the token that stops its work and the fence its requests
+/// go through.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub stop: CancellationToken,
+    pub fence: Fence,
 }
 
 /// The registry.
@@ -42,7 +54,6 @@ pub struct Attempts {
 
 impl Attempts {
     /// Takes `attempt` of `command_id` in hand; its permits were taken at `admitted_at`.
-    /// Returns the token that stops it.
     pub fn hold(
         &self,
         attempt: AttemptId,
@@ -50,18 +61,21 @@ impl Attempts {
         application_id: Uuid,
         admitted_at: Instant,
         lease: Duration,
-    ) -> CancellationToken {
-        let stop = CancellationToken::new();
+    ) -> Hold {
+        let hold = Hold {
+            stop: CancellationToken::new(),
+            fence: Fence::until(fence_time(admitted_at, lease)),
+        };
         self.lock().insert(
             attempt,
             Held {
                 command_id,
                 application_id,
-                stop: stop.clone(),
-                redis_until: admitted_at + lease,
+                stop: hold.stop.clone(),
+                fence: hold.fence.clone(),
             },
         );
-        stop
+        hold
     }
 
     /// The attempt ended (landed, given back, handed to its backend, or stopped).
@@ -82,6 +96,7 @@ impl Attempts {
         if let Some(held) = self.lock().remove(&attempt) {
             tracing::warn!(command_id = %held.command_id, %attempt, why, "attempt stopped");
             crate::metrics::attempt_stopped();
+            held.fence.close();
             held.stop.cancel();
         }
     }
@@ -104,13 +119,10 @@ impl Attempts {
             self.renew_in_postgres(stores, &snapshot, lease, bound),
             self.renew_in_redis(stores, &snapshot, lease, bound),
         );
-        // Permits that might lapse before the next round's end: it starts a third of the lease
-        // from now and its call may take `bound`, and only then could it stop them.
-        let margin = lease / 3 + bound;
         let doomed: Vec<AttemptId> = self
             .lock()
             .iter()
-            .filter(|(_, held)| Instant::now() + margin >= held.redis_until)
+            .filter(|(_, held)| !held.fence.is_open())
             .map(|(attempt, _)| *attempt)
             .collect();
         for attempt in doomed {
@@ -169,8 +181,8 @@ impl Attempts {
                 Ok(Ok(Some(renewed))) => {
                     for ((_, attempt), ok) in attempts.iter().zip(renewed) {
                         if ok {
-                            if let Some(held) = self.lock().get_mut(attempt) {
-                                held.redis_until = sent + lease;
+                            if let Some(held) = self.lock().get(attempt) {
+                                held.fence.extend_to(fence_time(sent, lease));
                             }
                         } else {
                             self.stop(*attempt, "a permit lapsed or the attempt is not on record");
@@ -195,4 +207,16 @@ impl Attempts {
 /// could not renew, before permits renewed two rounds earlier lapse.
 fn call_bound(lease: Duration) -> Duration {
     lease / 6
+}
+
+/// How long before its permits may lapse an attempt is stopped: the next renewal round starts a
+/// third of the lease from now and its call may take [`call_bound`], and only then could it stop
+/// the attempt.
+fn stop_margin(lease: Duration) -> Duration {
+    lease / 3 + call_bound(lease)
+}
+
+/// When the fence of permits extended at `sent` for `lease` closes.
+fn fence_time(sent: Instant, lease: Duration) -> std::time::Instant {
+    (sent + lease.saturating_sub(stop_margin(lease))).into_std()
 }

@@ -7,6 +7,7 @@
 //! - [`catalog`]: which applications exist, their generations, and the admission specs of their
 //!   commands, refreshed into Redis for `admit.lua`.
 //! - [`attempts`]: the attempts in hand, renewed, and stopped when they may have lost their lease.
+//! - [`fence`]: until when an attempt may still act at its backend, checked as a request goes out.
 //! - [`quota`]: the built-in quota handler; one transaction per pool and batch.
 //! - [`webhook`]: the webhook handler: signed requests, retries, `running`, `needs_review`.
 //! - [`sweepers`]: one round of the sweepers and repairs.
@@ -15,6 +16,7 @@
 pub mod attempts;
 pub mod catalog;
 pub mod config;
+pub mod fence;
 pub mod quota;
 pub mod run;
 pub mod sweepers;

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::attempts::Attempts;
+use super::attempts::{Attempts, Hold};
 use super::catalog::{self, Application, runnable};
 use super::config::ExecutorConfig;
 use super::quota::{self, Landed};
@@ -263,7 +263,7 @@ impl Executor {
         };
         let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
-            let stop = self
+            let hold = self
                 .attempts
                 .hold(row.attempt, row.id, app.id, batch.at, self.lease());
             let handler = app
@@ -284,7 +284,7 @@ impl Executor {
                         timeout_ms,
                         admitted_at: batch.at,
                     };
-                    self.start_webhook(app, &keys, row, stop, delivery, shutdown);
+                    self.start_webhook(app, &keys, row, hold, delivery, shutdown);
                 }
                 _ => self.give_back(&keys, &row).await,
             }
@@ -395,7 +395,7 @@ impl Executor {
         app: &Application,
         keys: &AppKeys,
         row: Claimed,
-        stop: CancellationToken,
+        hold: Hold,
         delivery: Delivery,
         shutdown: &CancellationToken,
     ) {
@@ -413,6 +413,7 @@ impl Executor {
             namespace: namespace.name.clone(),
             rate_keys: rate_keys_of(keys, &row, decl),
             admitted_at: delivery.admitted_at,
+            fence: hold.fence,
         };
         let this = self.clone();
         let keys = keys.clone();
@@ -431,6 +432,9 @@ impl Executor {
             };
             tokio::select! {
                 ended = webhook::run(&deps, &row, &target, &shutdown) => match ended {
+                    Ok(webhook::End::Withheld) => {
+                        tracing::warn!(command_id = %row.id, attempt = %row.attempt, "webhook request withheld: the attempt's lease ran out before it went out");
+                    }
                     Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
                     // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
                     // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
@@ -439,7 +443,7 @@ impl Executor {
                         tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
                     }
                 },
-                () = stop.cancelled() => {
+                () = hold.stop.cancelled() => {
                     tracing::warn!(command_id = %row.id, attempt = %row.attempt, "webhook attempt abandoned: it lost its lease");
                 }
             }

@@ -14,7 +14,9 @@
 //!   and the Redis side of a transition is made again once it is.
 //! - **The attempt** ([`AttemptId`]): minted with a command's permits, recorded by the claim,
 //!   required by every later write of that start in PostgreSQL and in Redis. A start whose
-//!   lease lapsed can neither land nor touch the permits of the start that replaced it.
+//!   lease lapsed can neither land nor touch the permits of the start that replaced it, and
+//!   its requests to a backend go out only through its fence
+//!   ([`crate::executor::fence`]), checked as they are written.
 //! - **Monotonic statuses**: no script moves a command out of a final status, and every count
 //!   changes exactly once per transition.
 //!

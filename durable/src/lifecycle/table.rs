@@ -161,7 +161,7 @@ pub const TRANSITIONS: &[Transition] = &[
         postgres: "UPDATE … retry_wait, then executing again",
         sql: Some(super::held::START_RETRY_SQL),
         redis: &["mark.lua", "retake.lua"],
-        fence: "attempt",
+        fence: "attempt; each request is written only while the attempt's fence is open",
         by: &[By::Executor],
     },
     Transition {

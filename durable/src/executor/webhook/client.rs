@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::{Method, Request, StatusCode};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::sign;
+use crate::executor::fence::Fence;
 use crate::lifecycle::end::Reported;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
@@ -27,6 +29,9 @@ pub enum Answer {
     Decided(Reported),
     /// `202`: the backend runs it and reports through `:complete`.
     Running,
+    /// Not sent: the attempt's fence closed before the request went out (its lease may have
+    /// lapsed, and another attempt may own the command).
+    Withheld,
     /// Worth another attempt. `in_doubt`: the request may have reached the backend and nobody
     /// knows what it did (a timeout, a connection lost after sending).
     Retry {
@@ -43,6 +48,8 @@ pub struct Delivery<'a> {
     pub command_id: Uuid,
     pub body: Bytes,
     pub timeout: Duration,
+    /// The attempt's fence: the request goes out only while it is open.
+    pub fence: &'a Fence,
 }
 
 /// A pooled HTTP/1.1 client for `http://` and `https://` (rustls, Mozilla's roots): what the
@@ -67,7 +74,7 @@ where
 
 #[derive(Clone)]
 pub struct WebhookClient {
-    client: HttpsClient<Full<Bytes>>,
+    client: HttpsClient<FencedBody>,
 }
 
 impl Default for WebhookClient {
@@ -112,6 +119,7 @@ impl WebhookClient {
                 in_doubt: true,
                 reason: format!("no answer within {} ms", delivery.timeout.as_millis()),
             },
+            Ok(Err(error)) if is_fence_closed(&error) => Answer::Withheld,
             Ok(Err(error)) => Answer::Retry {
                 retry_after: None,
                 // A connection that never opened carried nothing; any later failure may have
@@ -124,7 +132,7 @@ impl WebhookClient {
     }
 }
 
-fn build_request(delivery: &Delivery<'_>) -> Result<Request<Full<Bytes>>, String> {
+fn build_request(delivery: &Delivery<'_>) -> Result<Request<FencedBody>, String> {
     let signature = sign(
         delivery.secret,
         chrono::Utc::now().timestamp(),
@@ -136,7 +144,10 @@ fn build_request(delivery: &Delivery<'_>) -> Result<Request<Full<Bytes>>, String
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .header("Idempotency-Key", delivery.command_id.to_string())
         .header("Sluice-Signature", signature)
-        .body(Full::new(delivery.body.clone()))
+        .body(FencedBody::new(
+            delivery.body.clone(),
+            delivery.fence.clone(),
+        ))
         .map_err(|e| format!("cannot build a request to {}: {e}", delivery.url))
 }
 

@@ -10,6 +10,7 @@
 
 mod backoff;
 mod client;
+mod fenced_body;
 mod signature;
 
 use std::time::Duration;
@@ -21,10 +22,12 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-pub use client::{Answer, HttpsClient, WebhookClient, https_client};
+pub use client::{Answer, Delivery, HttpsClient, WebhookClient, https_client};
+pub use fenced_body::{FenceClosed, FencedBody};
 pub use signature::sign;
 
 use crate::DurableError;
+use crate::executor::fence::Fence;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
 use crate::lifecycle::end::{Outcome, Place, Reported, land_attempt, project_end};
@@ -50,6 +53,8 @@ pub struct Target {
     pub rate_keys: Vec<RateKey>,
     /// When the admission took the first request's start tokens.
     pub admitted_at: tokio::time::Instant,
+    /// The attempt's fence: no request goes out once it has closed.
+    pub fence: Fence,
 }
 
 /// What the executor lends the handler.
@@ -88,6 +93,9 @@ pub enum End {
     Elsewhere,
     /// Given back to its queue: the executor is shutting down.
     HandedBack,
+    /// Its fence closed before a request went out: nothing was sent, nothing landed, and the
+    /// row is left to whoever owns it now (or to the sweeper once its lease lapses).
+    Withheld,
 }
 
 /// Runs `row` to its end under its attempt.
@@ -130,12 +138,14 @@ pub async fn run(
                 command_id: row.id,
                 body: request_body(row, &target.namespace, attempt),
                 timeout: target.timeout.min(remaining),
+                fence: &target.fence,
             })
             .await;
         metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
         let (retry_after, doubtful, reason) = match answer {
             Answer::Decided(decided) => return decide(deps, row, &decided).await,
             Answer::Running => return running(deps, row).await,
+            Answer::Withheld => return Ok(End::Withheld),
             Answer::Retry {
                 retry_after,
                 in_doubt,

@@ -11,3 +11,4 @@ mod rebuild_races;
 mod repairs;
 mod rollback;
 mod starvation;
+mod withheld;
