@@ -103,6 +103,28 @@ impl LuaFixture {
             .expect("write cfg");
     }
 
+    /// Queues one accepted `job` on `resource` as `accept.lua` leaves it, with the counts that
+    /// ending it gives back (`unfinished`, waiting in its namespace and command).
+    pub(crate) async fn queue_job(&self, resource: &str) -> Uuid {
+        let ns = self.namespace;
+        self.queue_command(
+            "job",
+            resource,
+            self.next_seq(),
+            vec![
+                ("status".into(), "accepted".into()),
+                ("ns".into(), ns.to_string()),
+                ("cmd".into(), "job".into()),
+            ],
+            vec![
+                "unfinished".into(),
+                format!("waiting:{ns}"),
+                format!("queued:{ns}:job"),
+            ],
+        )
+        .await
+    }
+
     /// Queues one command with sequence `seq` the way `accept.lua` leaves it: its queue entry,
     /// its queue in its command's ready set and its command in the application's, its status
     /// hash of `fields`, and one more in each of `counters`.

@@ -295,6 +295,20 @@ impl Stack {
         )
     }
 
+    /// Waits up to 5 s for every open count of `command` to be back at zero (the command's end
+    /// gave back what it held), and fails naming the counts if they are not.
+    pub async fn assert_open_counts_drain(&self, command: &str) {
+        let drained = eventually(Duration::from_secs(5), || async {
+            self.open_counts(command).await == (0, 0, 0)
+        })
+        .await;
+        assert!(
+            drained,
+            "open counts of {command} (unfinished, waiting, queued) never drained: {:?}",
+            self.open_counts(command).await
+        );
+    }
+
     /// The application's Redis counters (`unfinished`, `waiting:…`, `queued:…`).
     pub async fn counters(&self) -> std::collections::HashMap<String, i64> {
         self.redis

@@ -5,21 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::lifecycle::redis::{
     Acceptance, Accepted, AdmitLimits, Mark, Requeue, Requeued, accept, mark, renew, requeue,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::execution::{fast_executor, start_executor};
+use super::{LEASE_MS, start_short_lease_executor};
 use crate::lua_fixture;
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{arrivals_of, arrives, enqueue_ocr, ocr_stack, row};
-
-/// The lease of these tests' executors: the shortest allowed, so a lapse is quick to provoke.
-const LEASE_MS: u64 = 1_000;
 
 /// The first request of a command is held until the second one arrives and then answered
 /// `first`; the second is held three leases long and answered `second`.
@@ -63,13 +59,7 @@ async fn a_lapsed_attempt_cannot_land_and_the_new_one_keeps_renewing() {
     let backend = two_calls_backend(second_arrived.clone(), seen.clone()).await;
     let stack = ocr_stack(&backend, 20_000, 60, "").await;
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    let executor = start_executor(
-        &stack,
-        ExecutorConfig {
-            lease_ms: LEASE_MS,
-            ..fast_executor()
-        },
-    );
+    let executor = start_short_lease_executor(&stack);
     assert!(
         arrives(&backend, &id, Duration::from_secs(10)).await,
         "the first attempt reached the backend"
@@ -163,26 +153,6 @@ enum LateWrites {}
 type Bench = lua_fixture::Bench<LateWrites>;
 
 impl Bench {
-    async fn push(&self, resource: &str) -> Uuid {
-        let ns = self.namespace;
-        self.queue_command(
-            "job",
-            resource,
-            self.next_seq(),
-            vec![
-                ("status".into(), "accepted".into()),
-                ("ns".into(), ns.to_string()),
-                ("cmd".into(), "job".into()),
-            ],
-            vec![
-                "unfinished".into(),
-                format!("waiting:{ns}"),
-                format!("queued:{ns}:job"),
-            ],
-        )
-        .await
-    }
-
     async fn start(&self) -> Vec<sluice_durable::lifecycle::redis::AdmittedHead> {
         self.admitted_heads(AdmitLimits {
             min_generation: 1,
@@ -264,7 +234,7 @@ async fn late_writes_never_resurrect_an_ended_command() {
     bench
         .configure(&[("job", "100 1000000 1000000 0")], &[])
         .await;
-    let id = bench.push("r").await;
+    let id = bench.queue_job("r").await;
     let heads = bench.start().await;
     assert_eq!(heads.len(), 1);
     let head = heads[0].clone();
@@ -333,7 +303,7 @@ async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
     bench
         .configure(&[("job", "100 1000000 1000000 0")], &[])
         .await;
-    let id = bench.push("r").await;
+    let id = bench.queue_job("r").await;
     let first = bench.start().await[0].clone();
     assert_eq!(
         bench.requeue(id, first.attempt, "r", first.queue_seq).await,

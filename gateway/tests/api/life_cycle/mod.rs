@@ -12,3 +12,22 @@ mod repairs;
 mod rollback;
 mod starvation;
 mod withheld;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::execution::{fast_executor, start_executor};
+use crate::support::Stack;
+
+/// The lease of these tests' executors: the shortest allowed, so a lapse is quick to provoke.
+const LEASE_MS: u64 = 1_000;
+
+/// A fast executor on `stack` with a [`LEASE_MS`] lease.
+fn start_short_lease_executor(stack: &Stack) -> CancellationToken {
+    start_executor(
+        stack,
+        sluice_durable::executor::ExecutorConfig {
+            lease_ms: LEASE_MS,
+            ..fast_executor()
+        },
+    )
+}

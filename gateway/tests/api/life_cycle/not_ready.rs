@@ -36,26 +36,6 @@ fn budget() -> IntakeBudget {
 }
 
 impl Bench {
-    async fn push(&self, resource: &str) -> Uuid {
-        let ns = self.namespace;
-        self.queue_command(
-            "job",
-            resource,
-            self.next_seq(),
-            vec![
-                ("status".into(), "accepted".into()),
-                ("ns".into(), ns.to_string()),
-                ("cmd".into(), "job".into()),
-            ],
-            vec![
-                "unfinished".into(),
-                format!("waiting:{ns}"),
-                format!("queued:{ns}:job"),
-            ],
-        )
-        .await
-    }
-
     async fn reserve(&self, id: Uuid, field: &str) -> IntakeVerdict {
         let budget = budget();
         reserve(
@@ -87,8 +67,8 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
     bench.configure(&[("job", "10 1000 1000 0")], &[]).await;
     // A started command (its permits and attempt), a waiting one, and a reservation between
     // its intake and its commit: what each script would otherwise act on.
-    let started = bench.push("r1").await;
-    let waiting = bench.push("r2").await;
+    let started = bench.queue_job("r1").await;
+    let waiting = bench.queue_job("r2").await;
     let heads = bench.admitted_heads(LIMITS).await;
     let head = heads
         .iter()

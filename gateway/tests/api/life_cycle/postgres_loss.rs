@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::fencing::backdate_permits;
+use super::{LEASE_MS, start_short_lease_executor};
 use crate::execution::{fast_executor, start_executor};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
@@ -110,7 +111,6 @@ async fn a_lapsed_row_whose_permits_are_live_is_not_rescued() {
 /// once PostgreSQL is back its answer is the one that lands, under the first attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_that_loses_only_postgres_keeps_its_request() {
-    const LEASE_MS: u64 = 1_000;
     let release = Arc::new(Notify::new());
     let backend = held_backend(release.clone()).await;
     let mut postgres = tokio::task::spawn_blocking(PgServer::start)
@@ -124,13 +124,7 @@ async fn an_executor_that_loses_only_postgres_keeps_its_request() {
     .await;
     backend.set_secret(&stack.creds.webhook_secret);
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
-    let executor = start_executor(
-        &stack,
-        ExecutorConfig {
-            lease_ms: LEASE_MS,
-            ..fast_executor()
-        },
-    );
+    let executor = start_short_lease_executor(&stack);
     assert!(
         arrives(&backend, &id, Duration::from_secs(10)).await,
         "the request reached the backend"
@@ -167,14 +161,7 @@ async fn an_executor_that_loses_only_postgres_keeps_its_request() {
         1,
         "a second request of the command reached the backend"
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            stack.open_counts("ocr").await == (0, 0, 0)
-        })
-        .await,
-        "{:?}",
-        stack.open_counts("ocr").await
-    );
+    stack.assert_open_counts_drain("ocr").await;
     executor.cancel();
     drop(postgres);
 }

@@ -53,14 +53,7 @@ async fn a_claim_past_max_wait_ends_the_command_instead_of_starting_it() {
         arrivals_of(&backend, &id).is_empty(),
         "the backend was called"
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            stack.open_counts("ocr").await == (0, 0, 0)
-        })
-        .await,
-        "{:?}",
-        stack.open_counts("ocr").await
-    );
+    stack.assert_open_counts_drain("ocr").await;
     executor.cancel();
 }
 
