@@ -2,11 +2,16 @@
 //! accepted again, the ticket positions of the commands still waiting must follow their
 //! `queue_seq` within each queue.
 //!
-//! The commands are polled in descending `queue_seq` (positions only shrink over time, so a
-//! later poll of an earlier command can only show a smaller position, never hide an
-//! inversion). A rebuild can meet an almost empty backlog, with no two commands of one queue
-//! to compare; a run whose checks compared no pair at all proves nothing, and is judged a
-//! violation (see `checks`).
+//! The commands are polled in descending `queue_seq`: a queue's drain only shrinks positions,
+//! so a later poll of an earlier command shows a smaller position and cannot hide an inversion.
+//! Positions can also grow: a command whose lease lapsed after the loss goes back to its queue
+//! at its original `queue_seq`, ahead of later commands, and one that does so between the two
+//! polls of a pair makes the pair look tied. So a pair that looks out of order is polled again,
+//! the later command then the earlier one at once: an inversion of the rebuilt queue (scores out
+//! of acceptance order) persists while both wait, a re-entry between two polls does not. A
+//! rebuild can meet an almost empty backlog, with no two commands of one queue to compare; a
+//! run whose checks compared no pair at all proves nothing, and is judged a violation (see
+//! `checks`).
 
 use std::collections::HashMap;
 
@@ -56,13 +61,7 @@ impl Stack {
             let Some(ticket) = tickets.get(id) else {
                 continue;
             };
-            let answer = shared.poll(1, *id, ticket).await;
-            if let Answer::Http {
-                status: 200, body, ..
-            } = answer
-                && body["data"]["status"] == "accepted"
-                && let Some(position) = body["data"]["queue"]["position"].as_u64()
-            {
+            if let Some(position) = waiting_position(shared, *id, ticket).await {
                 check.polled += 1;
                 seen.entry((command.clone(), resource.clone()))
                     .or_default()
@@ -78,8 +77,17 @@ impl Stack {
                 if seq_a == seq_b {
                     continue;
                 }
+                let out_of_order = if pos_a < pos_b {
+                    false
+                } else {
+                    match still_out_of_order(shared, &tickets, id_a, id_b).await {
+                        Some(out_of_order) => out_of_order,
+                        // One of them started meanwhile: the pair cannot be judged.
+                        None => continue,
+                    }
+                };
                 check.compared += 1;
-                if pos_a >= pos_b {
+                if out_of_order {
                     check.violations.push(format!(
                         "FIFO after the rebuild ({phase}): {command} queue {resource}: command \
                          {id_a} (queue_seq {seq_a}) at position {pos_a}, command {id_b} \
@@ -90,4 +98,28 @@ impl Stack {
         }
         check
     }
+}
+
+/// The position a ticket poll shows for a command still waiting (`accepted`), if it shows one.
+async fn waiting_position(shared: &Shared, id: Uuid, ticket: &str) -> Option<u64> {
+    match shared.poll(1, id, ticket).await {
+        Answer::Http {
+            status: 200, body, ..
+        } if body["data"]["status"] == "accepted" => body["data"]["queue"]["position"].as_u64(),
+        _ => None,
+    }
+}
+
+/// Polls a pair that looked out of order again, the later command `b` first and the earlier `a`
+/// right after: whether `a` still shows a position not smaller than `b`'s, or `None` when one of
+/// them no longer waits (a pair that cannot be judged again is not judged).
+async fn still_out_of_order(
+    shared: &Shared,
+    tickets: &HashMap<Uuid, String>,
+    a: Uuid,
+    b: Uuid,
+) -> Option<bool> {
+    let pos_b = waiting_position(shared, b, tickets.get(&b)?).await?;
+    let pos_a = waiting_position(shared, a, tickets.get(&a)?).await?;
+    Some(pos_a >= pos_b)
 }
