@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::control::{self, PauseState};
 use crate::declaration::Declaration;
+use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, Scripts};
 
 /// Ready resources looked at for the busiest queues, at most. `status.lua` blocks Redis (every
@@ -31,7 +32,7 @@ pub const QUOTA_POOLS: i64 = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusCount {
     pub command: String,
-    pub status: String,
+    pub status: CommandStatus,
     pub count: i64,
     pub oldest_accepted_at: DateTime<Utc>,
 }

@@ -2,6 +2,7 @@
 //! contract tells a client to act on it (success, explicit refusal with advice, or an outcome
 //! that is not known).
 
+use sluice_durable::lifecycle::CommandStatus;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -178,17 +179,15 @@ fn classify(status: u16, header_retry: Option<Duration>, bytes: &[u8]) -> Outcom
     }
 }
 
-/// The terminal statuses of the API: a command in one of them never changes again (except
-/// `needs_review`, which waits for a person and is final for a load test).
-pub const TERMINAL: [&str; 6] = [
-    "succeeded",
-    "rejected",
-    "failed",
-    "expired",
-    "cancelled",
-    "needs_review",
-];
+/// Whether a load test is done with a command in `status`: a final status never changes again,
+/// and `needs_review` waits for a person.
+pub fn is_terminal(status: CommandStatus) -> bool {
+    status.is_final() || status == CommandStatus::NeedsReview
+}
 
-pub fn is_terminal(status: &str) -> bool {
-    TERMINAL.contains(&status)
+/// The `status` field of an answer's data, if it is a status of the API.
+pub fn command_status(data: &Value) -> Option<CommandStatus> {
+    data.get("status")
+        .and_then(Value::as_str)
+        .and_then(CommandStatus::parse)
 }

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use sluice_durable::lifecycle::CommandStatus;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -45,27 +46,27 @@ fn check(name: &str, holds: bool, detail: String) -> Check {
 pub async fn commands(
     pg: &PgPool,
     namespace: Uuid,
-    accepted: &HashMap<Uuid, Option<String>>,
+    accepted: &HashMap<Uuid, Option<CommandStatus>>,
 ) -> Result<Vec<Check>, BoxError> {
-    let rows: Vec<(Uuid, String, String)> =
+    let rows: Vec<(Uuid, CommandStatus, String)> =
         sqlx::query_as("SELECT id, status, subject FROM commands WHERE namespace_id = $1")
             .bind(namespace)
             .fetch_all(pg)
             .await?;
-    let by_id: HashMap<Uuid, &str> = rows.iter().map(|(id, s, _)| (*id, s.as_str())).collect();
+    let by_id: HashMap<Uuid, CommandStatus> = rows.iter().map(|(id, s, _)| (*id, *s)).collect();
     let missing = accepted.keys().filter(|id| !by_id.contains_key(id)).count();
     let unanswered = rows
         .iter()
         .filter(|(id, ..)| !accepted.contains_key(id))
         .count();
-    let open = rows.iter().filter(|(_, s, _)| !is_terminal(s)).count();
-    let review = rows.iter().filter(|(_, s, _)| s == "needs_review").count();
+    let open = rows.iter().filter(|(_, s, _)| !is_terminal(*s)).count();
+    let review = rows
+        .iter()
+        .filter(|(_, s, _)| *s == CommandStatus::NeedsReview)
+        .count();
     let contradicted = accepted
         .iter()
-        .filter(|(id, seen)| {
-            seen.as_deref()
-                .is_some_and(|seen| by_id.get(id).is_some_and(|row| *row != seen))
-        })
+        .filter(|(id, seen)| seen.is_some_and(|seen| by_id.get(id).is_some_and(|row| *row != seen)))
         .count();
     let mut subjects = HashSet::new();
     let twice = rows
@@ -191,7 +192,7 @@ const DELIVERY_ALLOWANCE: f64 = 0.2;
 pub fn backend(
     options: &crate::scenario::Options,
     seen: &crate::servers::BackendSeen,
-    accepted: &HashMap<Uuid, Option<String>>,
+    accepted: &HashMap<Uuid, Option<CommandStatus>>,
 ) -> Vec<Check> {
     let account_peak = seen.account_peak.values().copied().max().unwrap_or(0);
     let account_limit = i64::from(options.account_max_in_flight);
@@ -205,7 +206,7 @@ pub fn backend(
     let provider_bound = (rate + rate * (1.0 + DELIVERY_ALLOWANCE)).floor() as u64;
     let succeeded = accepted
         .values()
-        .filter(|s| s.as_deref() == Some("succeeded"))
+        .filter(|s| **s == Some(CommandStatus::Succeeded))
         .count() as u64;
     vec![
         check(

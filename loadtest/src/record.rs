@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use sluice_durable::lifecycle::CommandStatus;
 use uuid::Uuid;
 
 use crate::api::{Exchange, Outcome};
@@ -53,7 +54,7 @@ struct Tallies {
     people: People,
     /// Every command id a caller was told is accepted, with the terminal status the caller saw
     /// last (`None` while none was seen).
-    accepted: HashMap<Uuid, Option<String>>,
+    accepted: HashMap<Uuid, Option<CommandStatus>>,
 }
 
 struct EndpointTally {
@@ -149,9 +150,9 @@ impl Recorder {
     }
 
     /// The terminal status a caller read for an accepted command.
-    pub fn terminal_seen(&self, command_id: Uuid, status: &str) {
+    pub fn terminal_seen(&self, command_id: Uuid, status: CommandStatus) {
         self.with(|t| {
-            t.accepted.insert(command_id, Some(status.to_string()));
+            t.accepted.insert(command_id, Some(status));
         });
     }
 
@@ -236,5 +237,5 @@ pub struct Recorded {
     pub endpoints: BTreeMap<String, Endpoint>,
     pub final_latency: Latency,
     pub timeline: Vec<Second>,
-    pub accepted: HashMap<Uuid, Option<String>>,
+    pub accepted: HashMap<Uuid, Option<CommandStatus>>,
 }

@@ -1,6 +1,7 @@
 //! Each invariant check can fail: a real namespace with real rows, then the record (or the
 //! callers' view, or the observations) is made to contradict it, and the check must say so.
 
+use sluice_durable::lifecycle::CommandStatus;
 use std::collections::{BTreeMap, HashMap};
 
 use hyper::Method;
@@ -75,7 +76,7 @@ async fn three_waiting() -> (Tenant, Vec<Uuid>) {
 async fn command_checks_fail_when_the_record_and_the_callers_disagree() {
     let (tenant, ids) = three_waiting().await;
     let namespace = tenant.creds.namespace_id;
-    let all: HashMap<Uuid, Option<String>> = ids.iter().map(|id| (*id, None)).collect();
+    let all: HashMap<Uuid, Option<CommandStatus>> = ids.iter().map(|id| (*id, None)).collect();
     let honest = invariants::commands(&tenant.pg, namespace, &all)
         .await
         .expect("checks");
@@ -88,8 +89,8 @@ async fn command_checks_fail_when_the_record_and_the_callers_disagree() {
     );
 
     // A caller told of a command that has no row, a row no caller heard of, a status misread.
-    let mut told: HashMap<Uuid, Option<String>> = HashMap::new();
-    told.insert(ids[0], Some("succeeded".into()));
+    let mut told: HashMap<Uuid, Option<CommandStatus>> = HashMap::new();
+    told.insert(ids[0], Some(CommandStatus::Succeeded));
     told.insert(ids[1], None);
     told.insert(Uuid::new_v4(), None);
     let broken = invariants::commands(&tenant.pg, namespace, &told)
@@ -191,8 +192,8 @@ fn limit_checks_fail_above_their_limits() {
         ])
         .options
     };
-    let accepted: HashMap<Uuid, Option<String>> =
-        [(Uuid::new_v4(), Some("succeeded".to_string()))].into();
+    let accepted: HashMap<Uuid, Option<CommandStatus>> =
+        [(Uuid::new_v4(), Some(CommandStatus::Succeeded))].into();
     let seen = |account: i64, provider: u64, unsigned: u64| BackendSeen {
         requests: 1,
         unsigned,

@@ -15,6 +15,7 @@ use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::claim::Claimed;
 use crate::metrics::{self, HandlerKind};
 
@@ -22,7 +23,7 @@ use crate::metrics::{self, HandlerKind};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Landed {
     pub id: Uuid,
-    pub status: &'static str,
+    pub status: CommandStatus,
     pub result: Option<Value>,
     pub error: Option<(&'static str, String)>,
     pub updated_at: DateTime<Utc>,
@@ -133,7 +134,12 @@ async fn allocate_in_one_transaction(
             .iter()
             .map(|(id, _)| {
                 let message = format!("the quota pool {pool:?} does not exist");
-                (*id, "failed", None, Some(("POOL_NOT_FOUND", message)))
+                (
+                    *id,
+                    CommandStatus::Failed,
+                    None,
+                    Some(("POOL_NOT_FOUND", message)),
+                )
             })
             .collect(),
         Some(decisions) => held
@@ -142,19 +148,19 @@ async fn allocate_in_one_transaction(
             .map(|((id, _), decision)| match decision {
                 Decision::Allocated(allocation) => (
                     *id,
-                    "succeeded",
+                    CommandStatus::Succeeded,
                     Some(json!({"allocation_id": allocation, "state": "confirmed"})),
                     None,
                 ),
                 Decision::SoldOut => (
                     *id,
-                    "rejected",
+                    CommandStatus::Rejected,
                     None,
                     Some(("SOLD_OUT", "the pool has no units left".to_string())),
                 ),
                 Decision::AlreadyAllocated => (
                     *id,
-                    "rejected",
+                    CommandStatus::Rejected,
                     None,
                     Some((
                         "ALREADY_ALLOCATED",
@@ -218,7 +224,7 @@ async fn insert_allocations(
 /// A command's terminal state before it is written: id, status, result, error.
 type Outcome = (
     Uuid,
-    &'static str,
+    CommandStatus,
     Option<Value>,
     Option<(&'static str, String)>,
 );
@@ -240,7 +246,7 @@ pub async fn write_outcomes(
                 .map(|c| c.attempt.as_uuid())
         })
         .collect();
-    let statuses: Vec<&str> = outcomes.iter().map(|o| o.1).collect();
+    let statuses: Vec<&str> = outcomes.iter().map(|o| o.1.as_str()).collect();
     let results: Vec<Option<Value>> = outcomes.iter().map(|o| o.2.clone()).collect();
     let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.3.as_ref().map(|e| e.0)).collect();
     let messages: Vec<Option<&str>> = outcomes

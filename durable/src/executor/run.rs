@@ -24,6 +24,7 @@ use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl};
 use crate::faults::{self, Point};
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
 use crate::lifecycle::end::{Place, project_end};
@@ -322,7 +323,10 @@ impl Executor {
             Ok(landed) => {
                 // Before the results show: whoever sees an allocation's result and reads the
                 // pool's views again finds the old value gone.
-                if landed.iter().any(|done| done.status == "succeeded") {
+                if landed
+                    .iter()
+                    .any(|done| done.status == CommandStatus::Succeeded)
+                {
                     let pool_dependency = [format!("pool:{pool}")];
                     if let Err(error) = crate::projection::cache::invalidate(
                         &self.redis,

@@ -18,6 +18,7 @@ use super::attempt::AttemptId;
 use super::end::project_current;
 use super::redis::{AdmittedHead, Requeue, Requeued, requeue};
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 
@@ -51,7 +52,7 @@ pub struct RowState {
     pub command: String,
     pub resource_key: String,
     pub queue_seq: i64,
-    pub status: String,
+    pub status: CommandStatus,
     pub updated_at: DateTime<Utc>,
     pub result: Option<serde_json::Value>,
     pub error_code: Option<String>,
@@ -201,7 +202,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
     let mut ended = Vec::new();
     for row in &rows {
         let state = RowState::from_row(row)?;
-        if state.status != "executing" {
+        if state.status != CommandStatus::Executing {
             ended.push(state);
             continue;
         }
@@ -309,7 +310,7 @@ pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead
             command,
             resource_key,
             queue_seq: head.queue_seq,
-            status: "accepted",
+            status: CommandStatus::Accepted,
             updated_at: rfc3339(Utc::now()),
         };
         match requeue(stores.redis, stores.scripts, keys, &back).await {

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::CommandStatus;
 use super::attempt::AttemptId;
 use super::claim::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
@@ -27,7 +28,7 @@ use crate::projection::AppKeys;
 /// A final state (or `needs_review`) an attempt writes.
 #[derive(Debug, Clone)]
 pub struct Outcome<'a> {
-    pub status: &'a str,
+    pub status: CommandStatus,
     pub result: Option<&'a Value>,
     pub error: Option<(&'a str, &'a str)>,
 }
@@ -80,7 +81,7 @@ pub async fn project_end(
     stores: Stores<'_>,
     keys: &AppKeys,
     place: Place<'_>,
-    status: &str,
+    status: CommandStatus,
     updated_at: DateTime<Utc>,
     result: Option<&Value>,
     error: Option<(&str, &str)>,
@@ -105,7 +106,7 @@ pub async fn project_end(
     match landed {
         Ok(Some(_)) => true,
         Ok(None) => {
-            tracing::warn!(command_id = %place.id, status, "end not projected while the projection was rebuilt; the sweepers repair it");
+            tracing::warn!(command_id = %place.id, %status, "end not projected while the projection was rebuilt; the sweepers repair it");
             false
         }
         Err(error) => {
@@ -163,10 +164,10 @@ pub async fn project_current(
     row: &RowState,
     attempt: Option<AttemptId>,
 ) -> bool {
-    match row.status.as_str() {
+    match row.status {
         // Held between two webhook attempts: its attempt decides, like an executing one.
-        "retry_wait" if row.held => false,
-        "accepted" | "retry_wait" => {
+        CommandStatus::RetryWait if row.held => false,
+        CommandStatus::Accepted | CommandStatus::RetryWait => {
             let back = Requeued {
                 command_id: row.id,
                 attempt: attempt.or(row.attempt),
@@ -174,12 +175,12 @@ pub async fn project_current(
                 command: &row.command,
                 resource_key: &row.resource_key,
                 queue_seq: row.queue_seq,
-                status: &row.status,
+                status: row.status,
                 updated_at: rfc3339(row.updated_at),
             };
             project_requeue(stores, keys, &back, patience).await
         }
-        "executing" | "running" => false,
+        CommandStatus::Executing | CommandStatus::Running => false,
         status => {
             let place = Place {
                 id: row.id,
@@ -271,7 +272,7 @@ pub async fn cancel(
             stores,
             &keys,
             place_of(&record),
-            "cancelled",
+            CommandStatus::Cancelled,
             record.updated_at,
             None,
             None,
@@ -299,7 +300,7 @@ fn place_of(record: &CommandRecord) -> Place<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reported {
     /// `succeeded`, `rejected` or `failed`.
-    pub status: &'static str,
+    pub status: CommandStatus,
     pub result: Option<Value>,
     pub error: Option<(String, String)>,
     /// Dependencies of cached reads the result changed (a webhook's `invalidate`).
@@ -398,7 +399,7 @@ pub async fn complete(
         stores,
         &keys,
         place_of(&record),
-        &record.status,
+        record.status,
         record.updated_at,
         record.result.as_ref(),
         error,

@@ -16,6 +16,7 @@ use super::claim::Claimed;
 use super::redis::{Extend, Mark, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 
@@ -72,7 +73,7 @@ pub async fn wait_for_retry(
         .fetch_optional(stores.pg)
         .await?;
     if cancel.is_some() {
-        show(stores, keys, row, "retry_wait").await;
+        show(stores, keys, row, CommandStatus::RetryWait).await;
     }
     Ok(cancel)
 }
@@ -98,7 +99,7 @@ pub async fn start_retry(
         .fetch_optional(stores.pg)
         .await?;
     if number.is_some() {
-        show(stores, keys, row, "executing").await;
+        show(stores, keys, row, CommandStatus::Executing).await;
     }
     Ok(number)
 }
@@ -116,7 +117,7 @@ pub async fn cancel_requested(stores: Stores<'_>, id: Uuid) -> Result<bool, Dura
 
 /// The status a ticket poll shows while the attempt holds the command (`mark.lua`); a poll shows
 /// PostgreSQL's status when this misses, so a failure is only logged.
-async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: &str) {
+async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: CommandStatus) {
     let marked = mark(
         stores.redis,
         stores.scripts,
@@ -173,7 +174,7 @@ pub async fn running(
                 keys,
                 row.id,
                 row.attempt,
-                "running",
+                CommandStatus::Running,
                 rfc3339(Utc::now()),
                 Some(Extend::Live(until_deadline)),
             )
@@ -234,7 +235,7 @@ pub async fn give_back(
         command: &row.command,
         resource_key: &row.resource_key,
         queue_seq: row.queue_seq,
-        status: "retry_wait",
+        status: CommandStatus::RetryWait,
         updated_at: rfc3339(updated_at),
     };
     super::end::project_requeue(stores, keys, &back, patience).await;

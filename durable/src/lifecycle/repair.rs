@@ -22,6 +22,7 @@ use super::redis::{Acceptance, Accepted, Extend, accept, holders, mark};
 use super::sweep::SweepSide;
 use super::{RUNNING_PERMIT_GRACE, Stores};
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::{AppKeys, request_key_field};
 
@@ -75,10 +76,12 @@ pub async fn permits(
                 let Some(row) = states.iter().find(|s| s.id == holder.command_id) else {
                     continue;
                 };
-                let repaired = match row.status.as_str() {
+                let repaired = match row.status {
                     // An admitted head nobody claimed (its executor died): back in line, once
                     // its permit lapsed (a live one is an admission whose claim is under way).
-                    "accepted" | "retry_wait" if !row.held && !holder.live => {
+                    CommandStatus::Accepted | CommandStatus::RetryWait
+                        if !row.held && !holder.live =>
+                    {
                         tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
                         project_current(
                             stores,
@@ -90,8 +93,12 @@ pub async fn permits(
                         )
                         .await
                     }
-                    "running" => restore_running(stores, &keys, row, holder.attempt).await,
-                    "executing" | "retry_wait" | "accepted" => false,
+                    CommandStatus::Running => {
+                        restore_running(stores, &keys, row, holder.attempt).await
+                    }
+                    CommandStatus::Executing
+                    | CommandStatus::RetryWait
+                    | CommandStatus::Accepted => false,
                     // Ended (or needs_review) while its landing missed Redis.
                     _ => {
                         project_current(stores, &keys, side.retention_ms, side.patience, row, None)
@@ -151,7 +158,7 @@ async fn restore_running(
             keys,
             row.id,
             attempt,
-            "running",
+            CommandStatus::Running,
             rfc3339(row.updated_at),
             Some(Extend::Restore(until)),
         )
@@ -236,7 +243,12 @@ pub async fn projection(
                         repaired += 1;
                     }
                 }
-                Some("accepted" | "retry_wait") if !queued => unqueued.push(row.id),
+                Some(status)
+                    if CommandStatus::parse(status).is_some_and(CommandStatus::is_waiting)
+                        && !queued =>
+                {
+                    unqueued.push(row.id)
+                }
                 _ => {}
             }
         }

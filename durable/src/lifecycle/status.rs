@@ -3,8 +3,13 @@
 
 use std::fmt;
 
-/// A command's status as PostgreSQL records it (API.md, Command life).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A command's status as PostgreSQL records it (API.md, Command life): the `commands.status`
+/// column (text) and the `status` field of every answer, in `snake_case` both ways.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, sqlx::Type,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum CommandStatus {
     Accepted,
     Executing,
@@ -49,6 +54,11 @@ impl CommandStatus {
 
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Waiting in its queue for a start (the first, or the next after a retry wait).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, Self::Accepted | Self::RetryWait)
     }
 
     /// Final: the row never changes again (`needs_review` is not final: a late authoritative

@@ -23,6 +23,7 @@ use super::claim::RowState;
 use super::end::project_current;
 use super::redis::holding;
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, request_key_field};
 
 /// Rows per sweep round; the next round continues.
@@ -178,8 +179,8 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
         .collect::<Result<Vec<_>, _>>()?;
     tx.commit().await?;
     for row in &rows {
-        crate::metrics::lease_rescued(&row.status);
-        if row.status == "retry_wait" {
+        crate::metrics::lease_rescued(row.status);
+        if row.status == CommandStatus::RetryWait {
             tracing::info!(command_id = %row.id, "lease lapsed; command back in line");
         }
     }

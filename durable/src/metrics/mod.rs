@@ -25,6 +25,7 @@ use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::projection::Scripts;
 
 mod projection;
@@ -172,9 +173,9 @@ pub fn fallback_refused() {
 
 /// A state an executor's handler landed in PostgreSQL. Only the statuses a command can end in
 /// are labels (anything else is `other`), so a bug cannot grow the label set without bound.
-pub fn execution_landed(status: &str) {
-    let status = if STATUSES.contains(&status) {
-        status
+pub fn execution_landed(status: CommandStatus) {
+    let status = if STATUSES.contains(&status.as_str()) {
+        status.as_str()
     } else {
         "other"
     };
@@ -212,9 +213,9 @@ pub fn handler_latency(kind: HandlerKind, elapsed: Duration) {
 
 /// A row whose executor's lease lapsed, taken over by the sweeper: `retry_wait` (back in its
 /// queue), `expired` or `needs_review` (past its deadline).
-pub fn lease_rescued(outcome: &str) {
-    let outcome = if RESCUES.contains(&outcome) {
-        outcome
+pub fn lease_rescued(outcome: CommandStatus) {
+    let outcome = if RESCUES.contains(&outcome.as_str()) {
+        outcome.as_str()
     } else {
         "other"
     };
@@ -339,8 +340,9 @@ mod tests {
 
     #[test]
     fn the_executor_exposition_has_a_type_for_every_family() {
-        execution_landed("succeeded");
-        execution_landed("made-up");
+        execution_landed(CommandStatus::Succeeded);
+        // Not a status a command lands in.
+        execution_landed(CommandStatus::Accepted);
         let text = executor_text();
         assert!(
             text.contains("# TYPE sluice_executions_total counter"),

@@ -10,6 +10,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 
 /// A command the gateway has reserved and wants committed.
 #[derive(Debug, Clone)]
@@ -38,7 +39,7 @@ pub struct NewCommand {
 pub struct ExistingCommand {
     pub id: Uuid,
     pub content_sha256: Vec<u8>,
-    pub status: String,
+    pub status: CommandStatus,
     pub accepted_at: DateTime<Utc>,
     pub deadline_at: DateTime<Utc>,
     pub resource_key: String,

@@ -7,6 +7,7 @@ use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 
 /// The full record of a command, as `GET /v1/commands/{id}` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +21,7 @@ pub struct CommandRecord {
     pub content_sha256: Vec<u8>,
     pub resource_key: String,
     pub queue_seq: i64,
-    pub status: String,
+    pub status: CommandStatus,
     pub accepted_at: DateTime<Utc>,
     pub deadline_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -60,14 +61,11 @@ impl<'r> FromRow<'r, PgRow> for CommandRecord {
 
 impl CommandRecord {
     pub fn is_waiting(&self) -> bool {
-        matches!(self.status.as_str(), "accepted" | "retry_wait")
+        self.status.is_waiting()
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.status.as_str(),
-            "succeeded" | "rejected" | "failed" | "expired" | "cancelled"
-        )
+        self.status.is_final()
     }
 }
 

@@ -30,6 +30,7 @@ use uuid::Uuid;
 use super::{AppKeys, Scripts, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
 
 /// Rows fetched and written per round trip.
@@ -354,7 +355,7 @@ struct ProjectedRow {
     content_sha256: Vec<u8>,
     resource_key: String,
     queue_seq: i64,
-    status: String,
+    status: CommandStatus,
     accepted_at: String,
     deadline_at: String,
     updated_at: String,
@@ -396,11 +397,11 @@ impl ProjectedRow {
     }
 
     fn is_waiting(&self) -> bool {
-        !self.held && matches!(self.status.as_str(), "accepted" | "retry_wait")
+        !self.held && self.status.is_waiting()
     }
 
     fn holds_permits(&self) -> bool {
-        self.held || self.status == "running"
+        self.held || self.status == CommandStatus::Running
     }
 
     /// The lease zsets of every permit it holds: application, command, resource, each limit key.
@@ -484,7 +485,7 @@ impl ProjectedRow {
 
     async fn write(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
         let fields: Vec<(&str, String)> = vec![
-            ("status", self.status.clone()),
+            ("status", self.status.as_str().to_owned()),
             ("seq", self.queue_seq.to_string()),
             ("q", self.queue_key(keys)),
             ("ns", self.namespace_id.to_string()),

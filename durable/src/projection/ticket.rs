@@ -5,14 +5,16 @@ use uuid::Uuid;
 
 use super::{AppKeys, Scripts};
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 
 /// The projected state of one command, as `ticket.lua` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProjectedStatus {
     pub ready: bool,
     pub generation: Option<i64>,
-    /// None when the command is not (or no longer) projected.
-    pub status: Option<String>,
+    /// None when the command is not (or no longer) projected (or Redis shows no status it
+    /// knows: then PostgreSQL answers).
+    pub status: Option<CommandStatus>,
     pub position: Option<u64>,
     pub updated_at: Option<String>,
     pub accepted_at: Option<String>,
@@ -48,7 +50,7 @@ pub async fn read_status(
     Ok(ProjectedStatus {
         ready: text(0).as_deref() == Some("1"),
         generation: answer[1].as_i64(),
-        status: text(2),
+        status: text(2).and_then(|s| CommandStatus::parse(&s)),
         position: answer[3].as_u64(),
         updated_at: text(4),
         accepted_at: text(5),

@@ -7,6 +7,7 @@ use hyper::StatusCode;
 use serde_json::json;
 use sluice_durable::declaration::HandlerDecl;
 use sluice_durable::lifecycle;
+use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::end::{Completion, Reported};
 use sluice_durable::outbox::queries::{self, CommandRecord};
 use uuid::Uuid;
@@ -82,10 +83,10 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
 fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
     let mut reader = ObjectReader::new(parse_object(body)?, "");
     let outcome = reader.required_string("outcome")?;
-    let status: &'static str = match outcome.as_str() {
-        "succeeded" => "succeeded",
-        "rejected" => "rejected",
-        "failed" => "failed",
+    let status = match outcome.as_str() {
+        "succeeded" => CommandStatus::Succeeded,
+        "rejected" => CommandStatus::Rejected,
+        "failed" => CommandStatus::Failed,
         _ => {
             return Err(ApiError::invalid(
                 "outcome",
@@ -97,7 +98,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
     let error_code = reader.optional_string("error_code")?;
     reader.finish()?;
     if let Some(code) = &error_code {
-        if status == "succeeded" {
+        if status == CommandStatus::Succeeded {
             return Err(ApiError::invalid(
                 "error_code",
                 "only allowed with outcome rejected or failed",
@@ -113,7 +114,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
     }
     let result = result.map(serde_json::Value::Object);
     Ok(match status {
-        "succeeded" => Reported {
+        CommandStatus::Succeeded => Reported {
             status,
             result: Some(result.unwrap_or_else(|| json!({}))),
             error: None,
@@ -122,7 +123,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
         _ => Reported {
             status,
             error: Some((
-                error_code.unwrap_or_else(|| status.to_ascii_uppercase()),
+                error_code.unwrap_or_else(|| status.as_str().to_ascii_uppercase()),
                 format!("the backend reported the command {status}"),
             )),
             result,
@@ -132,5 +133,5 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
 }
 
 fn conflict(record: &CommandRecord, message: String) -> ApiError {
-    ApiError::new(ErrorCode::StateConflict, message).with_detail("status", record.status.clone())
+    ApiError::new(ErrorCode::StateConflict, message).with_detail("status", record.status.as_str())
 }

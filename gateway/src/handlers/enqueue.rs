@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
 use sluice_durable::lifecycle;
+use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
 use sluice_durable::metrics;
 use sluice_durable::outbox::{ExistingCommand, rfc3339};
@@ -178,7 +179,7 @@ impl Attempt<'_> {
                         self,
                         command_id,
                         ticket,
-                        "accepted",
+                        CommandStatus::Accepted,
                         &rfc3339(accepted_at),
                         &rfc3339(deadline_at),
                         queue,
@@ -229,7 +230,7 @@ impl Attempt<'_> {
         )
         .await?;
         if let (Some(status), Some(accepted_at), Some(deadline_at)) = (
-            projected.status.as_deref(),
+            projected.status,
             projected.accepted_at.as_deref(),
             projected.deadline_at.as_deref(),
         ) {
@@ -268,7 +269,7 @@ impl Attempt<'_> {
         let existing = ExistingCommand {
             id: record.id,
             content_sha256: record.content_sha256.clone(),
-            status: record.status.clone(),
+            status: record.status,
             accepted_at: record.accepted_at,
             deadline_at: record.deadline_at,
             resource_key: record.resource_key.clone(),
@@ -285,7 +286,7 @@ impl Attempt<'_> {
             self,
             existing.id,
             ticket,
-            &existing.status,
+            existing.status,
             &rfc3339(existing.accepted_at),
             &rfc3339(existing.deadline_at),
             None,
@@ -310,7 +311,7 @@ fn receipt_json(
     attempt: &Attempt<'_>,
     command_id: Uuid,
     ticket: String,
-    status: &str,
+    status: CommandStatus,
     accepted_at: &str,
     deadline_at: &str,
     queue: Option<(u64, i64)>,

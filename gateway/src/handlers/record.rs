@@ -1,6 +1,7 @@
 //! The JSON shapes of a command shared by several endpoints.
 
 use serde_json::{Value, json};
+use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{CommandRecord, rfc3339};
 
 use uuid::Uuid;
@@ -25,8 +26,8 @@ pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) 
         "finished_at": record.finished_at.map(rfc3339),
         "attempts": record.attempts,
         "cancel_requested": record.cancel_requested,
-        "result": result_json(&record.status, record.result.clone()),
-        "error": error_json(&record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+        "result": result_json(record.status, record.result.clone()),
+        "error": error_json(record.status, record.error_code.as_deref(), record.error_message.as_deref()),
     })
 }
 
@@ -61,16 +62,19 @@ pub fn sign_ticket(
 }
 
 /// `result` is shown only for `succeeded`.
-pub fn result_json(status: &str, result: Option<Value>) -> Value {
+pub fn result_json(status: CommandStatus, result: Option<Value>) -> Value {
     match (status, result) {
-        ("succeeded", Some(result)) => result,
+        (CommandStatus::Succeeded, Some(result)) => result,
         _ => Value::Null,
     }
 }
 
 /// `error` is shown for `rejected`, `failed` and `expired`.
-pub fn error_json(status: &str, code: Option<&str>, message: Option<&str>) -> Value {
-    if !matches!(status, "rejected" | "failed" | "expired") {
+pub fn error_json(status: CommandStatus, code: Option<&str>, message: Option<&str>) -> Value {
+    if !matches!(
+        status,
+        CommandStatus::Rejected | CommandStatus::Failed | CommandStatus::Expired
+    ) {
         return Value::Null;
     }
     json!({

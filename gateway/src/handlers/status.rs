@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::status::{self, Board};
 
@@ -14,12 +15,12 @@ use crate::auth::Caller;
 use crate::state::Gateway;
 
 /// Unfinished statuses, in the order of a command's life.
-const UNFINISHED: [&str; 5] = [
-    "accepted",
-    "executing",
-    "running",
-    "retry_wait",
-    "needs_review",
+const UNFINISHED: [CommandStatus; 5] = [
+    CommandStatus::Accepted,
+    CommandStatus::Executing,
+    CommandStatus::Running,
+    CommandStatus::RetryWait,
+    CommandStatus::NeedsReview,
 ];
 
 pub async fn status(gateway: &Gateway, caller: &Caller) -> Handled {
@@ -81,7 +82,7 @@ fn board_json(board: &Board) -> Value {
             let waiting: i64 = board
                 .counts
                 .iter()
-                .filter(|c| c.command == command.code && c.status == "accepted")
+                .filter(|c| c.command == command.code && c.status == CommandStatus::Accepted)
                 .map(|c| c.count)
                 .sum();
             json!({

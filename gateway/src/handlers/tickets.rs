@@ -4,6 +4,7 @@
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{queries, rfc3339};
 use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::ticket::{ProjectedStatus, read_status};
@@ -40,7 +41,7 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
 }
 
 fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Value {
-    let status = projected.status.as_deref().unwrap_or("accepted");
+    let status = projected.status.unwrap_or(CommandStatus::Accepted);
     let position = projected.position;
     let result = projected
         .result
@@ -74,8 +75,8 @@ async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
             "poll_after_ms": poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
             "generation": claims.generation.to_string(),
             "updated_at": rfc3339(record.updated_at),
-            "result": result_json(&record.status, record.result.clone()),
-            "error": error_json(&record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+            "result": result_json(record.status, record.result.clone()),
+            "error": error_json(record.status, record.error_code.as_deref(), record.error_message.as_deref()),
         }),
     ))
 }

@@ -1343,7 +1343,7 @@ impl Mirrored {
             namespace_id: namespace,
             command: "claim",
             resource_key: &self.resource,
-            status,
+            status: sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
             updated_at: "2026-01-01T00:00:00.000Z".into(),
             result: None,
             error: None,

@@ -10,9 +10,10 @@ use rand::Rng;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::{Exchange, Outcome, exchange, is_terminal};
+use crate::api::{Exchange, Outcome, command_status, exchange, is_terminal};
 use crate::driver::HttpClient;
 use crate::record::{Ending, Recorder};
+use sluice_durable::lifecycle::CommandStatus;
 
 /// What every journey of a run shares.
 pub struct Context {
@@ -112,19 +113,18 @@ impl Context {
         }
         match self.read_result(intent, id).await {
             Some(record) => {
-                let status = record
-                    .get("status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                self.recorder.terminal_seen(id, &status);
-                if status == "succeeded" {
+                // An answer without a status of the API leaves the outcome unknown.
+                let Some(status) = command_status(&record) else {
+                    return Ending::Unknown;
+                };
+                self.recorder.terminal_seen(id, status);
+                if status == CommandStatus::Succeeded {
                     Ending::Succeeded
                 } else {
                     let code = record
                         .pointer("/error/code")
                         .and_then(Value::as_str)
-                        .map_or_else(|| status.to_uppercase(), str::to_string);
+                        .map_or_else(|| status.as_str().to_uppercase(), str::to_string);
                     Ending::Rejected(code)
                 }
             }
@@ -175,14 +175,11 @@ impl Context {
         ticket: &str,
         accepted: &Value,
     ) -> bool {
-        let mut status = accepted
-            .get("status")
-            .and_then(Value::as_str)
-            .unwrap_or("accepted")
-            .to_string();
+        // A status this client does not know is not terminal: it polls on.
+        let mut status = command_status(accepted).unwrap_or(CommandStatus::Accepted);
         let mut advice = poll_after(accepted);
         let path = format!("/v1/tickets/{ticket}");
-        while !is_terminal(&status) {
+        while !is_terminal(status) {
             if Instant::now() + advice > self.give_up_at(intent.arrived) {
                 return false;
             }
@@ -190,11 +187,7 @@ impl Context {
             let answer = self.call(POLL, Method::GET, &path, None, None).await;
             match answer.outcome {
                 Outcome::Success { data, .. } => {
-                    status = data
-                        .get("status")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
+                    status = command_status(&data).unwrap_or(CommandStatus::Accepted);
                     advice = poll_after(&data);
                 }
                 Outcome::Refused { retry_after, .. } => {

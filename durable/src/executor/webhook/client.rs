@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::sign;
 use crate::executor::fence::Fence;
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::end::Reported;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
@@ -208,13 +209,13 @@ fn decision_of(body: &[u8]) -> Reported {
     let invalidate = dependencies(parsed.invalidate.as_ref());
     match parsed.outcome.as_str() {
         "succeeded" => Reported {
-            status: "succeeded",
+            status: CommandStatus::Succeeded,
             result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
             error: None,
             invalidate,
         },
         "rejected" => Reported {
-            status: "rejected",
+            status: CommandStatus::Rejected,
             error: Some((
                 parsed.error_code.unwrap_or_else(|| "REJECTED".into()),
                 "the backend rejected the command".into(),
@@ -231,7 +232,7 @@ fn decision_of(body: &[u8]) -> Reported {
 
 fn failed(code: &str, message: String) -> Reported {
     Reported {
-        status: "failed",
+        status: CommandStatus::Failed,
         result: None,
         error: Some((code.into(), message)),
         invalidate: Vec::new(),
@@ -303,7 +304,7 @@ mod tests {
                 ok(r#"{"outcome":"succeeded","result":{"a":1}}"#)
             ),
             Answer::Decided(Reported {
-                status: "succeeded",
+                status: CommandStatus::Succeeded,
                 result: Some(serde_json::json!({"a": 1})),
                 error: None,
                 invalidate: Vec::new(),
@@ -317,7 +318,8 @@ mod tests {
             panic!("a 200 decides")
         };
         assert_eq!(
-            named.status, "succeeded",
+            named.status,
+            CommandStatus::Succeeded,
             "a bad invalidate list does not fail the command"
         );
         assert_eq!(
@@ -331,12 +333,12 @@ mod tests {
         ) else {
             panic!("a 200 decides")
         };
-        assert_eq!(rejected.status, "rejected");
+        assert_eq!(rejected.status, CommandStatus::Rejected);
         assert_eq!(rejected.error.map(|e| e.0).as_deref(), Some("NO_CREDIT"));
         let Answer::Decided(bad) = classify(StatusCode::OK, None, ok("[]")) else {
             panic!("a 200 decides")
         };
-        assert_eq!(bad.status, "failed");
+        assert_eq!(bad.status, CommandStatus::Failed);
         assert_eq!(
             classify(StatusCode::ACCEPTED, None, ok("")),
             Answer::Running
@@ -355,6 +357,6 @@ mod tests {
         let Answer::Decided(refused) = classify(StatusCode::NOT_FOUND, None, ok("")) else {
             panic!("a 4xx decides")
         };
-        assert_eq!(refused.status, "failed");
+        assert_eq!(refused.status, CommandStatus::Failed);
     }
 }

@@ -28,6 +28,7 @@ pub use signature::sign;
 
 use crate::DurableError;
 use crate::executor::fence::Fence;
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
 use crate::lifecycle::end::{Outcome, Place, Reported, land_attempt, project_end};
@@ -307,7 +308,7 @@ async fn deadline(
 ) -> Result<End, DurableError> {
     let (status, code, message) = if in_doubt {
         (
-            "needs_review",
+            CommandStatus::NeedsReview,
             "OUTCOME_UNKNOWN",
             format!(
                 "the deadline passed and an attempt may have reached the backend unanswered ({last})"
@@ -315,7 +316,7 @@ async fn deadline(
         )
     } else {
         (
-            "expired",
+            CommandStatus::Expired,
             "DEADLINE_EXCEEDED",
             format!("the deadline passed before the backend answered decisively ({last})"),
         )
@@ -330,7 +331,7 @@ async fn deadline(
 
 async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
     let outcome = Outcome {
-        status: "cancelled",
+        status: CommandStatus::Cancelled,
         result: None,
         error: Some(("CANCELLED", "cancelled before the backend acted on it")),
     };

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::{clamp_i64, is_not_ready};
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::{AppKeys, Scripts};
 
@@ -21,7 +22,7 @@ pub struct Requeued<'a> {
     pub resource_key: &'a str,
     pub queue_seq: i64,
     /// `accepted` or `retry_wait`.
-    pub status: &'a str,
+    pub status: CommandStatus,
     pub updated_at: String,
 }
 
@@ -60,7 +61,7 @@ pub async fn requeue(
         back.namespace_id.to_string().into(),
         back.command.into(),
         suffix.into(),
-        back.status.into(),
+        back.status.as_str().into(),
         back.updated_at.clone().into(),
     ];
     let answer: Value = scripts.requeue.call(redis, script_keys, args).await?;
@@ -134,7 +135,7 @@ pub async fn mark(
     keys: &AppKeys,
     command_id: Uuid,
     attempt: AttemptId,
-    status: &str,
+    status: CommandStatus,
     updated_at: String,
     extend: Option<Extend>,
 ) -> Result<Mark, DurableError> {
@@ -147,7 +148,7 @@ pub async fn mark(
     let args: Vec<Value> = vec![
         command_id.to_string().into(),
         attempt.to_string().into(),
-        status.into(),
+        status.as_str().into(),
         updated_at.into(),
         extend_ms.into(),
         mode.into(),

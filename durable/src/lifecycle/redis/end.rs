@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use super::is_not_ready;
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, Scripts};
 
 /// A command's end that PostgreSQL committed, to project.
@@ -15,7 +16,7 @@ pub struct Ending<'a> {
     pub command: &'a str,
     pub resource_key: &'a str,
     /// A final status, or `needs_review`.
-    pub status: &'a str,
+    pub status: CommandStatus,
     pub updated_at: String,
     pub result: Option<String>,
     pub error: Option<(&'a str, &'a str)>,
@@ -42,7 +43,7 @@ pub async fn land(
         end.command_id.to_string().into(),
         end.namespace_id.to_string().into(),
         end.command.into(),
-        end.status.into(),
+        end.status.as_str().into(),
         end.updated_at.clone().into(),
         end.result.clone().unwrap_or_default().into(),
         code.into(),

@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use super::clamp_i64;
 use crate::DurableError;
+use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::{AppKeys, Scripts};
 
@@ -105,7 +106,7 @@ pub struct Holder {
     pub live: bool,
     pub attempt: Option<AttemptId>,
     /// Its status as Redis shows it (None: no status hash).
-    pub status: Option<String>,
+    pub status: Option<CommandStatus>,
 }
 
 /// `holders.lua`: up to `limit` members of a command's lease zset, oldest expiry first.
@@ -138,7 +139,7 @@ pub async fn holders(
                 command_id: Uuid::parse_str(&h[0].as_string()?).ok()?,
                 live: h[1].as_i64() == Some(1),
                 attempt: h[2].as_string().and_then(|a| AttemptId::parse(&a)),
-                status: h[3].as_string(),
+                status: h[3].as_str().and_then(|s| CommandStatus::parse(&s)),
             })
         })
         .collect())

@@ -182,7 +182,7 @@ impl Bench {
                 command: "job",
                 resource_key: resource,
                 queue_seq: seq,
-                status: "retry_wait",
+                status: sluice_durable::lifecycle::CommandStatus::RetryWait,
                 updated_at: "2026-12-01T00:00:00.000Z".into(),
             },
         )
@@ -202,7 +202,7 @@ impl Bench {
             &self.keys,
             id,
             attempt,
-            status,
+            sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
             "2026-12-01T00:00:00.000Z".into(),
             None,
         )

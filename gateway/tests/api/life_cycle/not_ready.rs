@@ -161,7 +161,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
                 keys,
                 started,
                 attempt,
-                "running",
+                sluice_durable::lifecycle::CommandStatus::Running,
                 "2026-12-01T00:00:01.000Z".into(),
                 extend,
             )
@@ -190,7 +190,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         command: "job",
         resource_key: "r1",
         queue_seq: 1,
-        status: "retry_wait",
+        status: sluice_durable::lifecycle::CommandStatus::RetryWait,
         updated_at: "2026-12-01T00:00:02.000Z".into(),
     };
     assert_eq!(
@@ -205,7 +205,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         namespace_id: ns,
         command: "job",
         resource_key: "r1",
-        status: "succeeded",
+        status: sluice_durable::lifecycle::CommandStatus::Succeeded,
         updated_at: "2026-12-01T00:00:03.000Z".into(),
         result: Some("{}".into()),
         error: None,
