@@ -1411,7 +1411,8 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
         (5 * size(100), 5, 5 * size(100), 5, 5)
     );
 
-    // Expired entries are forgotten by later fills: 8 entries living 30 ms, then one more.
+    // Expired entries are forgotten by later fills: 8 entries living 1 s (long enough that a
+    // stalled machine still counts them all alive), then one more once they expired.
     let bench = Bench::new().await;
     let mut tasks = Vec::new();
     for i in 0..8 {
@@ -1420,7 +1421,7 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
             let keys = bench.entry(&format!("short{i}"), &[]);
             let lookup = bench.lookup(&keys, "t").await;
             let lifetimes = Lifetimes {
-                fresh_ms: 30,
+                fresh_ms: 1_000,
                 stale_ms: 0,
                 jitter_ms: 0,
             };
@@ -1444,8 +1445,8 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
         assert!(matches!(task.await.expect("fill"), Filled::Stored { .. }));
     }
     assert_eq!(bench.totals().await.1, 8);
-    // Legitimately waiting for the 30 ms lifetimes to pass.
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    // Legitimately waiting for the 1 s lifetimes to pass.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
     assert_eq!(
         fill_all(&bench, vec!["long".into()], 100, 60_000, OPEN).await,
         (1, 0)
