@@ -5,6 +5,7 @@
 //! - [`db`]: connection pool and embedded migrations.
 //! - [`error`]: the one error type of this crate.
 //! - [`field_error`]: a refusal of caller input naming the field.
+//! - [`ids`]: one type per id (application, namespace, command).
 //! - [`declaration`]: TOML declarations of commands and quota pools, parsed and validated.
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod executor;
 pub mod faults;
 pub mod field_error;
+pub mod ids;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;

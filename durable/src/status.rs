@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::control::{self, PauseState};
 use crate::declaration::Declaration;
+use crate::ids::{ApplicationId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, Scripts};
 
@@ -111,10 +112,11 @@ pub async fn read(
     pg: &PgPool,
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
-    namespace_id: Uuid,
+    application_id: ApplicationId,
+    namespace_id: NamespaceId,
     declaration: &Declaration,
 ) -> Result<Board, DurableError> {
+    let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
     let mut commands: Vec<CommandInfo> = declaration
         .commands
         .iter()

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::fence::Fence;
+use crate::ids::{ApplicationId, CommandId};
 use crate::lifecycle::{AttemptId, Stores, held, redis};
 use crate::projection::AppKeys;
 
@@ -57,11 +58,12 @@ impl Attempts {
     pub fn hold(
         &self,
         attempt: AttemptId,
-        command_id: Uuid,
-        application_id: Uuid,
+        command_id: CommandId,
+        application_id: ApplicationId,
         admitted_at: Instant,
         lease: Duration,
     ) -> Hold {
+        let (command_id, application_id) = (command_id.as_uuid(), application_id.as_uuid());
         let hold = Hold {
             stop: CancellationToken::new(),
             fence: Fence::until(fence_time(admitted_at, lease)),

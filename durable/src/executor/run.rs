@@ -24,6 +24,7 @@ use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl};
 use crate::faults::{self, Point};
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
@@ -264,9 +265,13 @@ impl Executor {
         };
         let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
-            let hold = self
-                .attempts
-                .hold(row.attempt, row.id, app.id, batch.at, self.lease());
+            let hold = self.attempts.hold(
+                row.attempt,
+                CommandId::from_uuid(row.id),
+                ApplicationId::from_uuid(app.id),
+                batch.at,
+                self.lease(),
+            );
             let handler = app
                 .commands
                 .get(&(row.namespace_id, row.command.clone()))
@@ -331,8 +336,8 @@ impl Executor {
                     if let Err(error) = crate::projection::cache::invalidate(
                         &self.redis,
                         &self.scripts,
-                        app.id,
-                        namespace_id,
+                        ApplicationId::from_uuid(app.id),
+                        NamespaceId::from_uuid(namespace_id),
                         &pool_dependency,
                     )
                     .await

@@ -21,6 +21,7 @@ use super::claim::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
 use super::{Stores, until_ready};
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::outbox::queries::CommandRecord;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
@@ -251,11 +252,12 @@ pub struct Cancelled {
 /// next attempt, with the same idempotency key, learns the authoritative result.
 pub async fn cancel(
     stores: Stores<'_>,
-    namespace_id: Uuid,
-    id: Uuid,
+    namespace_id: NamespaceId,
+    id: CommandId,
     retention_ms: i64,
     patience: Duration,
 ) -> Result<Option<Cancelled>, DurableError> {
+    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     let Some(row) = sqlx::query(CANCEL_SQL)
         .bind(id)
         .bind(namespace_id)
@@ -346,12 +348,13 @@ pub const COMPLETE_LOCK_SQL: &str = concat!(
 /// decided and lets go without landing.
 pub async fn complete(
     stores: Stores<'_>,
-    namespace_id: Uuid,
-    id: Uuid,
+    namespace_id: NamespaceId,
+    id: CommandId,
     reported: &Reported,
     retention_ms: i64,
     patience: Duration,
 ) -> Result<Completion, DurableError> {
+    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     let mut tx = stores.pg.begin().await?;
     let current = sqlx::query(COMPLETE_LOCK_SQL)
         .bind(id)

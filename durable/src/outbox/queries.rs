@@ -7,6 +7,7 @@ use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 
 /// The full record of a command, as `GET /v1/commands/{id}` shows it.
@@ -121,9 +122,10 @@ macro_rules! record_columns {
 /// A command of this namespace by id (another namespace's command is simply not found).
 pub async fn by_id(
     pg: &PgPool,
-    namespace_id: Uuid,
-    id: Uuid,
+    namespace_id: NamespaceId,
+    id: CommandId,
 ) -> Result<Option<CommandRecord>, DurableError> {
+    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     const SQL: &str = concat!(
         "SELECT ",
         record_columns!(""),

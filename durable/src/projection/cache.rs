@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{AppKeys, Scripts};
 use crate::DurableError;
+use crate::ids::{ApplicationId, NamespaceId};
 
 /// The channel on which invalidations are announced; gateways drop their in-process copies of
 /// the namespace's reads when a message names it (`<application>:<namespace>`).
@@ -313,10 +314,11 @@ pub async fn release_origin_permit(
 pub async fn invalidate(
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
-    namespace_id: Uuid,
+    application_id: ApplicationId,
+    namespace_id: NamespaceId,
     dependencies: &[String],
 ) -> Result<Vec<i64>, DurableError> {
+    let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
     if dependencies.is_empty() {
         return Ok(Vec::new());
     }

@@ -5,6 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle;
 use sluice_durable::outbox::queries::{self, MinePage};
 use uuid::Uuid;
@@ -23,9 +24,13 @@ pub fn parse_command_id(text: &str) -> Result<Uuid, ApiError> {
 
 /// `GET /v1/commands/{command_id}`: the owner subject, or `commands:read`.
 pub async fn get(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
-    let record = queries::by_id(&gateway.pg, caller.namespace_id, command_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = queries::by_id(
+        &gateway.pg,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(command_id),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
     caller.require_owner_or_scope(&record.subject, "commands:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
@@ -146,14 +151,18 @@ fn decode_cursor(text: &str) -> Result<Uuid, ApiError> {
 /// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →
 /// the intent is recorded; terminal → unchanged. Always answers the current record.
 pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
-    let record = queries::by_id(&gateway.pg, caller.namespace_id, command_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = queries::by_id(
+        &gateway.pg,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(command_id),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
     caller.require_owner_or_scope(&record.subject, "commands:cancel")?;
     let cancelled = lifecycle::end::cancel(
         gateway.stores(),
-        caller.namespace_id,
-        command_id,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(command_id),
         gateway.retention_ms(),
         gateway.projection_patience(),
     )

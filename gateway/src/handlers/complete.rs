@@ -6,6 +6,7 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::json;
 use sluice_durable::declaration::HandlerDecl;
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::end::{Completion, Reported};
@@ -25,9 +26,13 @@ const MAX_ERROR_CODE_CHARS: usize = 64;
 pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes) -> Handled {
     caller.require_scope("commands:complete")?;
     let reported = parse_report(&body)?;
-    let record = queries::by_id(&gateway.pg, caller.namespace_id, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = queries::by_id(
+        &gateway.pg,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(id),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let is_webhook = namespace
         .declaration
@@ -44,8 +49,8 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
     }
     let completion = lifecycle::end::complete(
         gateway.stores(),
-        caller.namespace_id,
-        id,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(id),
         &reported,
         gateway.retention_ms(),
         gateway.projection_patience(),

@@ -9,6 +9,7 @@ use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
@@ -257,8 +258,8 @@ impl Attempt<'_> {
         let _permit = self.gateway.fallback_permit()?;
         let record = sluice_durable::outbox::queries::by_id(
             &self.gateway.pg,
-            self.namespace.namespace_id,
-            command_id,
+            NamespaceId::from_uuid(self.namespace.namespace_id),
+            CommandId::from_uuid(command_id),
         )
         .await?
         .ok_or_else(|| {
@@ -297,9 +298,9 @@ impl Attempt<'_> {
     fn ticket(&self, command_id: Uuid, generation: i64, deadline_unix: i64) -> String {
         sign_ticket(
             self.gateway,
-            self.namespace.application_id,
-            self.namespace.namespace_id,
-            command_id,
+            ApplicationId::from_uuid(self.namespace.application_id),
+            NamespaceId::from_uuid(self.namespace.namespace_id),
+            CommandId::from_uuid(command_id),
             generation,
             deadline_unix,
         )

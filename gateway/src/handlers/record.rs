@@ -4,10 +4,9 @@ use serde_json::{Value, json};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{CommandRecord, rfc3339};
 
-use uuid::Uuid;
-
 use crate::state::Gateway;
 use crate::ticket::TicketClaims;
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 
 /// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
 /// ticket so a browser can resume polling after a refresh.
@@ -34,9 +33,9 @@ pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) 
 pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) -> String {
     sign_ticket(
         gateway,
-        record.application_id,
-        record.namespace_id,
-        record.id,
+        ApplicationId::from_uuid(record.application_id),
+        NamespaceId::from_uuid(record.namespace_id),
+        CommandId::from_uuid(record.id),
         generation,
         record.deadline_at.timestamp(),
     )
@@ -46,12 +45,17 @@ pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) ->
 /// long as its result can be read).
 pub fn sign_ticket(
     gateway: &Gateway,
-    application_id: Uuid,
-    namespace_id: Uuid,
-    command_id: Uuid,
+    application_id: ApplicationId,
+    namespace_id: NamespaceId,
+    command_id: CommandId,
     generation: i64,
     deadline_unix: i64,
 ) -> String {
+    let (application_id, namespace_id, command_id) = (
+        application_id.as_uuid(),
+        namespace_id.as_uuid(),
+        command_id.as_uuid(),
+    );
     gateway.tickets.sign(&TicketClaims {
         application_id,
         namespace_id,

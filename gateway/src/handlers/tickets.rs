@@ -4,6 +4,7 @@
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{queries, rfc3339};
 use sluice_durable::projection::AppKeys;
@@ -62,9 +63,13 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Value 
 
 async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let _permit = gateway.fallback_permit()?;
-    let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
+    let record = queries::by_id(
+        &gateway.pg,
+        NamespaceId::from_uuid(claims.namespace_id),
+        CommandId::from_uuid(claims.command_id),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
     Ok((
         StatusCode::OK,
         json!({

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use sluice_durable::declaration::ReadDecl;
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::cache::EntryKeys;
 use uuid::Uuid;
 
@@ -26,11 +27,12 @@ impl<'a> ReadCall<'a> {
     /// timeout come from the declaration.
     pub fn of(
         decl: &'a ReadDecl,
-        application_id: Uuid,
-        namespace_id: Uuid,
+        application_id: ApplicationId,
+        namespace_id: NamespaceId,
         keys: EntryKeys,
         url: String,
     ) -> Self {
+        let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
         Self {
             application_id,
             namespace_id,

@@ -38,6 +38,7 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use origin::{Fetched, OriginClient};
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 
 /// Cache settings of a gateway (flags of `sluice serve`).
 #[derive(Debug, Clone)]
@@ -175,7 +176,8 @@ impl ReadCache {
     }
 
     /// Drops this process's copies of a namespace's reads (an invalidation was announced).
-    pub fn forget_namespace(&self, application_id: Uuid, namespace_id: Uuid) {
+    pub fn forget_namespace(&self, application_id: ApplicationId, namespace_id: NamespaceId) {
+        let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
         let prefix = AppKeys::new(application_id).cache_entry(namespace_id, "", "");
         // `…:cache:<ns>::` → `…:cache:<ns>:`: every read of the namespace.
         let prefix = prefix.trim_end_matches(':').to_string() + ":";
@@ -505,7 +507,12 @@ async fn listen_for_invalidations(
         let parsed = text
             .as_deref()
             .and_then(|t| t.split_once(':'))
-            .and_then(|(a, n)| Some((Uuid::parse_str(a).ok()?, Uuid::parse_str(n).ok()?)));
+            .and_then(|(a, n)| {
+                Some((
+                    ApplicationId::from_uuid(Uuid::parse_str(a).ok()?),
+                    NamespaceId::from_uuid(Uuid::parse_str(n).ok()?),
+                ))
+            });
         if let Some((application_id, namespace_id)) = parsed {
             cache.forget_namespace(application_id, namespace_id);
         }
