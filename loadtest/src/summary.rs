@@ -1,4 +1,4 @@
-//! The report in a few lines of Markdown for the terminal (and the README's table).
+//! The report in a few lines of Markdown for the terminal (and the table of `docs/performance.md`).
 
 use std::fmt::Write;
 

@@ -20,7 +20,7 @@
 //! - **Monotonic statuses**: no script moves a command out of a final status, and every count
 //!   changes exactly once per transition.
 //!
-//! - [`table`]: the transitions, rendered into the README's state diagram.
+//! - [`table`]: the transitions, rendered into `docs/life-cycle.md`'s state diagram.
 //! - [`status`]: the statuses. [`attempt`]: the attempt token.
 //! - [`redis`]: the Redis side of each transition, one typed caller per script.
 //! - [`until_ready`]: the Redis side of a transition, again once the projection is trusted.

@@ -1,5 +1,5 @@
 //! The transitions of a command, each named once with its PostgreSQL statement and its Redis
-//! script side by side. The README's state diagram and table are rendered from this table
+//! script side by side. The state diagram and table of `docs/life-cycle.md` are rendered from this table
 //! ([`mermaid`], [`markdown`]), and a test keeps them equal.
 
 use super::CommandStatus;

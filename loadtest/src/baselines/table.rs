@@ -1,5 +1,5 @@
 //! The report: two Markdown tables on stdout (the comparisons, then every side's rounds,
-//! latencies and CPU per answer), ready to paste into the README, and the same numbers as JSON
+//! latencies and CPU per answer), ready to paste into `docs/performance.md`, and the same numbers as JSON
 //! for anything that compares runs.
 
 use serde_json::{Value, json};

@@ -21,7 +21,7 @@ pub enum Scenario {
     Backend,
 }
 
-/// Every knob of a run; defaults reproduce the README's figures.
+/// Every knob of a run; defaults reproduce the figures of `docs/performance.md`.
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct Options {
     #[arg(value_enum)]

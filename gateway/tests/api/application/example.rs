@@ -285,7 +285,7 @@ async fn bad_settings_are_named_and_change_nothing() {
     assert_eq!(now.data()["revision"], "1", "nothing changed");
 }
 
-/// The README bootstraps a new application and runs the example before anything was enqueued to
+/// The shared-quota example (`docs/operations.md`) bootstraps a new application and runs the example before anything was enqueued to
 /// it, with no executor: reading and configuring build the missing projection themselves instead
 /// of answering `503` until some enqueue does.
 #[tokio::test]
