@@ -65,6 +65,7 @@ async fn a_redis_restarted_from_an_older_rdb_is_detected_and_rebuilt() {
         .await,
         "a command is at the backend"
     );
+    let killed_at = std::time::Instant::now();
     redis = tokio::task::spawn_blocking(move || {
         redis.restart_from(&snapshot);
         redis
@@ -105,10 +106,23 @@ async fn a_redis_restarted_from_an_older_rdb_is_detected_and_rebuilt() {
         assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
         assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
     }
+    // Each call is held CALL long: calls that arrived closer together than that overlapped.
+    let calls: Vec<String> = backend
+        .arrivals()
+        .iter()
+        .map(|a| {
+            let offset = a.at.saturating_duration_since(killed_at).as_millis() as i128
+                - killed_at.saturating_duration_since(a.at).as_millis() as i128;
+            format!(
+                "{offset:+} ms {} (attempt {})",
+                a.idempotency_key, a.body["attempt"]
+            )
+        })
+        .collect();
     assert_eq!(
         backend.peak_in_flight(),
         1,
-        "the account's limit as the backend counted it"
+        "the account's limit as the backend counted it; calls relative to the kill: {calls:#?}"
     );
     let repeated: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT queue_seq, count(*) FROM commands WHERE application_id = $1
