@@ -7,7 +7,7 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle;
-use sluice_durable::outbox::queries::{self, MinePage};
+use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
 use uuid::Uuid;
 
 use super::Handled;
@@ -31,12 +31,7 @@ pub async fn get(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handle
     )
     .await?
     .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
-    caller.require_owner_or_scope(&record.subject, "commands:read")?;
-    let namespace = gateway.namespace(caller.namespace_id).await?;
-    Ok((
-        StatusCode::OK,
-        command_json(gateway, &record, namespace.generation),
-    ))
+    readable_record(gateway, caller, &record).await
 }
 
 /// `GET /v1/commands/{command}/requests/{request_key}`: resume after a refresh.
@@ -77,11 +72,16 @@ pub async fn by_request_key(
     )
     .await?
     .ok_or_else(|| ApiError::not_found("no command was created with this request key"))?;
+    readable_record(gateway, caller, &record).await
+}
+
+/// A command's record as its owner subject, or a caller with `commands:read`, sees it.
+async fn readable_record(gateway: &Gateway, caller: &Caller, record: &CommandRecord) -> Handled {
     caller.require_owner_or_scope(&record.subject, "commands:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
         StatusCode::OK,
-        command_json(gateway, &record, namespace.generation),
+        command_json(gateway, record, namespace.generation),
     ))
 }
 
