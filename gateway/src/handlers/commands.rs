@@ -11,7 +11,7 @@ use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
 use uuid::Uuid;
 
 use super::Handled;
-use super::record::command_json;
+use super::record::{caller_command, command_json};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -24,13 +24,7 @@ pub fn parse_command_id(text: &str) -> Result<Uuid, ApiError> {
 
 /// `GET /v1/commands/{command_id}`: the owner subject, or `commands:read`.
 pub async fn get(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
-    let record = queries::by_id(
-        &gateway.pg,
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(command_id),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = caller_command(gateway, caller, command_id).await?;
     readable_record(gateway, caller, &record).await
 }
 
@@ -151,13 +145,7 @@ fn decode_cursor(text: &str) -> Result<Uuid, ApiError> {
 /// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →
 /// the intent is recorded; terminal → unchanged. Always answers the current record.
 pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
-    let record = queries::by_id(
-        &gateway.pg,
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(command_id),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = caller_command(gateway, caller, command_id).await?;
     caller.require_owner_or_scope(&record.subject, "commands:cancel")?;
     let cancelled = lifecycle::end::cancel(
         gateway.stores(),

@@ -10,11 +10,11 @@ use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::end::{Completion, Reported};
-use sluice_durable::outbox::queries::{self, CommandRecord};
+use sluice_durable::outbox::queries::CommandRecord;
 use uuid::Uuid;
 
 use super::Handled;
-use super::record::command_json;
+use super::record::{caller_command, command_json};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Gateway;
@@ -26,13 +26,7 @@ const MAX_ERROR_CODE_CHARS: usize = 64;
 pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes) -> Handled {
     caller.require_scope("commands:complete")?;
     let reported = parse_report(&body)?;
-    let record = queries::by_id(
-        &gateway.pg,
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(id),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
+    let record = caller_command(gateway, caller, id).await?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let is_webhook = namespace
         .declaration

@@ -2,11 +2,29 @@
 
 use serde_json::{Value, json};
 use sluice_durable::lifecycle::CommandStatus;
-use sluice_durable::outbox::{CommandRecord, rfc3339};
+use sluice_durable::outbox::{CommandRecord, queries, rfc3339};
 
+use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::ticket::TicketClaims;
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
+
+/// Command `command_id` of the caller's namespace, or `404 NOT_FOUND` (a command of another
+/// namespace is not found either).
+pub async fn caller_command(
+    gateway: &Gateway,
+    caller: &Caller,
+    command_id: uuid::Uuid,
+) -> Result<CommandRecord, ApiError> {
+    queries::by_id(
+        &gateway.pg,
+        NamespaceId::from_uuid(caller.namespace_id),
+        CommandId::from_uuid(command_id),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))
+}
 
 /// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
 /// ticket so a browser can resume polling after a refresh.
