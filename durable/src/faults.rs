@@ -27,6 +27,9 @@ pub enum Point {
     /// Rebuild: after the projection was fenced and the epoch advanced, before the snapshot
     /// (scope: application).
     RebuildBeforeSnapshot,
+    /// Rebuild: its snapshot of PostgreSQL taken, nothing of it written to Redis yet (scope:
+    /// application).
+    RebuildAfterSnapshot,
     /// Rebuild: after the application's keys were cleared and the rows written, before the
     /// counters are (scope: application).
     RebuildBeforeCounts,

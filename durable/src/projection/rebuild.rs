@@ -10,7 +10,12 @@
 //!    the snapshot.
 //! 4. **Snapshot** (REPEATABLE READ, taken after 3): queues in their original order, permits of
 //!    every row in hand (executing, between two attempts, running) under their attempt,
-//!    counters, request keys, the queue sequence, pauses and budgets.
+//!    counters, request keys, the queue sequence, pauses and budgets, written through
+//!    `rebuild.lua`, which writes only while this rebuild's fence is the one in place in the
+//!    Redis process that fenced it. The lock alone does not ensure that: a rebuild whose caller
+//!    gave up (its future dropped while the client still had its commands queued) or whose
+//!    lock's connection was cut goes on writing after the next rebuild started, and its late
+//!    clear would delete the newer projection's permits.
 //! 5. **Open** at the new generation (`ready.lua`), only if the fence is still in place in the
 //!    same Redis process: a FLUSHALL or a restart while the rebuild wrote would otherwise open
 //!    half a projection.
@@ -22,7 +27,6 @@
 
 use std::collections::HashMap;
 
-use fred::clients::Pipeline;
 use fred::prelude::*;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
@@ -33,8 +37,9 @@ use crate::faults::{self, Point};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
 
-/// Rows fetched and written per round trip.
-const CHUNK: i64 = 2_000;
+/// Rows fetched and written per round trip (one `rebuild.lua` call: it blocks Redis while it
+/// runs, so it stays short).
+const CHUNK: i64 = 500;
 
 /// What a rebuild did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,10 +107,17 @@ async fn rebuild_unless_ready(
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
+    // The first read fixes the snapshot; everything written below comes from it.
+    let max_seq: Option<i64> =
+        sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
+            .bind(application_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    faults::pass(Point::RebuildAfterSnapshot, application_id).await?;
     // The sequence handed out so far, if Redis still has it (a forced rebuild of a live
     // projection): new commands must never get a number an earlier one already holds.
     let handed_out: Option<i64> = client.get(keys.seq()).await?;
-    clear_application(client, &keys).await?;
+    clear_application(redis, &scripts, &keys, &token).await?;
 
     let mut counts: HashMap<String, i64> = HashMap::new();
     let mut waiting = 0usize;
@@ -138,7 +150,7 @@ async fn rebuild_unless_ready(
         if rows.is_empty() {
             break;
         }
-        let pipe = client.pipeline();
+        let mut args: Vec<Value> = Vec::with_capacity(2 + rows.len() * ProjectedRow::ARGS);
         for row in &rows {
             let projected = ProjectedRow::from_row(row)?;
             after = (projected.queue_seq, projected.id);
@@ -155,13 +167,10 @@ async fn rebuild_unless_ready(
                         projected.namespace_id, projected.command
                     ))
                     .or_default() += 1;
-                projected.queue(&pipe, &keys).await?;
-            } else if projected.holds_permits() {
-                projected.hold(&pipe, &keys).await?;
             }
-            projected.write(&pipe, &keys).await?;
+            projected.push_args(&keys, &mut args);
         }
-        let _: Vec<Value> = pipe.all().await?;
+        write_fenced(redis, &scripts, &keys, &token, "rows", vec![], args).await?;
     }
     faults::pass(Point::RebuildBeforeCounts, application_id).await?;
 
@@ -170,11 +179,6 @@ async fn rebuild_unless_ready(
     // stored a newer one, and the newest revision wins.
     crate::control::refresh_in_redis(pg, redis, &scripts, application_id).await?;
     crate::application::refresh_in_redis(pg, redis, &scripts, application_id).await?;
-    let max_seq: Option<i64> =
-        sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
-            .bind(application_id)
-            .fetch_one(&mut *tx)
-            .await?;
     // Reservations made before a loss of Redis may still be committing with numbers above
     // PostgreSQL's maximum; starting right after it would hand those numbers out again and queue
     // later commands ahead of earlier ones. The sequence jumps past them instead: positions are
@@ -182,12 +186,21 @@ async fn rebuild_unless_ready(
     let next_seq = handed_out
         .unwrap_or(i64::MIN)
         .max(max_seq.unwrap_or(0).saturating_add(SEQUENCE_GAP_AFTER_LOSS));
-    let pipe = client.pipeline();
-    let _: () = pipe.set(keys.seq(), next_seq, None, None, false).await?;
-    if !counts.is_empty() {
-        let _: () = pipe.hset(keys.count(), counts).await?;
+    let mut args: Vec<Value> = vec![next_seq.into()];
+    for (field, count) in counts {
+        args.push(field.into());
+        args.push(count.into());
     }
-    let _: Vec<Value> = pipe.all().await?;
+    write_fenced(
+        redis,
+        &scripts,
+        &keys,
+        &token,
+        "finish",
+        vec![keys.seq(), keys.count()],
+        args,
+    )
+    .await?;
     tx.commit().await?;
 
     // 5. Open.
@@ -326,22 +339,65 @@ async fn redis_is_ready(
     Ok(ready.as_deref() == Some("1") && stored.unwrap_or(-1) >= generation)
 }
 
-/// Deletes every key of the application except `meta` (which says "not ready" meanwhile).
-async fn clear_application(client: &Client, keys: &AppKeys) -> Result<(), DurableError> {
+/// Deletes every key of the application except `meta` (which says "not ready" meanwhile),
+/// through the fence of this rebuild.
+async fn clear_application(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    token: &str,
+) -> Result<(), DurableError> {
+    let client = redis.next();
     let meta = keys.meta();
     let mut cursor = "0".to_string();
     loop {
         let (next, found): (String, Vec<String>) = client
             .scan_page(cursor.as_str(), keys.pattern(), Some(1_000), None)
             .await?;
-        let doomed: Vec<String> = found.into_iter().filter(|k| *k != meta).collect();
+        let doomed: Vec<Value> = found
+            .into_iter()
+            .filter(|k| *k != meta)
+            .map(Value::from)
+            .collect();
         if !doomed.is_empty() {
-            let _: i64 = client.unlink(doomed).await?;
+            write_fenced(redis, scripts, keys, token, "clear", vec![], doomed).await?;
         }
         if next == "0" {
             return Ok(());
         }
         cursor = next;
+    }
+}
+
+/// One step of `rebuild.lua`, made only while this rebuild's fence (`token`) is in place in the
+/// Redis process that fenced it: a rebuild that was abandoned half-way (its caller gave up, it
+/// lost its PostgreSQL lock) and whose writes arrive after a newer rebuild fenced the projection
+/// changes nothing, and stops here.
+async fn write_fenced(
+    redis: &Pool,
+    scripts: &Scripts,
+    keys: &AppKeys,
+    token: &str,
+    step: &str,
+    extra_keys: Vec<String>,
+    args: Vec<Value>,
+) -> Result<(), DurableError> {
+    let mut script_keys = Vec::with_capacity(1 + extra_keys.len());
+    script_keys.push(keys.meta());
+    script_keys.extend(extra_keys);
+    let mut all: Vec<Value> = Vec::with_capacity(2 + args.len());
+    all.push(token.into());
+    all.push(step.into());
+    all.extend(args);
+    let answer: String = scripts.rebuild.call(redis, script_keys, all).await?;
+    match answer.as_str() {
+        "OK" => Ok(()),
+        "FENCED" => Err(DurableError::Unavailable(
+            "another rebuild fenced the projection (or Redis restarted) while this one wrote; \
+             this one stops and writes nothing more"
+                .into(),
+        )),
+        _ => Err(DurableError::script("rebuild.lua", "unknown verdict")),
     }
 }
 
@@ -419,60 +475,59 @@ impl ProjectedRow {
         leases
     }
 
-    /// In its queue, and its queue in its command's ready set, its command in the
-    /// application's (at turn 0: before anything a later admission rotates).
-    async fn queue(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
-        let _: () = pipe
-            .zadd(
-                self.queue_key(keys),
-                None,
-                None,
-                false,
-                false,
-                (self.queue_seq as f64, self.id.to_string()),
-            )
-            .await?;
-        let _: () = pipe
-            .zadd(
-                keys.resource_ready(self.namespace_id, &self.command),
-                Some(SetOptions::NX),
-                None,
-                false,
-                false,
-                (0.0, self.queue_suffix()),
-            )
-            .await?;
-        let _: () = pipe
-            .zadd(
-                keys.ready(),
-                Some(SetOptions::NX),
-                None,
-                false,
-                false,
-                (0.0, format!("{}:{}", self.namespace_id, self.command)),
-            )
-            .await?;
-        Ok(())
-    }
+    /// Values `rebuild.lua rows` takes per command.
+    const ARGS: usize = 22;
 
-    /// Work in hand keeps its permits until its lease (or, running, its deadline) runs out, as
-    /// it did before the loss, under the attempt that holds it: a rebuild never frees a limit
-    /// that is still in use, and that attempt goes on renewing them.
-    async fn hold(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
-        let member = (self.permit_expires_ms as f64, self.id.to_string());
-        let leases = self.leases(keys);
-        for lease in &leases {
-            let _: () = pipe
-                .zadd(lease.as_str(), None, None, false, false, member.clone())
-                .await?;
-        }
-        let held = serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into());
-        let mut fields = vec![("held", held)];
-        if let Some(attempt) = self.attempt_id {
-            fields.push(("attempt", attempt.to_string()));
-        }
-        let _: () = pipe.hset(keys.command(self.id), fields).await?;
-        Ok(())
+    /// Its values for `rebuild.lua rows`: waiting, it goes in its queue (and its queue and command
+    /// in the ready sets, at turn 0: before anything a later admission rotates); in hand, it
+    /// keeps its permits until its lease (or, running, its deadline) runs out, as it did before
+    /// the loss, under the attempt that holds it (a rebuild never frees a limit that is still in
+    /// use, and that attempt goes on renewing them). Its status hash and request key either way.
+    fn push_args(&self, keys: &AppKeys, args: &mut Vec<Value>) {
+        let (place, held) = if self.is_waiting() {
+            ("queue", String::new())
+        } else if self.holds_permits() {
+            let leases = self.leases(keys);
+            (
+                "hold",
+                serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into()),
+            )
+        } else {
+            ("", String::new())
+        };
+        let lim = if self.limit_keys.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&self.limit_keys).unwrap_or_default()
+        };
+        let values: [Value; Self::ARGS] = [
+            self.id.to_string().into(),
+            place.into(),
+            keys.command(self.id).into(),
+            self.queue_key(keys).into(),
+            self.queue_seq.into(),
+            keys.resource_ready(self.namespace_id, &self.command).into(),
+            self.queue_suffix().into(),
+            keys.ready().into(),
+            format!("{}:{}", self.namespace_id, self.command).into(),
+            self.status.as_str().into(),
+            self.namespace_id.to_string().into(),
+            self.command.clone().into(),
+            self.accepted_at.clone().into(),
+            self.deadline_at.clone().into(),
+            self.updated_at.clone().into(),
+            lim.into(),
+            self.permit_expires_ms.into(),
+            held.into(),
+            self.attempt_id
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+                .into(),
+            keys.request_keys(self.namespace_id, &self.command).into(),
+            request_key_field(&self.subject, &self.request_key).into(),
+            hex::encode(&self.content_sha256).into(),
+        ];
+        args.extend(values);
     }
 
     fn queue_suffix(&self) -> String {
@@ -481,32 +536,5 @@ impl ProjectedRow {
 
     fn queue_key(&self, keys: &AppKeys) -> String {
         keys.queue(self.namespace_id, &self.command, &self.resource_key)
-    }
-
-    async fn write(&self, pipe: &Pipeline<Client>, keys: &AppKeys) -> Result<(), DurableError> {
-        let fields: Vec<(&str, String)> = vec![
-            ("status", self.status.as_str().to_owned()),
-            ("seq", self.queue_seq.to_string()),
-            ("q", self.queue_key(keys)),
-            ("ns", self.namespace_id.to_string()),
-            ("cmd", self.command.clone()),
-            ("accepted_at", self.accepted_at.clone()),
-            ("deadline_at", self.deadline_at.clone()),
-            ("updated_at", self.updated_at.clone()),
-        ];
-        let mut fields = fields;
-        if !self.limit_keys.is_empty() {
-            let lim = serde_json::to_string(&self.limit_keys).unwrap_or_default();
-            fields.push(("lim", lim));
-        }
-        let _: () = pipe.hset(keys.command(self.id), fields).await?;
-        let value = format!("{} {} c", self.id, hex::encode(&self.content_sha256));
-        let _: () = pipe
-            .hset(
-                keys.request_keys(self.namespace_id, &self.command),
-                (request_key_field(&self.subject, &self.request_key), value),
-            )
-            .await?;
-        Ok(())
     }
 }

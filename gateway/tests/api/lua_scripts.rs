@@ -348,3 +348,55 @@ async fn expired_reservations_are_given_back() {
         "the dead reservation's count was given back"
     );
 }
+
+/// `rebuild.lua` writes only for the rebuild whose fence is in place, in the Redis process that
+/// fenced it: a superseded rebuild's writes (from several tasks at once) change nothing and
+/// answer `FENCED`, the current one's go through, and once the projection is open no rebuild's
+/// token writes any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_writes_only_under_their_own_fence() {
+    use sluice_durable::projection::rebuild::{fence, open_empty};
+    let bench = lua_fixture::LuaFixture::new().await;
+    let (redis, scripts, keys) = (&bench.redis, &bench.scripts, &bench.keys);
+    let client = redis.next();
+    let _: () = client
+        .set(keys.seq(), 7, None, None, false)
+        .await
+        .expect("SET");
+    let clear = |token: String| {
+        let (redis, scripts, keys) = (redis.clone(), scripts.clone(), keys.clone());
+        async move {
+            scripts
+                .rebuild
+                .call::<String>(
+                    &redis,
+                    vec![keys.meta()],
+                    vec![token.into(), "clear".into(), keys.seq().into()],
+                )
+                .await
+                .expect("rebuild.lua")
+        }
+    };
+    let superseded = fence(redis, scripts, keys).await.expect("fence");
+    let current = fence(redis, scripts, keys).await.expect("fence");
+    let late: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(clear(superseded.clone())))
+        .collect();
+    for answer in late {
+        assert_eq!(answer.await.expect("task"), "FENCED");
+    }
+    let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
+    assert_eq!(seq, Some(7), "a superseded rebuild cleared nothing");
+    assert_eq!(clear(current.clone()).await, "OK");
+    let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
+    assert_eq!(seq, None, "the current rebuild clears");
+
+    let _: () = client
+        .set(keys.seq(), 8, None, None, false)
+        .await
+        .expect("SET");
+    open_empty(redis, scripts, keys, 2).await.expect("open");
+    assert_eq!(clear(current).await, "FENCED", "after the open");
+    let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
+    assert_eq!(seq, Some(8));
+}

@@ -7,15 +7,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::prelude::*;
 use serde_json::json;
 use sluice_durable::faults::{self, Point};
-use sluice_durable::projection::rebuild;
+use sluice_durable::projection::{AppKeys, rebuild};
 use sluice_gateway::config::GatewayConfig;
 
 use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
-use crate::webhooks::{arrivals_of, complete, enqueue_ocr, ocr_declaration, row, stack_with};
+use crate::webhooks::{
+    arrivals_of, arrives, complete, enqueue_ocr, ocr_declaration, row, stack_with,
+};
 
 /// `ocr` allowing one command in flight per account (`account:{provider}:{account}`).
 const ONE_PER_ACCOUNT: &str = r#"{ key = "account:{provider}:{account}", max_in_flight = 1 }"#;
@@ -301,5 +304,104 @@ async fn a_rebuild_never_refills_a_token_bucket() {
             );
         }
     }
+    executor.cancel();
+}
+
+/// A rebuild that lost its lock half-way (the connection holding it was cut) goes on with a
+/// snapshot taken before the rebuild that replaced it. Its writes must change nothing: a late
+/// clear would delete the newer projection's permits, and its rows would bring back commands
+/// that have moved on since. Here its snapshot has the first command executing and the second
+/// waiting; by the time it writes, the first has ended and the second is at the backend. The
+/// stale rebuild fails, and the projection stays the newer one: its counters equal PostgreSQL's
+/// rows, the second command is called once, and the backend never has two calls at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
+    // Each call is held until the test lets one go.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let backend = Backend::start(handler({
+        let gate = gate.clone();
+        move |_| {
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await.expect("the gate").forget();
+                Answer::succeeded(json!({}))
+            }
+        }
+    }))
+    .await;
+    let declaration = ocr_declaration(&backend.url("/ocr"), 30_000, 600, ONE_PER_ACCOUNT);
+    let stack = Arc::new(stack_with(&backend, &declaration).await);
+    let first = enqueue_ocr(&stack, "user-1", "gitee", "a", "one").await;
+    let second = enqueue_ocr(&stack, "user-2", "gitee", "a", "two").await;
+    let executor = start_executor(&stack, fast_executor());
+    assert!(arrives(&backend, &first, Duration::from_secs(10)).await);
+
+    let application = stack.creds.application_id;
+    let snapshotted = faults::pause(Point::RebuildAfterSnapshot, application);
+    let stale = {
+        let stack = stack.clone();
+        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
+    };
+    snapshotted.reached().await;
+    let cut: Option<bool> = sqlx::query_scalar(
+        "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_locks
+          WHERE locktype = 'advisory' AND granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND ((classid::bigint << 32) | objid::bigint)
+                = hashtextextended('sluice:rebuild:' || $1::text, 0)",
+    )
+    .bind(application)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("cut the rebuild's lock");
+    assert_eq!(cut, Some(true), "the stale rebuild held the lock");
+    // The executor finds the projection fenced and rebuilds it; the first command ends and the
+    // second starts under that newer projection.
+    gate.add_permits(1);
+    assert!(
+        arrives(&backend, &second, Duration::from_secs(10)).await,
+        "the second command starts once the first ended"
+    );
+    snapshotted.release();
+    let outcome = stale.await.expect("the stale rebuild's task");
+    assert!(
+        outcome.is_err(),
+        "a rebuild that lost its lock must not succeed: {outcome:?}"
+    );
+    // The attempt at the backend still holds the second command in Redis, as PostgreSQL says:
+    // the stale rows would have put it back in line (and a new admission would have taken its
+    // record), leaving the call at the backend with no permit behind it.
+    let second_id = uuid::Uuid::parse_str(&second).expect("a command id");
+    let attempt: Option<uuid::Uuid> =
+        sqlx::query_scalar("SELECT attempt_id FROM commands WHERE id = $1")
+            .bind(second_id)
+            .fetch_one(&stack.pg)
+            .await
+            .expect("the second command's attempt");
+    let projected: (Option<String>, Option<String>) = stack
+        .redis
+        .next()
+        .hmget(
+            AppKeys::new(application).command(second_id),
+            vec!["status", "attempt"],
+        )
+        .await
+        .expect("the second command's status hash");
+    assert_eq!(
+        projected,
+        (
+            Some("executing".to_string()),
+            attempt.map(|a| a.to_string())
+        ),
+        "the second command as Redis shows it"
+    );
+    assert_counts_settle(&stack, "ocr").await;
+    gate.add_permits(1);
+    assert!(all_terminal(&stack, Duration::from_secs(20)).await);
+    for id in [&first, &second] {
+        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
+    }
+    assert_eq!(backend.peak_in_flight(), 1);
     executor.cancel();
 }
