@@ -19,7 +19,6 @@
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
-//! - `testkit` (feature `testkit`): real Redis and PostgreSQL servers for tests.
 
 pub mod application;
 pub mod control;
@@ -37,7 +36,5 @@ pub mod projection;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 pub use error::DurableError;

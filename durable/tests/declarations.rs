@@ -2,8 +2,8 @@
 //! and nothing ever half-applied.
 
 use sluice_durable::tenancy::{self, BootstrapRequest};
-use sluice_durable::testkit::shared_postgres;
 use sluice_durable::{DurableError, db};
+use sluice_testkit::shared_postgres;
 use sqlx::PgPool;
 use uuid::Uuid;
 

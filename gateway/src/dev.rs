@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_durable::tenancy::{self, BootstrapRequest};
-use sluice_durable::testkit::{PgServer, RedisServer};
 use sluice_durable::{db, projection};
+use sluice_servers::{PgServer, RedisServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{CliResult, DevArgs, read_credentials, watch_signals};

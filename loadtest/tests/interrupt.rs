@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sluice_durable::db;
-use sluice_durable::testkit::{shared_postgres, shared_redis};
+use sluice_testkit::{shared_postgres, shared_redis};
 
 fn sluice_bin() -> PathBuf {
     let sluice = PathBuf::from(env!("CARGO_BIN_EXE_sluice-loadtest")).with_file_name("sluice");

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use hyper::Method;
 use serde_json::Value;
-use sluice_durable::testkit::{shared_postgres, shared_redis};
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::api::{Outcome, exchange};
 use sluice_loadtest::bench_stack::{RunningGateway, Tenant};
@@ -14,6 +13,7 @@ use sluice_loadtest::driver::http_client;
 use sluice_loadtest::invariants;
 use sluice_loadtest::report::{Check, PeakOf, Peaks};
 use sluice_loadtest::servers::BackendSeen;
+use sluice_testkit::{shared_postgres, shared_redis};
 use uuid::Uuid;
 
 const DECLARATION: &str = r#"

@@ -7,13 +7,13 @@ use std::process::Command;
 use std::sync::Arc;
 
 use clap::Parser;
-use sluice_durable::testkit::{shared_postgres, shared_redis};
 use sluice_durable::{db, projection};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::ticket::TicketKeys;
 use sluice_loadtest::report::Report;
 use sluice_loadtest::scenario::{self, Options};
+use sluice_testkit::{shared_postgres, shared_redis};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]

@@ -3,7 +3,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sluice_durable::testkit::shared_postgres;
+use sluice_testkit::shared_postgres;
 
 fn sluice(database_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))

@@ -14,7 +14,7 @@ use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, End
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::shared_redis;
+use sluice_testkit::shared_redis;
 use uuid::Uuid;
 
 /// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type

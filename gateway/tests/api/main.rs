@@ -7,6 +7,7 @@ mod application;
 mod auth;
 mod chaos;
 mod cli;
+mod code_map;
 mod commands;
 mod concurrency;
 mod control;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper::StatusCode;
-use sluice_durable::testkit::PgServer;
+use sluice_testkit::PgServer;
 use uuid::Uuid;
 
 use crate::support::*;

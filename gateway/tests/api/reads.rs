@@ -21,9 +21,9 @@ use sluice_durable::projection::cache::{
     self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
-use sluice_durable::testkit::shared_redis;
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
+use sluice_testkit::shared_redis;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

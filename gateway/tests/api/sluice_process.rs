@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use sluice_durable::testkit::shared_redis;
+use sluice_testkit::shared_redis;
 
 use crate::support::Stack;
 

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use fred::prelude::*;
 use sluice_durable::projection;
-use sluice_durable::testkit::{RedisServer, shared_postgres};
+use sluice_testkit::{RedisServer, shared_postgres};
 
 /// `CONFIG SET name value` on the test's own server.
 async fn config_set(redis: &Pool, name: &str, value: &str) {

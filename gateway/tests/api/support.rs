@@ -16,13 +16,13 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use sluice_durable::projection::{self, AppKeys};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::testkit::{RedisServer, shared_postgres, shared_redis};
 use sluice_durable::{db, secrets};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::TicketKeys;
+use sluice_testkit::{RedisServer, shared_postgres, shared_redis};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, SortedSetsInterface};
 use hyper::StatusCode;
-use sluice_durable::testkit::RedisServer;
+use sluice_testkit::RedisServer;
 
 use super::*;
 use crate::execution::{OPEN_ADMISSION, cancel, id_of, pool};

@@ -7,8 +7,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use sluice_durable::projection;
 use sluice_durable::tenancy::BootstrapOutput;
-use sluice_durable::testkit::{PgServer, RedisServer};
 use sluice_gateway::ticket::TicketKeys;
+use sluice_testkit::{PgServer, RedisServer};
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::lifecycle::sweep::{SweepSide, rescue};
-use sluice_durable::testkit::PgServer;
+use sluice_testkit::PgServer;
 use tokio::sync::Notify;
 use uuid::Uuid;
 

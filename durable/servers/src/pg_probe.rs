@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::ports;
+use crate::ports;
 
 /// Whether the postmaster with `pid` serving `data` is ready on `port`.
 ///

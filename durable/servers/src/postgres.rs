@@ -8,9 +8,9 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tempfile::TempDir;
 
-use super::pg_probe;
-use super::spawn::{self, RunAs, StartError};
-use super::{ports, rundir};
+use crate::pg_probe;
+use crate::spawn::{self, RunAs, StartError};
+use crate::{ports, rundir};
 
 const INITDB_TIMEOUT: Duration = Duration::from_secs(120);
 const READY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::spawn::{self, RunAs, StartError};
-use super::{ports, rundir};
+use crate::spawn::{self, RunAs, StartError};
+use crate::{ports, rundir};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a `BGSAVE` may take before [`RedisServer::snapshot`] gives up.

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice_durable::testkit::{PgServer, RedisServer, shared_postgres, shared_redis};
+use sluice_testkit::{PgServer, RedisServer, shared_postgres, shared_redis};
 use sqlx::{Connection, PgConnection};
 
 /// Sends one inline redis command and returns the first reply line.

@@ -1,0 +1,26 @@
+//! The test kit: real Redis and PostgreSQL servers for tests, never mocks.
+//!
+//! [`shared_redis`] and [`shared_postgres`] start one server of each per test binary, on first
+//! use; tests that kill, flush or restart a server start one of their own with
+//! [`RedisServer::start`] or [`PgServer::start`]. A dev-dependency only: no binary links it
+//! (`sluice dev` starts its servers with `sluice-servers` directly).
+
+use std::sync::OnceLock;
+
+pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer};
+
+/// One redis-server per test binary, started on first use and shared by
+/// every test in it. Tests that kill or restart a server must use
+/// [`RedisServer::start`] instead. Keys are shared too: use unique key names.
+pub fn shared_redis() -> &'static RedisServer {
+    static SHARED: OnceLock<RedisServer> = OnceLock::new();
+    SHARED.get_or_init(RedisServer::start)
+}
+
+/// One postgres per test binary, started on first use and shared by every
+/// test in it; isolate tests with [`PgServer::fresh_database`]. Tests that
+/// stop or kill a server must use [`PgServer::start`] instead.
+pub fn shared_postgres() -> &'static PgServer {
+    static SHARED: OnceLock<PgServer> = OnceLock::new();
+    SHARED.get_or_init(PgServer::start)
+}
