@@ -23,6 +23,16 @@ require_cargo() {
   fi
 }
 
+# The one release build of every binary of the workspace (sluice, sluice-loadtest and the
+# benchmarks), shared by deploy/local.sh and loadtest/bench.sh. Building `-p sluice-gateway`
+# in one and `-p sluice-gateway -p sluice-loadtest` in the other unified the dependencies'
+# features differently, so the second script compiled the whole tree again: the same command
+# in both builds it once.
+build_release() {
+  log "building every binary (release)"
+  cargo build --release --locked --workspace --bins
+}
+
 require_redis() {
   command -v redis-server >/dev/null 2>&1 || { log "installing redis-server"; apt_install redis-server; }
 }

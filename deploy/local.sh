@@ -43,8 +43,7 @@ psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = 'sluice'" | grep -q 1 \
 psql_admin -c "SELECT 1 FROM pg_database WHERE datname = 'sluice'" | grep -q 1 \
   || psql_admin -c "CREATE DATABASE sluice OWNER sluice"
 
-log "building sluice (release)"
-cargo build --release --locked -p sluice-gateway
+build_release
 sluice=target/release/sluice
 
 mkdir -p "$dev_dir"

@@ -25,7 +25,9 @@ out=target/loadtest
 # 10,000 people hold 10,000 connections on each side: use the hard limit of open files.
 ulimit -n "$(ulimit -Hn)"
 
-cargo build --release -p sluice-gateway -p sluice-loadtest
+. deploy/lib.sh
+require_cargo
+build_release
 mkdir -p "$out"
 
 echo "== sluice-bench-baselines (PostgreSQL $SLUICE_BENCH_DATABASE_URL, Redis $SLUICE_BENCH_REDIS_URL)"
