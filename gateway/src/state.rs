@@ -14,7 +14,7 @@ use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::{Scripts, rebuild};
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use uuid::Uuid;
 
 use crate::config::GatewayConfig;
@@ -47,7 +47,9 @@ pub struct Gateway {
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
     allowed_origins: Cache<(), Arc<Vec<String>>>,
-    rebuilds: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    /// The rebuild of each application that this process has in flight (see
+    /// [`Gateway::ensure_projection`]): its waiters watch it, none of them owns it.
+    rebuilds: Flights,
     fallback_rate: DefaultDirectRateLimiter,
     fallback_slots: Arc<Semaphore>,
 }
@@ -77,7 +79,7 @@ impl Gateway {
                 .max_capacity(10_000)
                 .build(),
             allowed_origins: Cache::builder().time_to_live(ttl).max_capacity(1).build(),
-            rebuilds: std::sync::Mutex::new(HashMap::new()),
+            rebuilds: Arc::default(),
             fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
             fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
             stats: GatewayStats::default(),
@@ -155,33 +157,55 @@ impl Gateway {
         origins.is_ok_and(|list| list.iter().any(|o| o == origin))
     }
 
-    /// Rebuilds the application's projection if it is missing or stale, one caller per
+    /// Rebuilds the application's projection if it is missing or stale, one rebuild per
     /// application in this process (across processes the rebuild's advisory lock serialises),
     /// waiting at most `rebuild_wait_ms`. Returns true when the projection is ready.
+    ///
+    /// The rebuild runs on a task of its own and every caller only watches it: a caller that
+    /// stops waiting does not cancel it. Cancelled half-way, it would leave the projection
+    /// fenced for the next caller to rebuild from the start, and under a slow PostgreSQL each
+    /// attempt would be cut off again before it opened the projection.
     pub async fn ensure_projection(&self, application_id: Uuid) -> bool {
-        let lock = {
-            let mut rebuilds = self
-                .rebuilds
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            rebuilds.entry(application_id).or_default().clone()
-        };
+        let mut flight = self.rebuild_in_flight(application_id);
         let wait = Duration::from_millis(self.config.rebuild_wait_ms);
-        let work = async {
-            let _guard = lock.lock().await;
-            rebuild::ensure_ready(&self.pg, &self.redis, application_id).await
+        let ready = match tokio::time::timeout(wait, flight.wait_for(Option::is_some)).await {
+            Ok(Ok(ready)) => *ready == Some(true),
+            _ => false,
         };
-        match tokio::time::timeout(wait, work).await {
-            Ok(Ok(_)) => {
-                self.namespaces.invalidate_all();
-                true
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(%application_id, %error, "projection rebuild failed");
-                false
-            }
-            Err(_) => false,
+        if ready {
+            self.namespaces.invalidate_all();
         }
+        ready
+    }
+
+    /// The rebuild of `application_id` in flight, started if there is none.
+    fn rebuild_in_flight(&self, application_id: Uuid) -> watch::Receiver<Option<bool>> {
+        let mut rebuilds = self
+            .rebuilds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(flight) = rebuilds.get(&application_id) {
+            return flight.clone();
+        }
+        let (done, flight) = watch::channel(None);
+        rebuilds.insert(application_id, flight.clone());
+        let landed = Landed {
+            rebuilds: self.rebuilds.clone(),
+            application_id,
+        };
+        let (pg, redis) = (self.pg.clone(), self.redis.clone());
+        tokio::spawn(async move {
+            let ready = match rebuild::ensure_ready(&pg, &redis, application_id).await {
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::warn!(%application_id, %error, "projection rebuild failed");
+                    false
+                }
+            };
+            drop(landed);
+            let _ = done.send(Some(ready));
+        });
+        flight
     }
 
     /// PostgreSQL, Redis and the scripts, lent to the life-cycle transitions.
@@ -232,5 +256,24 @@ impl Gateway {
 impl sluice_durable::lifecycle::enqueue::Readiness for Gateway {
     async fn ensure(&self, application_id: Uuid) -> bool {
         self.ensure_projection(application_id).await
+    }
+}
+
+/// Rebuilds in flight by application: each one's outcome (None until it ends).
+type Flights = Arc<std::sync::Mutex<HashMap<Uuid, watch::Receiver<Option<bool>>>>>;
+
+/// Takes a finished (or panicked) rebuild out of [`Gateway`]'s flights, so the next caller
+/// starts a new one.
+struct Landed {
+    rebuilds: Flights,
+    application_id: Uuid,
+}
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        self.rebuilds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.application_id);
     }
 }

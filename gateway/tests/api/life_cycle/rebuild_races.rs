@@ -405,3 +405,60 @@ async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
     assert_eq!(backend.peak_in_flight(), 1);
     executor.cancel();
 }
+
+/// A rebuild the gateway started for an enqueue that found the projection lost, held longer
+/// than the gateway waits (`rebuild_wait_ms`): the enqueue is answered `503`, and the rebuild
+/// goes on by itself once let go. The projection opens with no other caller (there is no
+/// executor here), where a rebuild cancelled with its waiter would have left it fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_the_gateway_stopped_waiting_for_runs_to_its_end() {
+    let stack = Stack::start_with(StackOptions {
+        config: GatewayConfig {
+            rebuild_wait_ms: 300,
+            ..GatewayConfig::default()
+        },
+        ..StackOptions::default()
+    })
+    .await;
+    let offer = offer();
+    let first = stack.enqueue("a", &key(), &offer).await;
+    assert_eq!(first.status.as_u16(), 202, "{:?}", first.body);
+    let lost = scan_keys(&stack.redis, &stack.keys().pattern()).await;
+    let _: i64 = stack
+        .redis
+        .next()
+        .del(lost)
+        .await
+        .expect("lose the projection");
+
+    let application = stack.creds.application_id;
+    let held = faults::pause(Point::RebuildAfterSnapshot, application);
+    let waiting_key = key();
+    let refused = stack.enqueue("b", &waiting_key, &offer).await;
+    assert_eq!(refused.status.as_u16(), 503, "{:?}", refused.body);
+    held.reached().await;
+    held.release();
+    let generation: i64 =
+        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+            .bind(application)
+            .fetch_one(&stack.pg)
+            .await
+            .expect("generation");
+    let opened = eventually(Duration::from_secs(10), || async {
+        let meta: (Option<String>, Option<i64>) = stack
+            .redis
+            .next()
+            .hmget(stack.keys().meta(), vec!["ready", "generation"])
+            .await
+            .expect("meta");
+        meta == (Some("1".into()), Some(generation))
+    })
+    .await;
+    assert!(
+        opened,
+        "the projection opens at generation {generation} by itself"
+    );
+    let retried = stack.enqueue("b", &waiting_key, &offer).await;
+    assert_eq!(retried.status.as_u16(), 202, "{:?}", retried.body);
+    assert_counts_settle(&stack, "claim").await;
+}
