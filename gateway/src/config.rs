@@ -15,7 +15,8 @@ pub struct GatewayConfig {
     /// How long a replay waits for the first call of its key to commit before answering
     /// `503 UNAVAILABLE` (outcome unknown, retry).
     pub replay_wait_ms: u64,
-    /// How long to wait for a missing projection to be rebuilt before answering `503`.
+    /// How long a request waits for a missing projection to be rebuilt before answering `503`
+    /// (the rebuild itself goes on: the next request finds it open).
     pub rebuild_wait_ms: u64,
     /// How long namespace configuration and credentials are cached. Applies, revocations and
     /// new keys take effect within this time.
