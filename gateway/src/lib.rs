@@ -27,6 +27,7 @@ pub mod dev;
 pub mod error;
 pub mod handlers;
 pub mod health;
+mod mac;
 pub mod metrics_server;
 pub mod poll_policy;
 pub mod reads;

@@ -11,13 +11,12 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::Mac;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
-type HmacSha256 = Hmac<Sha256>;
+use crate::mac::keyed_mac;
 
 /// Longest `exp - iat`, and (plus [`CLOCK_SKEW_SECS`]) longest `exp - now`.
 pub const MAX_LIFETIME_SECS: i64 = 24 * 60 * 60;
@@ -183,20 +182,6 @@ pub fn issue(
         .finalize()
         .into_bytes();
     format!("{message}.{}", URL_SAFE_NO_PAD.encode(tag))
-}
-
-/// HMAC (RFC 2104) zero-pads keys up to the hash's block size and hashes longer keys first.
-/// Doing that here lets us call the infallible fixed-size constructor; `new_from_slice`
-/// returns a `Result` only because the trait also serves fixed-key ciphers.
-fn keyed_mac(secret: &[u8]) -> HmacSha256 {
-    let mut block = [0u8; 64];
-    if secret.len() > block.len() {
-        let digest = Sha256::digest(secret);
-        block[..digest.len()].copy_from_slice(&digest);
-    } else {
-        block[..secret.len()].copy_from_slice(secret);
-    }
-    HmacSha256::new(&block.into())
 }
 
 #[cfg(test)]

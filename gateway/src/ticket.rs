@@ -13,11 +13,10 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Digest, Sha256};
+use hmac::Mac;
 use uuid::Uuid;
 
-type HmacSha256 = Hmac<Sha256>;
+use crate::mac::{HmacSha256, keyed_mac};
 
 /// Fed into the MAC first so a ticket MAC can never be confused with any other MAC made with
 /// the same secret (and so a future format version cannot verify as this one).
@@ -91,20 +90,6 @@ impl fmt::Debug for TicketKeys {
             .field("kids", &kids)
             .finish_non_exhaustive()
     }
-}
-
-/// HMAC (RFC 2104) zero-pads keys up to the hash's block size and hashes longer keys first.
-/// Doing that here lets us call the infallible fixed-size constructor; `new_from_slice`
-/// returns a `Result` only because the trait also serves fixed-key ciphers.
-fn keyed_mac(secret: &[u8]) -> HmacSha256 {
-    let mut block = [0u8; 64];
-    if secret.len() > block.len() {
-        let digest = Sha256::digest(secret);
-        block[..digest.len()].copy_from_slice(&digest);
-    } else {
-        block[..secret.len()].copy_from_slice(secret);
-    }
-    HmacSha256::new(&block.into())
 }
 
 fn valid_kid(kid: &[u8]) -> bool {

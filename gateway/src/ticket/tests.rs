@@ -1,4 +1,5 @@
 use super::*;
+use hmac::KeyInit;
 
 const NOW: i64 = 1_750_000_000;
 
