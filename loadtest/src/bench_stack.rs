@@ -20,9 +20,12 @@ use crate::driver::{http_client, run};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A sale whose budgets no benchmark reaches (intake, queue, backlog), so every enqueue is
-/// accepted and waits: what the intake and status benchmarks measure against.
-pub const CLAIM_DECLARATION: &str = r#"
+/// The text of [`CLAIM_DECLARATION`], as a literal for `concat!` (the baselines' declaration adds
+/// its own commands in front of it).
+#[macro_export]
+macro_rules! claim_declaration {
+    () => {
+        r#"
 [[command]]
 code = "claim"
 parameters = { offer = { type = "uuid" } }
@@ -37,7 +40,13 @@ max_waiting = 100000000
 [[quota_pool]]
 code = "stock"
 capacity = 100
-"#;
+"#
+    };
+}
+
+/// A sale whose budgets no benchmark reaches (intake, queue, backlog), so every enqueue is
+/// accepted and waits: what the intake and status benchmarks measure against.
+pub const CLAIM_DECLARATION: &str = claim_declaration!();
 
 /// The servers a benchmark measures, loopback only.
 #[derive(Debug, Clone, clap::Args)]
