@@ -20,7 +20,7 @@ pub(super) const OFFER: &str = "7f1c2a4e-0b7d-4a4e-9d43-52f5a0c1e9b1";
 const HOST: &str = "127.0.0.1";
 
 /// `decide` has an empty bucket (one token a second), `claim` and `hold` budgets no run reaches.
-pub(super) const DECLARATION: &str = concat!(
+pub const DECLARATION: &str = concat!(
     r#"
 [[command]]
 code = "decide"
@@ -81,23 +81,4 @@ pub(super) fn get(path: &str) -> Result<Request<Full<Bytes>>, hyper::http::Error
     Request::get(path)
         .header("host", HOST)
         .body(Full::new(Bytes::new()))
-}
-
-#[cfg(test)]
-mod tests {
-    /// The baselines' declaration (its own commands before the shared sale) and the shared sale
-    /// alone are valid declarations, with the commands the benchmarks call.
-    #[test]
-    fn the_benchmark_declarations_parse() {
-        let codes = |text: &str| -> Vec<String> {
-            sluice_durable::declaration::parse(text)
-                .expect("a valid declaration")
-                .commands
-                .into_iter()
-                .map(|c| c.code)
-                .collect()
-        };
-        assert_eq!(codes(super::DECLARATION), ["decide", "hold", "claim"]);
-        assert_eq!(codes(crate::bench_stack::CLAIM_DECLARATION), ["claim"]);
-    }
 }

@@ -49,6 +49,9 @@ mod server;
 mod side;
 mod table;
 
+/// The declaration the baselines apply (their commands before the shared sale).
+pub use commands::DECLARATION;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
