@@ -178,6 +178,22 @@ impl Stack {
         AppKeys::new(self.creds.application_id)
     }
 
+    /// Deletes every Redis key of the application, `meta` too: the projection is lost, as after
+    /// a FLUSHALL of its keys, and the next caller that needs it rebuilds it.
+    pub async fn lose_projection(&self) {
+        let doomed = scan_keys(&self.redis, &self.keys().pattern()).await;
+        assert!(
+            !doomed.is_empty(),
+            "the application has a projection to lose"
+        );
+        let _: i64 = self
+            .redis
+            .next()
+            .del(doomed)
+            .await
+            .expect("lose the projection");
+    }
+
     /// PostgreSQL, Redis and the scripts, as the life-cycle transitions take them.
     pub fn stores(&self) -> sluice_durable::lifecycle::Stores<'_> {
         self.gateway.stores()

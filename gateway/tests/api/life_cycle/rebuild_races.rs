@@ -423,13 +423,7 @@ async fn a_rebuild_the_gateway_stopped_waiting_for_runs_to_its_end() {
     let offer = offer();
     let first = stack.enqueue("a", &key(), &offer).await;
     assert_eq!(first.status.as_u16(), 202, "{:?}", first.body);
-    let lost = scan_keys(&stack.redis, &stack.keys().pattern()).await;
-    let _: i64 = stack
-        .redis
-        .next()
-        .del(lost)
-        .await
-        .expect("lose the projection");
+    stack.lose_projection().await;
 
     let application = stack.creds.application_id;
     let held = faults::pause(Point::RebuildAfterSnapshot, application);
