@@ -45,6 +45,11 @@ end
 --   lease keys, "" unless held)  +18 attempt ("" if none)  +19 request-key map  +20 its field
 --   +21 content sha256 (hex): the request key's value is "<id> <sha> c", as accept.lua writes.
 local PER_ROW = 22
+-- Rust builds the values (ProjectedRow::push_args): a count that does not divide evenly means
+-- the two disagree on the layout, and nothing must be written from misaligned values.
+if (#ARGV - 2) % PER_ROW ~= 0 then
+  return redis.error_reply('rebuild.lua rows: ' .. PER_ROW .. ' values per command')
+end
 for a = 3, #ARGV, PER_ROW do
   local id, place, cmdkey = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   if place == 'queue' then

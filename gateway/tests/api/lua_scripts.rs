@@ -388,6 +388,16 @@ async fn rebuild_writes_only_under_their_own_fence() {
     let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
     assert_eq!(seq, Some(7), "a superseded rebuild cleared nothing");
     assert_eq!(clear(current.clone()).await, "OK");
+    // Rows whose values do not come in whole commands are refused, not written misaligned.
+    let misaligned = scripts
+        .rebuild
+        .call::<String>(
+            redis,
+            vec![keys.meta()],
+            vec![current.clone().into(), "rows".into(), "only-an-id".into()],
+        )
+        .await;
+    assert!(misaligned.is_err(), "{misaligned:?}");
     let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
     assert_eq!(seq, None, "the current rebuild clears");
 
