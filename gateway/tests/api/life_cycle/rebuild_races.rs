@@ -47,6 +47,17 @@ async fn counts_match_postgres(stack: &Stack, command: &str) -> Result<(), Strin
     }
 }
 
+/// A forced rebuild of the stack's application on a task of its own, for a test to hold at a
+/// fault point while it makes another transition happen.
+fn spawn_rebuild(
+    stack: &Arc<Stack>,
+) -> tokio::task::JoinHandle<Result<rebuild::RebuildReport, sluice_durable::DurableError>> {
+    let stack = stack.clone();
+    tokio::spawn(async move {
+        rebuild::rebuild(&stack.pg, &stack.redis, stack.creds.application_id).await
+    })
+}
+
 /// Waits until the counters agree with PostgreSQL (they follow its commits by a moment).
 async fn assert_counts_settle(stack: &Stack, command: &str) {
     let settled = eventually(Duration::from_secs(10), || async {
@@ -141,10 +152,7 @@ async fn a_commit_between_the_rebuilds_clearing_and_counts_is_counted_once() {
     };
     reserved.reached().await;
     let counting = faults::pause(Point::RebuildBeforeCounts, application);
-    let rebuilding = {
-        let stack = stack.clone();
-        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
-    };
+    let rebuilding = spawn_rebuild(&stack);
     counting.reached().await;
     reserved.release();
     let first = enqueue.await.expect("the enqueue");
@@ -196,10 +204,7 @@ async fn a_completion_during_the_rebuild_frees_its_permits() {
 
     let application = stack.creds.application_id;
     let writing = faults::pause(Point::RebuildBeforeCounts, application);
-    let rebuilding = {
-        let stack = stack.clone();
-        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
-    };
+    let rebuilding = spawn_rebuild(&stack);
     writing.reached().await;
     let completing = {
         let (stack, first) = (stack.clone(), first.clone());
@@ -338,10 +343,7 @@ async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
 
     let application = stack.creds.application_id;
     let snapshotted = faults::pause(Point::RebuildAfterSnapshot, application);
-    let stale = {
-        let stack = stack.clone();
-        tokio::spawn(async move { rebuild::rebuild(&stack.pg, &stack.redis, application).await })
-    };
+    let stale = spawn_rebuild(&stack);
     snapshotted.reached().await;
     let cut: Option<bool> = sqlx::query_scalar(
         "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_locks
