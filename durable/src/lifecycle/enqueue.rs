@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::Stores;
 use super::redis::{
-    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Release, accept, release, reserve,
+    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Limit, Release, accept, release, reserve,
 };
 use crate::DurableError;
 use crate::declaration::CommandDecl;
@@ -89,14 +89,7 @@ pub enum Refusal {
     /// The first request with this key is still between its reservation and its commit.
     StillCommitting,
     Conflict,
-    Paused {
-        whole_namespace: bool,
-    },
-    ApplicationFull,
-    QueueFull,
-    RateLimited {
-        retry_after_ms: u64,
-    },
+    Limited(Limit),
 }
 
 /// Reserves, commits and accepts one command (or answers why not).
@@ -136,16 +129,7 @@ pub async fn enqueue<R: Readiness>(
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
             IntakeVerdict::Conflict { .. } => return Ok(Enqueued::Refused(Refusal::Conflict)),
-            IntakeVerdict::Paused { whole_namespace } => {
-                return Ok(Enqueued::Refused(Refusal::Paused { whole_namespace }));
-            }
-            IntakeVerdict::ApplicationFull => {
-                return Ok(Enqueued::Refused(Refusal::ApplicationFull));
-            }
-            IntakeVerdict::QueueFull => return Ok(Enqueued::Refused(Refusal::QueueFull)),
-            IntakeVerdict::RateLimited { retry_after_ms } => {
-                return Ok(Enqueued::Refused(Refusal::RateLimited { retry_after_ms }));
-            }
+            IntakeVerdict::Limited(limit) => return Ok(Enqueued::Refused(Refusal::Limited(limit))),
             IntakeVerdict::Reserved {
                 queue_seq,
                 generation,
@@ -247,9 +231,9 @@ async fn commit(
         }
         Ok(InsertOutcome::Paused) => {
             give_back(stores, intent, reservation.command_id, None).await;
-            Ok(Some(Enqueued::Refused(Refusal::Paused {
+            Ok(Some(Enqueued::Refused(Refusal::Limited(Limit::Paused {
                 whole_namespace: true,
-            })))
+            }))))
         }
         Ok(InsertOutcome::Stale) => {
             give_back(stores, intent, reservation.command_id, None).await;

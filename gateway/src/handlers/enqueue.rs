@@ -13,6 +13,7 @@ use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
+use sluice_durable::lifecycle::redis::Limit;
 use sluice_durable::metrics;
 use sluice_durable::outbox::{ExistingCommand, rfc3339};
 use sluice_durable::projection::ticket::read_status;
@@ -202,16 +203,16 @@ impl Attempt<'_> {
                     "the first request with this key is still being committed; retry with the same key",
                 ),
                 Refusal::Conflict => idempotency_conflict(),
-                Refusal::Paused { whole_namespace } => paused(whole_namespace),
-                Refusal::ApplicationFull => ApiError::new(
+                Refusal::Limited(Limit::Paused { whole_namespace }) => paused(whole_namespace),
+                Refusal::Limited(Limit::ApplicationFull) => ApiError::new(
                     ErrorCode::ApplicationFull,
                     "the application's backlog is full; retry later with the same request key",
                 ),
-                Refusal::QueueFull => ApiError::new(
+                Refusal::Limited(Limit::QueueFull) => ApiError::new(
                     ErrorCode::QueueFull,
                     "the queue is full; retry later with the same request key",
                 ),
-                Refusal::RateLimited { retry_after_ms } => ApiError::new(
+                Refusal::Limited(Limit::RateLimited { retry_after_ms }) => ApiError::new(
                     ErrorCode::RateLimited,
                     "intake rate limit reached; retry later with the same request key",
                 )

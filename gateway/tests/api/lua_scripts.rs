@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use sluice_durable::declaration::IntakeBudget;
 use sluice_durable::lifecycle::redis::{
-    IntakeRequest, IntakeVerdict, Release, release, reserve as intake,
+    IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
 use uuid::Uuid;
 
@@ -94,7 +94,7 @@ async fn bucket_never_grants_more_than_burst_plus_rate_times_elapsed() {
             while started.elapsed() < run_for {
                 match bench.fresh(limits).await.1 {
                     IntakeVerdict::Reserved { .. } => granted += 1,
-                    IntakeVerdict::RateLimited { retry_after_ms } => {
+                    IntakeVerdict::Limited(Limit::RateLimited { retry_after_ms }) => {
                         assert!(
                             (1..=5).contains(&retry_after_ms),
                             "real wait of one token at 200/s: {retry_after_ms}"
@@ -149,7 +149,7 @@ async fn in_flight_slots_are_exact_under_concurrency() {
         let (id, field, verdict) = task.await.expect("task");
         match verdict {
             IntakeVerdict::Reserved { .. } => reserved.push((id, field)),
-            IntakeVerdict::RateLimited { .. } => {}
+            IntakeVerdict::Limited(Limit::RateLimited { .. }) => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -184,7 +184,7 @@ async fn in_flight_slots_are_exact_under_concurrency() {
     ));
     assert!(matches!(
         bench.fresh(limits).await.1,
-        IntakeVerdict::RateLimited { .. }
+        IntakeVerdict::Limited(Limit::RateLimited { .. })
     ));
 }
 
@@ -205,7 +205,7 @@ async fn backlog_caps_are_exact_and_outermost_wins() {
     for task in tasks {
         match task.await.expect("task") {
             IntakeVerdict::Reserved { .. } => reserved += 1,
-            IntakeVerdict::QueueFull => {}
+            IntakeVerdict::Limited(Limit::QueueFull) => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -220,7 +220,7 @@ async fn backlog_caps_are_exact_and_outermost_wins() {
     };
     assert_eq!(
         bench.fresh(all_full).await.1,
-        IntakeVerdict::ApplicationFull
+        IntakeVerdict::Limited(Limit::ApplicationFull)
     );
 }
 
@@ -263,7 +263,7 @@ async fn refusals_leave_nothing_behind() {
             })
             .await
             .1,
-        IntakeVerdict::QueueFull
+        IntakeVerdict::Limited(Limit::QueueFull)
     );
     assert_eq!(
         bench
@@ -273,7 +273,7 @@ async fn refusals_leave_nothing_behind() {
             })
             .await
             .1,
-        IntakeVerdict::ApplicationFull
+        IntakeVerdict::Limited(Limit::ApplicationFull)
     );
     assert!(matches!(
         bench
@@ -283,7 +283,7 @@ async fn refusals_leave_nothing_behind() {
             })
             .await
             .1,
-        IntakeVerdict::RateLimited { .. }
+        IntakeVerdict::Limited(Limit::RateLimited { .. })
     ));
     assert_eq!(bench.snapshot().await, before, "refusals must not write");
 
@@ -299,9 +299,9 @@ async fn refusals_leave_nothing_behind() {
     let paused_before = bench.snapshot().await;
     assert_eq!(
         bench.fresh(Limits::default()).await.1,
-        IntakeVerdict::Paused {
+        IntakeVerdict::Limited(Limit::Paused {
             whole_namespace: true
-        }
+        })
     );
     let _: () = bench
         .redis

@@ -10,7 +10,7 @@ use http_body_util::Full;
 use hyper::{Request, StatusCode};
 use serde_json::json;
 use sluice_durable::lifecycle::redis::{
-    IntakeRequest, IntakeVerdict, Release, release, reserve as intake,
+    IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
 use sluice_durable::projection::{self, AppKeys, Scripts, request_key_field};
 use sluice_durable::secrets::sha256;
@@ -194,7 +194,7 @@ impl RawIntake {
                 reservation_ttl_ms: self.reservation_ttl_ms,
             };
             match intake(&self.pool, &self.scripts, &request).await? {
-                IntakeVerdict::RateLimited { .. } => limited += 1,
+                IntakeVerdict::Limited(Limit::RateLimited { .. }) => limited += 1,
                 IntakeVerdict::Reserved { .. } => {
                     self.give_back(&keys, command_id, &field).await?;
                     reserved += 1;

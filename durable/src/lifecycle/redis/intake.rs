@@ -41,20 +41,23 @@ pub enum IntakeVerdict {
     Conflict {
         command_id: Uuid,
     },
-    Paused {
-        whole_namespace: bool,
-    },
-    ApplicationFull,
-    QueueFull,
-    RateLimited {
-        retry_after_ms: u64,
-    },
+    Limited(Limit),
     Reserved {
         queue_seq: i64,
         redis_now_ms: i64,
         /// The projection generation the reservation was made under (tickets carry it).
         generation: i64,
     },
+}
+
+/// A pause or a budget that turned a new command away (a replay is answered before any of
+/// them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limit {
+    Paused { whole_namespace: bool },
+    ApplicationFull,
+    QueueFull,
+    RateLimited { retry_after_ms: u64 },
 }
 
 /// `intake.lua` (transition `reserve`).
@@ -113,14 +116,14 @@ fn parse_verdict(answer: &[Value]) -> Result<IntakeVerdict, DurableError> {
         "CONFLICT" => IntakeVerdict::Conflict {
             command_id: uuid_at(1)?,
         },
-        "PAUSED" => IntakeVerdict::Paused {
+        "PAUSED" => IntakeVerdict::Limited(Limit::Paused {
             whole_namespace: arg(1)?.as_string().as_deref() == Some("namespace"),
-        },
-        "APPLICATION_FULL" => IntakeVerdict::ApplicationFull,
-        "QUEUE_FULL" => IntakeVerdict::QueueFull,
-        "RATE_LIMITED" => IntakeVerdict::RateLimited {
+        }),
+        "APPLICATION_FULL" => IntakeVerdict::Limited(Limit::ApplicationFull),
+        "QUEUE_FULL" => IntakeVerdict::Limited(Limit::QueueFull),
+        "RATE_LIMITED" => IntakeVerdict::Limited(Limit::RateLimited {
             retry_after_ms: u64::try_from(int_at(1)?).unwrap_or(0),
-        },
+        }),
         "RESERVED" => IntakeVerdict::Reserved {
             queue_seq: int_at(1)?,
             redis_now_ms: int_at(2)?,
