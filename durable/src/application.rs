@@ -10,9 +10,9 @@ use fred::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
+use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::{AppKeys, Scripts};
 use crate::tenancy::audit;
 
@@ -32,7 +32,7 @@ pub const RATE_PER_SECOND_RANGE: std::ops::RangeInclusive<u64> = 1..=10_000_000;
 /// Configuration and usage at one moment, as `GET /v1/application/resources` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
-    pub application_id: Uuid,
+    pub application_id: ApplicationId,
     pub revision: i64,
     pub budgets: Budgets,
     pub usage: Usage,
@@ -51,8 +51,8 @@ pub struct Usage {
 /// A configure call.
 #[derive(Debug, Clone)]
 pub struct Configure<'a> {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub actor: &'a str,
     pub idempotency_key: &'a str,
     pub expected_revision: i64,
@@ -69,7 +69,7 @@ pub struct Configured {
 
 async fn budgets_of(
     conn: &mut sqlx::PgConnection,
-    application_id: Uuid,
+    application_id: ApplicationId,
     lock: bool,
 ) -> Result<(i64, Budgets), DurableError> {
     let sql = if lock {
@@ -109,7 +109,7 @@ pub async fn usage(
     pg: &PgPool,
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<Usage, DurableError> {
     let keys = AppKeys::new(application_id);
     let answer: Vec<Value> = scripts
@@ -145,7 +145,7 @@ pub async fn read(
     pg: &PgPool,
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<Snapshot, DurableError> {
     let mut conn = pg.acquire().await?;
     let (revision, budgets) = budgets_of(&mut conn, application_id, false).await?;
@@ -281,7 +281,7 @@ fn request_digest(call: &Configure<'_>) -> Vec<u8> {
 pub async fn store_in_redis(
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
     revision: i64,
     budgets: Budgets,
 ) -> Result<(), DurableError> {
@@ -306,7 +306,7 @@ pub async fn refresh_in_redis(
     pg: &PgPool,
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<(), DurableError> {
     let mut conn = pg.acquire().await?;
     let (revision, budgets) = budgets_of(&mut conn, application_id, false).await?;

@@ -15,16 +15,16 @@
 
 use fred::prelude::*;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
+use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::{AppKeys, Scripts};
 use crate::tenancy::audit;
 
 /// One scope's pause state as PostgreSQL holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PauseState {
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     /// `None` for the whole namespace.
     pub command: Option<String>,
     pub paused: bool,
@@ -44,8 +44,8 @@ impl PauseState {
 /// A pause or resume as an operator asked for it.
 #[derive(Debug, Clone)]
 pub struct SetPause<'a> {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub command: Option<&'a str>,
     pub paused: bool,
     pub reason: &'a str,
@@ -159,7 +159,7 @@ async fn require_redis(redis: &Pool) -> Result<(), DurableError> {
 /// Every pause scope of a namespace that was ever set.
 pub async fn namespace_pauses(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
 ) -> Result<Vec<PauseState>, DurableError> {
     let rows = sqlx::query(
         "SELECT namespace_id, command, paused, revision FROM controls
@@ -186,7 +186,7 @@ fn pause_from_row(row: &sqlx::postgres::PgRow) -> Result<PauseState, DurableErro
 pub async fn store_in_redis(
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
     states: &[PauseState],
 ) -> Result<(), DurableError> {
     if states.is_empty() {
@@ -211,7 +211,7 @@ pub async fn refresh_in_redis(
     pg: &PgPool,
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<(), DurableError> {
     let rows = sqlx::query(
         "SELECT c.namespace_id, c.command, c.paused, c.revision FROM controls c

@@ -118,7 +118,8 @@ impl Pause {
 
 /// Arms `point` of `scope` to crash the next work that reaches it (`on = false` disarms).
 #[cfg(feature = "fault-injection")]
-pub fn arm(point: Point, scope: Uuid, on: bool) {
+pub fn arm(point: Point, scope: impl Into<Uuid>, on: bool) {
+    let scope = scope.into();
     let mut points = armed::points().lock().unwrap_or_else(|p| p.into_inner());
     if on {
         points.insert((point, scope), armed::Arming::Crash);
@@ -129,7 +130,8 @@ pub fn arm(point: Point, scope: Uuid, on: bool) {
 
 /// Arms `point` of `scope` to hold the next work that reaches it until released.
 #[cfg(feature = "fault-injection")]
-pub fn pause(point: Point, scope: Uuid) -> Pause {
+pub fn pause(point: Point, scope: impl Into<Uuid>) -> Pause {
+    let scope = scope.into();
     let gate = std::sync::Arc::new(armed::Gate::default());
     armed::points()
         .lock()
@@ -141,7 +143,8 @@ pub fn pause(point: Point, scope: Uuid) -> Pause {
 /// Passes `point` of `scope`: `Err(FaultInjected)` when it is armed to crash (crash points stay
 /// armed until disarmed: every enqueue of the namespace stops there), after the release when it
 /// is armed to pause (once). Without the feature it always passes at once.
-pub async fn pass(point: Point, scope: Uuid) -> Result<(), DurableError> {
+pub async fn pass(point: Point, scope: impl Into<Uuid>) -> Result<(), DurableError> {
+    let scope: Uuid = scope.into();
     #[cfg(feature = "fault-injection")]
     {
         let gate = {

@@ -34,6 +34,19 @@ macro_rules! id_type {
             pub const fn as_uuid(self) -> Uuid {
                 self.0
             }
+
+            /// A new, time-ordered id (uuid v7: ids sort by creation time).
+            pub fn new_v7() -> Self {
+                Self(Uuid::now_v7())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = uuid::Error;
+
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(text).map(Self)
+            }
         }
 
         impl From<Uuid> for $name {
@@ -67,6 +80,10 @@ id_type!(
 id_type!(
     /// One accepted command (its row in `commands`).
     CommandId
+);
+id_type!(
+    /// A bearer credential of a namespace (its row in `credentials`; never its secret).
+    CredentialId
 );
 
 #[cfg(test)]

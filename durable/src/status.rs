@@ -8,7 +8,6 @@
 use chrono::{DateTime, Utc};
 use fred::prelude::*;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
 use crate::control::{self, PauseState};
@@ -116,7 +115,6 @@ pub async fn read(
     namespace_id: NamespaceId,
     declaration: &Declaration,
 ) -> Result<Board, DurableError> {
-    let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
     let mut commands: Vec<CommandInfo> = declaration
         .commands
         .iter()
@@ -213,7 +211,7 @@ pub const COMMANDS_QUERIES: [(&str, usize); 2] = [(COUNTS_SQL, 1), (LIMIT_KEYS_S
 
 async fn head(
     pg: &PgPool,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<(DateTime<Utc>, i64, i64), DurableError> {
     let row = sqlx::query(HEAD_SQL)
         .bind(application_id)
@@ -227,7 +225,7 @@ async fn head(
 }
 
 /// One index-only range of `commands_status_board`: unfinished rows only.
-async fn counts(pg: &PgPool, namespace_id: Uuid) -> Result<Vec<StatusCount>, DurableError> {
+async fn counts(pg: &PgPool, namespace_id: NamespaceId) -> Result<Vec<StatusCount>, DurableError> {
     let rows = sqlx::query(COUNTS_SQL)
         .bind(namespace_id)
         .fetch_all(pg)
@@ -244,7 +242,10 @@ async fn counts(pg: &PgPool, namespace_id: Uuid) -> Result<Vec<StatusCount>, Dur
         .collect()
 }
 
-async fn quota_pools(pg: &PgPool, namespace_id: Uuid) -> Result<Vec<QuotaPool>, DurableError> {
+async fn quota_pools(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+) -> Result<Vec<QuotaPool>, DurableError> {
     let rows = sqlx::query(QUOTA_POOLS_SQL)
         .bind(namespace_id)
         .bind(QUOTA_POOLS)
@@ -266,7 +267,7 @@ async fn quota_pools(pg: &PgPool, namespace_id: Uuid) -> Result<Vec<QuotaPool>, 
 /// (`commands_in_hand`) however long the waiting backlog is.
 async fn limit_keys_in_hand(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
 ) -> Result<Vec<(String, i64)>, DurableError> {
     let rows = sqlx::query(LIMIT_KEYS_SQL)
         .bind(namespace_id)
@@ -285,7 +286,7 @@ pub async fn projection(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     commands: &[&str],
     limit_keys: &[&str],
     scan: i64,

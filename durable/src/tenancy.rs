@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::declaration::{self, Declaration};
 use crate::field_error::FieldError;
+use crate::ids::{ApplicationId, CredentialId, NamespaceId};
 use crate::secrets;
 
 /// Scopes a namespace credential may hold.
@@ -33,7 +34,7 @@ pub struct BootstrapRequest {
     pub application: String,
     pub namespace: String,
     /// Join this existing application instead of creating one.
-    pub application_id: Option<Uuid>,
+    pub application_id: Option<ApplicationId>,
     /// Empty means every namespace scope.
     pub scopes: Vec<String>,
     pub resource_access: bool,
@@ -42,8 +43,8 @@ pub struct BootstrapRequest {
 /// What `sluice bootstrap` writes to its output file: the only time secrets are shown.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct BootstrapOutput {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub namespace: String,
     pub credential: String,
     pub scopes: Vec<String>,
@@ -127,7 +128,7 @@ pub async fn bootstrap(
             id
         }
         None => {
-            let id = Uuid::now_v7();
+            let id = ApplicationId::new_v7();
             sqlx::query("INSERT INTO applications (id, name) VALUES ($1, $2)")
                 .bind(id)
                 .bind(&req.application)
@@ -140,7 +141,7 @@ pub async fn bootstrap(
             id
         }
     };
-    let namespace_id = Uuid::now_v7();
+    let namespace_id = NamespaceId::new_v7();
     let webhook_secret = secrets::encode_secret(&secrets::random_bytes::<32>());
     let inserted = sqlx::query(
         "INSERT INTO namespaces (id, application_id, name, webhook_secret) VALUES ($1, $2, $3, $4)
@@ -193,8 +194,8 @@ pub async fn bootstrap(
 
 pub async fn audit(
     conn: &mut sqlx::PgConnection,
-    application_id: Uuid,
-    namespace_id: Option<Uuid>,
+    application_id: ApplicationId,
+    namespace_id: Option<NamespaceId>,
     actor: &str,
     action: &str,
     details: serde_json::Value,
@@ -216,8 +217,8 @@ pub async fn audit(
 /// A credential as authentication needs it.
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
-    pub id: Uuid,
-    pub namespace_id: Uuid,
+    pub id: CredentialId,
+    pub namespace_id: NamespaceId,
     pub scopes: Vec<String>,
 }
 
@@ -244,7 +245,10 @@ pub async fn credential_by_secret(
 }
 
 /// A live subject key: the namespace it belongs to and its HS256 secret.
-pub async fn subject_key(pg: &PgPool, kid: &str) -> Result<Option<(Uuid, Vec<u8>)>, DurableError> {
+pub async fn subject_key(
+    pg: &PgPool,
+    kid: &str,
+) -> Result<Option<(NamespaceId, Vec<u8>)>, DurableError> {
     Ok(sqlx::query_as(
         "SELECT namespace_id, secret FROM subject_keys WHERE kid = $1 AND revoked_at IS NULL",
     )
@@ -256,8 +260,8 @@ pub async fn subject_key(pg: &PgPool, kid: &str) -> Result<Option<(Uuid, Vec<u8>
 /// Everything a gateway needs to decide an enqueue of a namespace, cached for a short while.
 #[derive(Debug, Clone)]
 pub struct NamespaceConfig {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub namespace: String,
     pub max_unfinished: i64,
     /// PostgreSQL's projection generation: Redis must be at least this new.
@@ -268,7 +272,7 @@ pub struct NamespaceConfig {
 
 pub async fn namespace_config(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
 ) -> Result<Option<NamespaceConfig>, DurableError> {
     let row = sqlx::query(
         "SELECT n.id, n.name, n.application_id, a.max_unfinished,
@@ -309,14 +313,14 @@ pub async fn namespace_config(
 /// `expected_revision`, when given, must equal the revision in force (compare-and-set).
 pub async fn apply_declaration(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     source: &str,
     actor: &str,
     expected_revision: Option<i64>,
 ) -> Result<i64, DurableError> {
     let declaration = declaration::parse(source)?;
     let mut tx = pg.begin().await?;
-    let application_id: Option<Uuid> =
+    let application_id: Option<ApplicationId> =
         sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1 FOR UPDATE")
             .bind(namespace_id)
             .fetch_optional(&mut *tx)
@@ -370,7 +374,7 @@ pub async fn apply_declaration(
 /// or reserved is refused (the pool's counters are locked while checking).
 async fn apply_quota_pools(
     tx: &mut sqlx::PgConnection,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     declaration: &Declaration,
 ) -> Result<(), DurableError> {
     for (index, pool) in declaration.quota_pools.iter().enumerate() {
@@ -425,11 +429,11 @@ pub async fn all_allowed_origins(pg: &PgPool) -> Result<Vec<String>, DurableErro
 /// Adds a subject key to a namespace (rotation: the old keys stay valid until revoked).
 pub async fn create_subject_key(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     actor: &str,
 ) -> Result<SubjectKeyOutput, DurableError> {
     let mut tx = pg.begin().await?;
-    let application_id: Uuid =
+    let application_id: ApplicationId =
         sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1")
             .bind(namespace_id)
             .fetch_optional(&mut *tx)
@@ -452,7 +456,7 @@ pub async fn create_subject_key(
 /// A fresh random subject key for a namespace; the only time its secret is visible.
 async fn insert_subject_key(
     conn: &mut sqlx::PgConnection,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
 ) -> Result<SubjectKeyOutput, DurableError> {
     let kid = secrets::new_key_id();
     let key = secrets::random_bytes::<32>();
@@ -472,12 +476,12 @@ async fn insert_subject_key(
 /// gateways' cache period.
 pub async fn revoke_subject_key(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     kid: &str,
     actor: &str,
 ) -> Result<(), DurableError> {
     let mut tx = pg.begin().await?;
-    let application_id: Option<Uuid> = sqlx::query_scalar(
+    let application_id: Option<ApplicationId> = sqlx::query_scalar(
         "UPDATE subject_keys k SET revoked_at = now() FROM namespaces n
           WHERE k.kid = $1 AND k.namespace_id = $2 AND n.id = k.namespace_id AND k.revoked_at IS NULL
           RETURNING n.application_id",

@@ -1,11 +1,11 @@
 //! Applying declarations against a real PostgreSQL: revisions, validation that names the field,
 //! and nothing ever half-applied.
 
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::tenancy::{self, BootstrapRequest};
 use sluice_durable::{DurableError, db};
 use sluice_testkit::shared_postgres;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 const VALID: &str = r#"
 [[command]]
@@ -19,7 +19,7 @@ code = "stock"
 capacity = 100
 "#;
 
-async fn namespace() -> (PgPool, Uuid) {
+async fn namespace() -> (PgPool, NamespaceId) {
     let url = shared_postgres().fresh_database().await;
     let pg = db::connect(&url, 4).await.expect("connect");
     db::run_migrations(&pg).await.expect("migrate");
@@ -41,7 +41,7 @@ async fn namespace() -> (PgPool, Uuid) {
     (pg, out.namespace_id)
 }
 
-async fn revisions(pg: &PgPool, ns: Uuid) -> i64 {
+async fn revisions(pg: &PgPool, ns: NamespaceId) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM declarations WHERE namespace_id = $1")
         .bind(ns)
         .fetch_one(pg)
@@ -49,7 +49,7 @@ async fn revisions(pg: &PgPool, ns: Uuid) -> i64 {
         .expect("count")
 }
 
-async fn capacity(pg: &PgPool, ns: Uuid) -> Option<i64> {
+async fn capacity(pg: &PgPool, ns: NamespaceId) -> Option<i64> {
     sqlx::query_scalar(
         "SELECT capacity FROM quota_pools WHERE namespace_id = $1 AND code = 'stock'",
     )
@@ -164,7 +164,7 @@ async fn bootstrap_joins_and_refuses_duplicates() {
     let url = shared_postgres().fresh_database().await;
     let pg = db::connect(&url, 4).await.expect("connect");
     db::run_migrations(&pg).await.expect("migrate");
-    let request = |namespace: &str, application_id: Option<Uuid>| BootstrapRequest {
+    let request = |namespace: &str, application_id: Option<ApplicationId>| BootstrapRequest {
         application: "app".into(),
         namespace: namespace.into(),
         application_id,
@@ -187,7 +187,8 @@ async fn bootstrap_joins_and_refuses_duplicates() {
         matches!(duplicate, Err(DurableError::StateConflict(_))),
         "{duplicate:?}"
     );
-    let unknown_app = tenancy::bootstrap(&pg, &request("third", Some(Uuid::now_v7()))).await;
+    let unknown_app =
+        tenancy::bootstrap(&pg, &request("third", Some(ApplicationId::new_v7()))).await;
     assert!(
         matches!(unknown_app, Err(DurableError::NotFound(_))),
         "{unknown_app:?}"
@@ -311,7 +312,7 @@ async fn a_shared_limit_template_must_carry_the_same_numbers() {
     assert_eq!(ocr.limits[1], translate.limits[0]);
 
     // Another namespace of the application has its own budgets.
-    let application_id: Uuid =
+    let application_id: ApplicationId =
         sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1")
             .bind(ns)
             .fetch_one(&pg)

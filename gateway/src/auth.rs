@@ -1,12 +1,12 @@
 //! Who is calling: a scoped namespace credential (backends, operators) or a browser's subject
 //! token. Both end as a [`Caller`] bound to exactly one namespace.
 
+use sluice_durable::ids::{CredentialId, NamespaceId};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;
-use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -15,18 +15,16 @@ use crate::subject_token;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
     Credential {
-        id: Uuid,
+        id: CredentialId,
         scopes: Arc<Vec<String>>,
     },
     /// A browser acting for one subject; it may touch only that subject's objects.
-    Subject {
-        subject: String,
-    },
+    Subject { subject: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     pub principal: Principal,
 }
 

@@ -10,9 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, projection};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::ids::ApplicationId;
 
 use crate::config::GatewayConfig;
 use crate::state::Gateway;
@@ -87,7 +87,7 @@ pub struct BootstrapArgs {
     pub namespace: String,
     /// Add the namespace to this existing application.
     #[arg(long)]
-    pub application_id: Option<Uuid>,
+    pub application_id: Option<ApplicationId>,
     /// A scope for the credential (repeatable); default: every namespace scope.
     #[arg(long = "scope")]
     pub scopes: Vec<String>,
@@ -241,7 +241,7 @@ pub struct RebuildArgs {
     #[command(flatten)]
     pub redis: Redis,
     #[arg(long)]
-    pub application_id: Uuid,
+    pub application_id: ApplicationId,
 }
 
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

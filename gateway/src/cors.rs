@@ -10,7 +10,7 @@ use hyper::header::{
     ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, HeaderValue, VARY,
 };
 use hyper::{HeaderMap, StatusCode};
-use uuid::Uuid;
+use sluice_durable::ids::NamespaceId;
 
 use crate::response::{HttpResponse, plain};
 use crate::state::Gateway;
@@ -53,7 +53,7 @@ pub async fn decorate(
     gateway: &Gateway,
     response: &mut HttpResponse,
     origin: Option<&str>,
-    namespace_id: Option<Uuid>,
+    namespace_id: Option<NamespaceId>,
 ) {
     let (Some(origin), Some(namespace_id)) = (origin, namespace_id) else {
         return;

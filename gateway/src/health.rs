@@ -7,10 +7,10 @@
 
 use fred::prelude::*;
 use hyper::StatusCode;
-use uuid::Uuid;
 
 use crate::response::{HttpResponse, plain};
 use crate::state::Gateway;
+use sluice_durable::ids::ApplicationId;
 use sluice_durable::projection::AppKeys;
 
 /// Applications checked per probe, at most (the busiest deployments of one gateway hold far
@@ -21,7 +21,7 @@ const MAX_REBUILDS: usize = 4;
 
 pub async fn readiness(gateway: &Gateway) -> HttpResponse {
     let unavailable = |why: String| plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
-    let projections: Vec<(Uuid, i64)> = match sqlx::query_as(
+    let projections: Vec<(ApplicationId, i64)> = match sqlx::query_as(
         "SELECT application_id, generation FROM projections ORDER BY application_id LIMIT $1",
     )
     .bind(MAX_APPLICATIONS)
@@ -50,7 +50,11 @@ pub async fn readiness(gateway: &Gateway) -> HttpResponse {
     if not_ready.is_empty() {
         plain(StatusCode::OK, "ready\n")
     } else {
-        let first: Vec<String> = not_ready.iter().take(5).map(Uuid::to_string).collect();
+        let first: Vec<String> = not_ready
+            .iter()
+            .take(5)
+            .map(ApplicationId::to_string)
+            .collect();
         unavailable(format!(
             "{} application projection(s) being rebuilt: {}",
             not_ready.len(),
@@ -62,8 +66,8 @@ pub async fn readiness(gateway: &Gateway) -> HttpResponse {
 /// The applications whose projection is not ready at PostgreSQL's generation, in one pipeline.
 async fn stale_projections(
     client: &Client,
-    projections: &[(Uuid, i64)],
-) -> Result<Vec<Uuid>, Error> {
+    projections: &[(ApplicationId, i64)],
+) -> Result<Vec<ApplicationId>, Error> {
     if projections.is_empty() {
         let _: String = client.ping(None).await?;
         return Ok(Vec::new());

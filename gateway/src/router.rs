@@ -9,8 +9,8 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
 use tracing::{Instrument, Level};
 
+use sluice_durable::ids::NamespaceId;
 use sluice_durable::metrics;
-use uuid::Uuid;
 
 use crate::auth::authenticate;
 use crate::cors;
@@ -111,7 +111,7 @@ fn json(handled: Handled) -> Result<Answer, ApiError> {
 async fn route(
     gateway: &Gateway,
     request: Request<Incoming>,
-    namespace: &mut Option<Uuid>,
+    namespace: &mut Option<NamespaceId>,
 ) -> Result<Answer, ApiError> {
     let method = request.method().clone();
     let path = request.uri().path().to_string();

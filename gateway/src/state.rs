@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::future::Cache;
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
 use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::{Scripts, rebuild};
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use uuid::Uuid;
 
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
@@ -32,7 +32,7 @@ pub struct GatewayStats {
 }
 
 /// A live subject key: the namespace it belongs to and its HS256 secret.
-pub type SubjectKey = (Uuid, Arc<Vec<u8>>);
+pub type SubjectKey = (NamespaceId, Arc<Vec<u8>>);
 
 pub struct Gateway {
     pub pg: PgPool,
@@ -43,7 +43,7 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub stats: GatewayStats,
     pub reads: Arc<crate::reads::ReadCache>,
-    namespaces: Cache<Uuid, Arc<NamespaceConfig>>,
+    namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
     allowed_origins: Cache<(), Arc<Vec<String>>>,
@@ -93,7 +93,10 @@ impl Gateway {
 
     /// The namespace's configuration; loads are single-flight per namespace, so an expiry under
     /// a burst costs one query, not one per request.
-    pub async fn namespace(&self, namespace_id: Uuid) -> Result<Arc<NamespaceConfig>, ApiError> {
+    pub async fn namespace(
+        &self,
+        namespace_id: NamespaceId,
+    ) -> Result<Arc<NamespaceConfig>, ApiError> {
         let pg = self.pg.clone();
         self.namespaces
             .try_get_with(namespace_id, async move {
@@ -165,7 +168,7 @@ impl Gateway {
     /// stops waiting does not cancel it. Cancelled half-way, it would leave the projection
     /// fenced for the next caller to rebuild from the start, and under a slow PostgreSQL each
     /// attempt would be cut off again before it opened the projection.
-    pub async fn ensure_projection(&self, application_id: Uuid) -> bool {
+    pub async fn ensure_projection(&self, application_id: ApplicationId) -> bool {
         let mut flight = self.rebuild_in_flight(application_id);
         let wait = Duration::from_millis(self.config.rebuild_wait_ms);
         let ready = match tokio::time::timeout(wait, flight.wait_for(Option::is_some)).await {
@@ -179,7 +182,7 @@ impl Gateway {
     }
 
     /// The rebuild of `application_id` in flight, started if there is none.
-    fn rebuild_in_flight(&self, application_id: Uuid) -> watch::Receiver<Option<bool>> {
+    fn rebuild_in_flight(&self, application_id: ApplicationId) -> watch::Receiver<Option<bool>> {
         let mut rebuilds = self
             .rebuilds
             .lock()
@@ -254,19 +257,19 @@ impl Gateway {
 
 /// Rebuilds a projection the intake found not ready, one caller per application in this process.
 impl sluice_durable::lifecycle::enqueue::Readiness for Gateway {
-    async fn ensure(&self, application_id: Uuid) -> bool {
+    async fn ensure(&self, application_id: ApplicationId) -> bool {
         self.ensure_projection(application_id).await
     }
 }
 
 /// Rebuilds in flight by application: each one's outcome (None until it ends).
-type Flights = Arc<std::sync::Mutex<HashMap<Uuid, watch::Receiver<Option<bool>>>>>;
+type Flights = Arc<std::sync::Mutex<HashMap<ApplicationId, watch::Receiver<Option<bool>>>>>;
 
 /// Takes a finished (or panicked) rebuild out of [`Gateway`]'s flights, so the next caller
 /// starts a new one.
 struct Landed {
     rebuilds: Flights,
-    application_id: Uuid,
+    application_id: ApplicationId,
 }
 
 impl Drop for Landed {

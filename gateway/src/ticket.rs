@@ -9,6 +9,7 @@
 //! generation(u64 BE) | expires_at_unix(i64 BE) | HMAC-SHA256(32)`, where the MAC covers
 //! the fixed prefix `sluice-ticket-v1` followed by every byte before it.
 
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use std::fmt;
 
 use base64::Engine as _;
@@ -34,11 +35,11 @@ const BODY_LEN: usize = 3 * 16 + 8 + 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TicketClaims {
     /// Application that submitted the command.
-    pub application_id: Uuid,
+    pub application_id: ApplicationId,
     /// Namespace the command belongs to.
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     /// The command whose status this ticket may read.
-    pub command_id: Uuid,
+    pub command_id: CommandId,
     /// Lets the gateway refuse tickets issued before a command was re-created.
     pub generation: u64,
     /// Unix seconds; the ticket is refused from this instant on.
@@ -158,9 +159,9 @@ impl TicketKeys {
         bytes.push(VERSION);
         bytes.push(key.kid.len() as u8);
         bytes.extend_from_slice(key.kid.as_bytes());
-        bytes.extend_from_slice(claims.application_id.as_bytes());
-        bytes.extend_from_slice(claims.namespace_id.as_bytes());
-        bytes.extend_from_slice(claims.command_id.as_bytes());
+        bytes.extend_from_slice(claims.application_id.as_uuid().as_bytes());
+        bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
+        bytes.extend_from_slice(claims.command_id.as_uuid().as_bytes());
         bytes.extend_from_slice(&claims.generation.to_be_bytes());
         bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
         let tag = key
@@ -219,9 +220,9 @@ fn decode_body(body: &[u8]) -> Option<TicketClaims> {
     let uuid = |at: usize| Some(Uuid::from_bytes(body.get(at..at + 16)?.try_into().ok()?));
     let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
     Some(TicketClaims {
-        application_id: uuid(0)?,
-        namespace_id: uuid(16)?,
-        command_id: uuid(32)?,
+        application_id: uuid(0)?.into(),
+        namespace_id: uuid(16)?.into(),
+        command_id: uuid(32)?.into(),
         generation: u64::from_be_bytes(word(48)?),
         expires_at_unix: i64::from_be_bytes(word(56)?),
     })

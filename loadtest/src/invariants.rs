@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::api::is_terminal;
 use crate::bench_stack::BoxError;
@@ -18,7 +18,11 @@ const UNFINISHED: &str = "SELECT count(*) FROM commands WHERE namespace_id = $1 
 
 /// Waits until no command of the namespace is in a non-terminal status, or `limit` passed.
 /// Returns how many are still unfinished.
-pub async fn await_drained(pg: &PgPool, namespace: Uuid, limit: Duration) -> Result<i64, BoxError> {
+pub async fn await_drained(
+    pg: &PgPool,
+    namespace: NamespaceId,
+    limit: Duration,
+) -> Result<i64, BoxError> {
     let deadline = Instant::now() + limit;
     loop {
         let open: i64 = sqlx::query_scalar(UNFINISHED)
@@ -45,15 +49,16 @@ fn check(name: &str, holds: bool, detail: String) -> Check {
 /// row's, and no subject has two rows (retries reused their request key).
 pub async fn commands(
     pg: &PgPool,
-    namespace: Uuid,
-    accepted: &HashMap<Uuid, Option<CommandStatus>>,
+    namespace: NamespaceId,
+    accepted: &HashMap<CommandId, Option<CommandStatus>>,
 ) -> Result<Vec<Check>, BoxError> {
-    let rows: Vec<(Uuid, CommandStatus, String)> =
+    let rows: Vec<(CommandId, CommandStatus, String)> =
         sqlx::query_as("SELECT id, status, subject FROM commands WHERE namespace_id = $1")
             .bind(namespace)
             .fetch_all(pg)
             .await?;
-    let by_id: HashMap<Uuid, CommandStatus> = rows.iter().map(|(id, s, _)| (*id, *s)).collect();
+    let by_id: HashMap<CommandId, CommandStatus> =
+        rows.iter().map(|(id, s, _)| (*id, *s)).collect();
     let missing = accepted.keys().filter(|id| !by_id.contains_key(id)).count();
     let unanswered = rows
         .iter()
@@ -106,7 +111,11 @@ pub async fn commands(
 }
 
 /// The quota pool: allocations never above capacity, one per subject, one per succeeded command.
-pub async fn quota(pg: &PgPool, namespace: Uuid, pool: &str) -> Result<Vec<Check>, BoxError> {
+pub async fn quota(
+    pg: &PgPool,
+    namespace: NamespaceId,
+    pool: &str,
+) -> Result<Vec<Check>, BoxError> {
     let (capacity, allocated, reserved): (i64, i64, i64) = sqlx::query_as(
         "SELECT capacity, allocated, reserved FROM quota_pools WHERE namespace_id = $1 AND code = $2",
     )
@@ -192,7 +201,7 @@ const DELIVERY_ALLOWANCE: f64 = 0.2;
 pub fn backend(
     options: &crate::scenario::Options,
     seen: &crate::servers::BackendSeen,
-    accepted: &HashMap<Uuid, Option<CommandStatus>>,
+    accepted: &HashMap<CommandId, Option<CommandStatus>>,
 ) -> Vec<Check> {
     let account_peak = seen.account_peak.values().copied().max().unwrap_or(0);
     let account_limit = i64::from(options.account_max_in_flight);

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::CommandStatus;
-use uuid::Uuid;
 
 use crate::api::{Exchange, Outcome};
 use crate::report::{Endpoint, Latency, People, Second};
@@ -54,7 +54,7 @@ struct Tallies {
     people: People,
     /// Every command id a caller was told is accepted, with the terminal status the caller saw
     /// last (`None` while none was seen).
-    accepted: HashMap<Uuid, Option<CommandStatus>>,
+    accepted: HashMap<CommandId, Option<CommandStatus>>,
 }
 
 struct EndpointTally {
@@ -139,7 +139,7 @@ impl Recorder {
     }
 
     /// A person learnt that their command is accepted (first time only).
-    pub fn accepted(&self, command_id: Uuid) {
+    pub fn accepted(&self, command_id: CommandId) {
         self.progress.accepted.fetch_add(1, Ordering::Relaxed);
         let second = self.second(Instant::now());
         self.with(|t| {
@@ -150,7 +150,7 @@ impl Recorder {
     }
 
     /// The terminal status a caller read for an accepted command.
-    pub fn terminal_seen(&self, command_id: Uuid, status: CommandStatus) {
+    pub fn terminal_seen(&self, command_id: CommandId, status: CommandStatus) {
         self.with(|t| {
             t.accepted.insert(command_id, Some(status));
         });
@@ -237,5 +237,5 @@ pub struct Recorded {
     pub endpoints: BTreeMap<String, Endpoint>,
     pub final_latency: Latency,
     pub timeline: Vec<Second>,
-    pub accepted: HashMap<Uuid, Option<CommandStatus>>,
+    pub accepted: HashMap<CommandId, Option<CommandStatus>>,
 }

@@ -3,6 +3,7 @@
 //! executing at once (a witness that shares nothing with the permits Redis holds), and `/proc`
 //! for the CPU and memory of the stack's processes.
 
+use sluice_durable::ids::NamespaceId;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -50,7 +51,7 @@ pub fn status(
 /// permits allow.
 pub fn executing(
     pg: sqlx::PgPool,
-    namespace: uuid::Uuid,
+    namespace: NamespaceId,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<std::collections::BTreeMap<String, i64>> {
     tokio::spawn(async move {

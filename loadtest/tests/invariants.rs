@@ -1,6 +1,7 @@
 //! Each invariant check can fail: a real namespace with real rows, then the record (or the
 //! callers' view, or the observations) is made to contradict it, and the check must say so.
 
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::CommandStatus;
 use std::collections::{BTreeMap, HashMap};
 
@@ -36,7 +37,7 @@ fn verdict<'a>(checks: &'a [Check], name: &str) -> &'a Check {
 }
 
 /// Three accepted claims, left waiting (no executor).
-async fn three_waiting() -> (Tenant, Vec<Uuid>) {
+async fn three_waiting() -> (Tenant, Vec<CommandId>) {
     let db = shared_postgres().fresh_database().await;
     let tenant = Tenant::create(&db, &shared_redis().url(), 4, DECLARATION)
         .await
@@ -65,7 +66,7 @@ async fn three_waiting() -> (Tenant, Vec<Uuid>) {
         let id = data
             .get("command_id")
             .and_then(Value::as_str)
-            .and_then(|id| Uuid::parse_str(id).ok())
+            .and_then(|id| id.parse::<CommandId>().ok())
             .expect("a command id");
         ids.push(id);
     }
@@ -76,7 +77,7 @@ async fn three_waiting() -> (Tenant, Vec<Uuid>) {
 async fn command_checks_fail_when_the_record_and_the_callers_disagree() {
     let (tenant, ids) = three_waiting().await;
     let namespace = tenant.creds.namespace_id;
-    let all: HashMap<Uuid, Option<CommandStatus>> = ids.iter().map(|id| (*id, None)).collect();
+    let all: HashMap<CommandId, Option<CommandStatus>> = ids.iter().map(|id| (*id, None)).collect();
     let honest = invariants::commands(&tenant.pg, namespace, &all)
         .await
         .expect("checks");
@@ -89,10 +90,10 @@ async fn command_checks_fail_when_the_record_and_the_callers_disagree() {
     );
 
     // A caller told of a command that has no row, a row no caller heard of, a status misread.
-    let mut told: HashMap<Uuid, Option<CommandStatus>> = HashMap::new();
+    let mut told: HashMap<CommandId, Option<CommandStatus>> = HashMap::new();
     told.insert(ids[0], Some(CommandStatus::Succeeded));
     told.insert(ids[1], None);
-    told.insert(Uuid::new_v4(), None);
+    told.insert(CommandId::new_v7(), None);
     let broken = invariants::commands(&tenant.pg, namespace, &told)
         .await
         .expect("checks");
@@ -192,8 +193,8 @@ fn limit_checks_fail_above_their_limits() {
         ])
         .options
     };
-    let accepted: HashMap<Uuid, Option<CommandStatus>> =
-        [(Uuid::new_v4(), Some(CommandStatus::Succeeded))].into();
+    let accepted: HashMap<CommandId, Option<CommandStatus>> =
+        [(CommandId::new_v7(), Some(CommandStatus::Succeeded))].into();
     let seen = |account: i64, provider: u64, unsigned: u64| BackendSeen {
         requests: 1,
         unsigned,

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::fence::Fence;
 use crate::ids::{ApplicationId, CommandId};
@@ -29,8 +28,8 @@ use crate::projection::AppKeys;
 /// One attempt in hand.
 #[derive(Debug, Clone)]
 struct Held {
-    command_id: Uuid,
-    application_id: Uuid,
+    command_id: CommandId,
+    application_id: ApplicationId,
     /// Cancelled when the attempt is stopped.
     stop: CancellationToken,
     /// Open while its permits in Redis are sure to outlive the next renewal round: until the
@@ -63,7 +62,6 @@ impl Attempts {
         admitted_at: Instant,
         lease: Duration,
     ) -> Hold {
-        let (command_id, application_id) = (command_id.as_uuid(), application_id.as_uuid());
         let hold = Hold {
             stop: CancellationToken::new(),
             fence: Fence::until(fence_time(admitted_at, lease)),
@@ -139,7 +137,7 @@ impl Attempts {
         lease: Duration,
         bound: Duration,
     ) {
-        let pairs: Vec<(Uuid, AttemptId)> = snapshot
+        let pairs: Vec<(CommandId, AttemptId)> = snapshot
             .iter()
             .map(|(attempt, held)| (held.command_id, *attempt))
             .collect();
@@ -167,7 +165,7 @@ impl Attempts {
         lease: Duration,
         bound: Duration,
     ) {
-        let mut by_app: HashMap<Uuid, Vec<(Uuid, AttemptId)>> = HashMap::new();
+        let mut by_app: HashMap<ApplicationId, Vec<(CommandId, AttemptId)>> = HashMap::new();
         for (attempt, held) in snapshot {
             by_app
                 .entry(held.application_id)

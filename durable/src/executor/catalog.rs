@@ -6,25 +6,25 @@ use std::collections::HashMap;
 
 use fred::prelude::Pool;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
 use crate::application::{Budgets, budgets_from_row, store_in_redis};
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
+use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::admission_config::{admission_spec, limit_specs, write_admission_config};
 use crate::projection::{AppKeys, Scripts};
 
 /// One application as the executor sees it.
 #[derive(Debug, Clone)]
 pub struct Application {
-    pub id: Uuid,
+    pub id: ApplicationId,
     pub generation: i64,
     /// Commands by (namespace, code).
-    pub commands: HashMap<(Uuid, String), CommandDecl>,
+    pub commands: HashMap<(NamespaceId, String), CommandDecl>,
     /// The shared budgets and their configuration revision.
     pub budgets: (i64, Budgets),
     /// Namespaces by id: what a webhook request names and signs with.
-    pub namespaces: HashMap<Uuid, NamespaceInfo>,
+    pub namespaces: HashMap<NamespaceId, NamespaceInfo>,
 }
 
 /// What a webhook request needs of its namespace.
@@ -65,9 +65,9 @@ pub async fn load(
     )
     .fetch_all(pg)
     .await?;
-    let mut apps: HashMap<Uuid, Application> = HashMap::new();
+    let mut apps: HashMap<ApplicationId, Application> = HashMap::new();
     for row in rows {
-        let id: Uuid = row.try_get("application_id")?;
+        let id: ApplicationId = row.try_get("application_id")?;
         let budgets = budgets_from_row(&row)?;
         let app = apps.entry(id).or_insert_with(|| Application {
             id,
@@ -77,7 +77,7 @@ pub async fn load(
             budgets,
         });
         app.generation = row.try_get("generation")?;
-        let namespace_id: Uuid = row.try_get("namespace_id")?;
+        let namespace_id: NamespaceId = row.try_get("namespace_id")?;
         app.namespaces.insert(
             namespace_id,
             NamespaceInfo {

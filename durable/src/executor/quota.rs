@@ -15,6 +15,7 @@ use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::claim::Claimed;
 use crate::metrics::{self, HandlerKind};
@@ -22,7 +23,7 @@ use crate::metrics::{self, HandlerKind};
 /// A terminal state written by a handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Landed {
-    pub id: Uuid,
+    pub id: CommandId,
     pub status: CommandStatus,
     pub result: Option<Value>,
     pub error: Option<(&'static str, String)>,
@@ -64,7 +65,7 @@ fn decide(subjects: &[&str], already: &HashSet<String>, available: i64) -> Vec<D
 /// where the transaction that decides them has committed.
 pub async fn allocate(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     pool: &str,
     batch: &[Claimed],
 ) -> Result<Vec<Landed>, DurableError> {
@@ -81,14 +82,14 @@ pub async fn allocate(
 
 async fn allocate_in_one_transaction(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     pool: &str,
     batch: &[Claimed],
 ) -> Result<Vec<Landed>, DurableError> {
-    let ids: Vec<Uuid> = batch.iter().map(|c| c.id).collect();
+    let ids: Vec<CommandId> = batch.iter().map(|c| c.id).collect();
     let attempts: Vec<Uuid> = batch.iter().map(|c| c.attempt.as_uuid()).collect();
     let mut tx = pg.begin().await?;
-    let held: Vec<(Uuid, String)> = sqlx::query_as(
+    let held: Vec<(CommandId, String)> = sqlx::query_as(
         "SELECT c.id, c.subject FROM commands c
            JOIN unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
              ON c.id = a.id AND c.attempt_id = a.attempt_id
@@ -180,9 +181,9 @@ async fn allocate_in_one_transaction(
 
 async fn insert_allocations(
     tx: &mut sqlx::PgConnection,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     pool: &str,
-    held: &[(Uuid, String)],
+    held: &[(CommandId, String)],
     decisions: &[Decision],
 ) -> Result<(), DurableError> {
     let mut allocation_ids = Vec::new();
@@ -223,7 +224,7 @@ async fn insert_allocations(
 
 /// A command's terminal state before it is written: id, status, result, error.
 type Outcome = (
-    Uuid,
+    CommandId,
     CommandStatus,
     Option<Value>,
     Option<(&'static str, String)>,
@@ -236,7 +237,7 @@ pub async fn write_outcomes(
     batch: &[Claimed],
     outcomes: &[Outcome],
 ) -> Result<Vec<Landed>, DurableError> {
-    let ids: Vec<Uuid> = outcomes.iter().map(|o| o.0).collect();
+    let ids: Vec<CommandId> = outcomes.iter().map(|o| o.0).collect();
     let attempts: Vec<Option<Uuid>> = outcomes
         .iter()
         .map(|o| {
@@ -273,7 +274,7 @@ pub async fn write_outcomes(
     .await?;
     let mut landed = Vec::with_capacity(rows.len());
     for row in rows {
-        let id: Uuid = row.try_get("id")?;
+        let id: CommandId = row.try_get("id")?;
         let updated_at: DateTime<Utc> = row.try_get("updated_at")?;
         if let Some(outcome) = outcomes.iter().find(|o| o.0 == id) {
             landed.push(Landed {

@@ -24,7 +24,7 @@ use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl};
 use crate::faults::{self, Point};
-use crate::ids::{ApplicationId, CommandId, NamespaceId};
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
@@ -229,7 +229,7 @@ impl Executor {
             claim::give_back(self.stores(), &keys, &batch.heads).await;
             return;
         }
-        let external: Vec<Uuid> = batch
+        let external: Vec<CommandId> = batch
             .heads
             .iter()
             .filter(|h| {
@@ -263,15 +263,11 @@ impl Executor {
                 return;
             }
         };
-        let mut by_pool: HashMap<(Uuid, String), Vec<Claimed>> = HashMap::new();
+        let mut by_pool: HashMap<(NamespaceId, String), Vec<Claimed>> = HashMap::new();
         for row in claimed {
-            let hold = self.attempts.hold(
-                row.attempt,
-                CommandId::from_uuid(row.id),
-                ApplicationId::from_uuid(app.id),
-                batch.at,
-                self.lease(),
-            );
+            let hold = self
+                .attempts
+                .hold(row.attempt, row.id, app.id, batch.at, self.lease());
             let handler = app
                 .commands
                 .get(&(row.namespace_id, row.command.clone()))
@@ -320,7 +316,7 @@ impl Executor {
         &self,
         app: &Application,
         keys: &AppKeys,
-        namespace_id: Uuid,
+        namespace_id: NamespaceId,
         pool: &str,
         rows: &[Claimed],
     ) {
@@ -336,8 +332,8 @@ impl Executor {
                     if let Err(error) = crate::projection::cache::invalidate(
                         &self.redis,
                         &self.scripts,
-                        ApplicationId::from_uuid(app.id),
-                        NamespaceId::from_uuid(namespace_id),
+                        app.id,
+                        namespace_id,
                         &pool_dependency,
                     )
                     .await

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::catalog::Application;
 use super::config::ExecutorConfig;
+use crate::ids::ApplicationId;
 use crate::lifecycle::Stores;
 use crate::lifecycle::repair::{self, AppCommands, Cursor};
 use crate::lifecycle::sweep::{self, SweepSide};
@@ -35,7 +36,7 @@ pub async fn round(
         "retention",
         sweep::prune(stores.pg, stores.redis, config.retention_seconds).await,
     );
-    let ids: Vec<uuid::Uuid> = apps.iter().map(|app| app.id).collect();
+    let ids: Vec<ApplicationId> = apps.iter().map(|app| app.id).collect();
     report(
         "projection reconciler",
         repair::projection(

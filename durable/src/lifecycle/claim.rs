@@ -18,6 +18,7 @@ use super::attempt::AttemptId;
 use super::end::project_current;
 use super::redis::{AdmittedHead, Requeue, Requeued, requeue};
 use crate::DurableError;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
@@ -25,9 +26,9 @@ use crate::projection::AppKeys;
 /// A row this executor now holds, under its attempt.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    pub id: Uuid,
+    pub id: CommandId,
     pub attempt: AttemptId,
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     pub command: String,
     pub subject: String,
     pub resource_key: String,
@@ -46,9 +47,9 @@ pub struct Claimed {
 /// a permit that lapsed, a row a sweeper just changed.
 #[derive(Debug, Clone)]
 pub struct RowState {
-    pub id: Uuid,
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub id: CommandId,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub command: String,
     pub resource_key: String,
     pub queue_seq: i64,
@@ -130,13 +131,13 @@ pub enum Claim {
 
 /// What the claim needs besides the heads.
 pub struct ClaimOrder<'a> {
-    pub application_id: Uuid,
+    pub application_id: ApplicationId,
     /// The epoch the heads were admitted under.
     pub generation: i64,
     pub heads: &'a [AdmittedHead],
     /// Heads whose handler reaches outside (a webhook): in doubt from here on, since nobody
     /// knows whether the backend acted if this executor dies mid-request.
-    pub external: &'a [Uuid],
+    pub external: &'a [CommandId],
     pub owner: Uuid,
     pub lease: Duration,
     /// How long final statuses stay readable in Redis.
@@ -186,7 +187,7 @@ pub const CLAIM_SQL: &str = concat!(
 
 /// `claim`, and the Redis side of every head it did not claim.
 pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, DurableError> {
-    let ids: Vec<Uuid> = order.heads.iter().map(|h| h.command_id).collect();
+    let ids: Vec<CommandId> = order.heads.iter().map(|h| h.command_id).collect();
     let attempts: Vec<Uuid> = order.heads.iter().map(|h| h.attempt.as_uuid()).collect();
     let rows = sqlx::query(CLAIM_SQL)
         .bind(order.application_id)
@@ -239,7 +240,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         .filter(|h| {
             !rows
                 .iter()
-                .any(|r| r.try_get::<Uuid, _>("id").ok() == Some(h.command_id))
+                .any(|r| r.try_get::<CommandId, _>("id").ok() == Some(h.command_id))
         })
         .collect();
     if !unclaimed.is_empty() {
@@ -248,7 +249,10 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
     Ok(Claim::Claimed(claimed))
 }
 
-async fn generation(stores: Stores<'_>, application_id: Uuid) -> Result<i64, DurableError> {
+async fn generation(
+    stores: Stores<'_>,
+    application_id: ApplicationId,
+) -> Result<i64, DurableError> {
     Ok(
         sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
             .bind(application_id)
@@ -266,7 +270,7 @@ async fn give_back_unclaimed(
     order: &ClaimOrder<'_>,
     unclaimed: &[&AdmittedHead],
 ) {
-    let ids: Vec<Uuid> = unclaimed.iter().map(|h| h.command_id).collect();
+    let ids: Vec<CommandId> = unclaimed.iter().map(|h| h.command_id).collect();
     match current_state(stores, &ids).await {
         Ok(states) => {
             for row in &states {
@@ -326,8 +330,8 @@ pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead
 }
 
 /// `"<namespace uuid>:<command>:<resource>"` → (namespace, command, resource).
-pub fn split_suffix(suffix: &str) -> Option<(Uuid, &str, &str)> {
-    let namespace = Uuid::parse_str(suffix.get(..36)?).ok()?;
+pub fn split_suffix(suffix: &str) -> Option<(NamespaceId, &str, &str)> {
+    let namespace = suffix.get(..36)?.parse().ok()?;
     let (command, resource) = suffix.get(37..)?.split_once(':')?;
     Some((namespace, command, resource))
 }
@@ -335,7 +339,7 @@ pub fn split_suffix(suffix: &str) -> Option<(Uuid, &str, &str)> {
 /// What PostgreSQL says of `ids` now.
 pub async fn current_state(
     stores: Stores<'_>,
-    ids: &[Uuid],
+    ids: &[CommandId],
 ) -> Result<Vec<RowState>, DurableError> {
     let rows = sqlx::query(concat!(
         "SELECT ",
@@ -357,7 +361,7 @@ mod tests {
 
     #[test]
     fn queue_suffixes_split_back() {
-        let ns = Uuid::now_v7();
+        let ns = NamespaceId::new_v7();
         let suffix = AppKeys::queue_suffix(ns, "claim", "offer:with:colons");
         assert_eq!(
             split_suffix(&suffix),

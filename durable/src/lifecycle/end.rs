@@ -13,7 +13,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::Row;
-use uuid::Uuid;
 
 use super::CommandStatus;
 use super::attempt::AttemptId;
@@ -37,8 +36,8 @@ pub struct Outcome<'a> {
 /// Where a command ends, for its Redis side.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
-    pub id: Uuid,
-    pub namespace_id: Uuid,
+    pub id: CommandId,
+    pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub resource_key: &'a str,
 }
@@ -57,7 +56,7 @@ pub const LAND_SQL: &str = "UPDATE commands
 /// rescued, a `:complete` decided it, …): then this result must not show anywhere.
 pub async fn land_attempt(
     stores: Stores<'_>,
-    id: Uuid,
+    id: CommandId,
     attempt: AttemptId,
     outcome: &Outcome<'_>,
 ) -> Result<Option<DateTime<Utc>>, DurableError> {
@@ -257,7 +256,6 @@ pub async fn cancel(
     retention_ms: i64,
     patience: Duration,
 ) -> Result<Option<Cancelled>, DurableError> {
-    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     let Some(row) = sqlx::query(CANCEL_SQL)
         .bind(id)
         .bind(namespace_id)
@@ -269,13 +267,13 @@ pub async fn cancel(
     let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
     let ended: bool = row.try_get("now_cancelled")?;
     if ended {
-        let keys = AppKeys::new(record.application_id);
+        let keys = AppKeys::new(record.row.application_id);
         project_end(
             stores,
             &keys,
             place_of(&record),
             CommandStatus::Cancelled,
-            record.updated_at,
+            record.row.updated_at,
             None,
             None,
             retention_ms,
@@ -288,10 +286,10 @@ pub async fn cancel(
 
 fn place_of(record: &CommandRecord) -> Place<'_> {
     Place {
-        id: record.id,
-        namespace_id: record.namespace_id,
-        command: &record.command,
-        resource_key: &record.resource_key,
+        id: record.row.id,
+        namespace_id: record.row.namespace_id,
+        command: &record.row.command,
+        resource_key: &record.row.resource_key,
     }
 }
 
@@ -354,7 +352,6 @@ pub async fn complete(
     retention_ms: i64,
     patience: Duration,
 ) -> Result<Completion, DurableError> {
-    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     let mut tx = stores.pg.begin().await?;
     let current = sqlx::query(COMPLETE_LOCK_SQL)
         .bind(id)
@@ -367,8 +364,8 @@ pub async fn complete(
     let in_doubt: bool = current.try_get("in_doubt")?;
     let current = <CommandRecord as sqlx::FromRow<_>>::from_row(&current)?;
     let (code, message) = reported.error.clone().unzip();
-    if current.is_terminal() {
-        let same = current.status == reported.status
+    if current.row.is_terminal() {
+        let same = current.row.status == reported.status
             && current.result == reported.result
             && current.error_code == code;
         return Ok(if same {
@@ -380,7 +377,7 @@ pub async fn complete(
     // Waiting and not in doubt: every attempt so far certainly left the backend without the
     // command (a connection that never opened, an explicit 429 or 5xx), so no backend holds
     // it. Counting attempts alone would take a refused connection for a delivered request.
-    if current.attempts == 0 || (current.is_waiting() && !in_doubt) {
+    if current.attempts == 0 || (current.row.is_waiting() && !in_doubt) {
         return Ok(Completion::NotStarted(current));
     }
     let row = sqlx::query(COMPLETE_SQL)
@@ -393,7 +390,7 @@ pub async fn complete(
         .await?;
     let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
     tx.commit().await?;
-    let keys = AppKeys::new(record.application_id);
+    let keys = AppKeys::new(record.row.application_id);
     let error = record
         .error_code
         .as_deref()
@@ -402,8 +399,8 @@ pub async fn complete(
         stores,
         &keys,
         place_of(&record),
-        record.status,
-        record.updated_at,
+        record.row.status,
+        record.row.updated_at,
         record.result.as_ref(),
         error,
         retention_ms,

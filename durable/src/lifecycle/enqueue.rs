@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use super::Stores;
 use super::redis::{
@@ -19,6 +18,7 @@ use super::redis::{
 use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::outbox::{ExistingCommand, GroupCommitter, InsertOutcome, NewCommand, rfc3339};
 use crate::projection::AppKeys;
 
@@ -29,8 +29,8 @@ const STALE_RESERVATIONS: u32 = 3;
 /// One validated enqueue of one namespace.
 pub struct Intent<'a> {
     pub keys: &'a AppKeys,
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     /// PostgreSQL's projection generation as the caller last read it.
     pub min_generation: i64,
     pub decl: &'a CommandDecl,
@@ -54,7 +54,7 @@ pub struct Intent<'a> {
 /// Makes a projection ready when the reservation found it not ready (the gateway rebuilds it,
 /// one caller per application and process, within its patience).
 pub trait Readiness {
-    fn ensure(&self, application_id: Uuid) -> impl Future<Output = bool> + Send;
+    fn ensure(&self, application_id: ApplicationId) -> impl Future<Output = bool> + Send;
 }
 
 /// How an enqueue ended.
@@ -62,7 +62,7 @@ pub trait Readiness {
 pub enum Enqueued {
     /// Committed now as a new command, and projected unless `queue` is None.
     Accepted {
-        command_id: Uuid,
+        command_id: CommandId,
         generation: i64,
         accepted_at: DateTime<Utc>,
         deadline_at: DateTime<Utc>,
@@ -72,7 +72,7 @@ pub enum Enqueued {
     },
     /// The key is known to the projection as committed: its command.
     Replayed {
-        command_id: Uuid,
+        command_id: CommandId,
     },
     /// PostgreSQL already held a row for the key (same content: a replay; else a conflict).
     Existing {
@@ -105,7 +105,7 @@ pub async fn enqueue<R: Readiness>(
     let mut stale = 0;
     let mut pause = Duration::from_millis(2);
     loop {
-        let command_id = Uuid::now_v7();
+        let command_id = CommandId::new_v7();
         let request = intake_request(intent, &digest_hex, command_id);
         match reserve(stores.redis, stores.scripts, &request).await? {
             IntakeVerdict::NotReady if !rebuilt => {
@@ -158,7 +158,7 @@ pub async fn enqueue<R: Readiness>(
 fn intake_request<'a>(
     intent: &'a Intent<'_>,
     digest_hex: &'a str,
-    command_id: Uuid,
+    command_id: CommandId,
 ) -> IntakeRequest<'a> {
     IntakeRequest {
         keys: intent.keys,
@@ -178,7 +178,7 @@ fn intake_request<'a>(
 
 /// A reservation `intake.lua` handed out.
 struct Reservation {
-    command_id: Uuid,
+    command_id: CommandId,
     queue_seq: i64,
     generation: i64,
 }
@@ -301,7 +301,7 @@ async fn project(
 async fn give_back(
     stores: Stores<'_>,
     intent: &Intent<'_>,
-    command_id: Uuid,
+    command_id: CommandId,
     existing: Option<&ExistingCommand>,
 ) {
     let give = Release {

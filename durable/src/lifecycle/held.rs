@@ -16,6 +16,7 @@ use super::claim::Claimed;
 use super::redis::{Extend, Mark, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
+use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
@@ -32,10 +33,10 @@ pub const RENEW_SQL: &str = "UPDATE commands c
 /// returns those. An attempt missing from the answer lost its row: stop it.
 pub async fn renew_leases(
     stores: Stores<'_>,
-    attempts: &[(Uuid, AttemptId)],
+    attempts: &[(CommandId, AttemptId)],
     lease: Duration,
 ) -> Result<Vec<AttemptId>, DurableError> {
-    let ids: Vec<Uuid> = attempts.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<CommandId> = attempts.iter().map(|(id, _)| *id).collect();
     let tokens: Vec<Uuid> = attempts.iter().map(|(_, a)| a.as_uuid()).collect();
     let renewed: Vec<Uuid> = sqlx::query_scalar(RENEW_SQL)
         .bind(&ids)
@@ -105,7 +106,7 @@ pub async fn start_retry(
 }
 
 /// Whether a cancel was asked for while the attempt ran.
-pub async fn cancel_requested(stores: Stores<'_>, id: Uuid) -> Result<bool, DurableError> {
+pub async fn cancel_requested(stores: Stores<'_>, id: CommandId) -> Result<bool, DurableError> {
     Ok(
         sqlx::query_scalar("SELECT cancel_requested FROM commands WHERE id = $1")
             .bind(id)

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::claim::current_state;
 use super::end::project_current;
@@ -22,8 +21,9 @@ use super::redis::{Acceptance, Accepted, Extend, accept, holders, mark};
 use super::sweep::SweepSide;
 use super::{RUNNING_PERMIT_GRACE, Stores};
 use crate::DurableError;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
-use crate::outbox::rfc3339;
+use crate::outbox::{CommandRow, rfc3339};
 use crate::projection::{AppKeys, request_key_field};
 
 const LOCK_PERMITS: i64 = 0x51_1CE0_0004;
@@ -35,8 +35,8 @@ const SLICE: i64 = 500;
 
 /// One application's commands, as the repairs walk them.
 pub struct AppCommands<'a> {
-    pub application_id: Uuid,
-    pub commands: Vec<(Uuid, &'a str)>,
+    pub application_id: ApplicationId,
+    pub commands: Vec<(NamespaceId, &'a str)>,
 }
 
 /// Reconciles the holders of every command's permits with PostgreSQL; returns how many it
@@ -70,7 +70,7 @@ pub async fn permits(
             if found.is_empty() {
                 continue;
             }
-            let ids: Vec<Uuid> = found.iter().map(|h| h.command_id).collect();
+            let ids: Vec<CommandId> = found.iter().map(|h| h.command_id).collect();
             let states = current_state(stores, &ids).await?;
             for holder in &found {
                 let Some(row) = states.iter().find(|s| s.id == holder.command_id) else {
@@ -111,7 +111,7 @@ pub async fn permits(
             let gone: Vec<String> = ids
                 .iter()
                 .filter(|id| !states.iter().any(|s| s.id == **id))
-                .map(Uuid::to_string)
+                .map(CommandId::to_string)
                 .collect();
             if !gone.is_empty() {
                 let _: i64 = stores
@@ -170,14 +170,14 @@ async fn restore_running(
 /// Where the last round of [`projection`] stopped, per application (queue sequence).
 #[derive(Debug, Default)]
 pub struct Cursor {
-    after: HashMap<Uuid, i64>,
+    after: HashMap<ApplicationId, i64>,
 }
 
 /// One round over `applications`; returns how many commands it repaired. Rows changed less than
 /// `grace` ago are left alone: their gateway or executor may still be projecting them.
 pub async fn projection(
     stores: Stores<'_>,
-    applications: &[Uuid],
+    applications: &[ApplicationId],
     cursor: &mut Cursor,
     side: SweepSide,
     grace: Duration,
@@ -199,16 +199,16 @@ pub async fn projection(
             .unwrap_or(i64::MIN);
         // The rows and the generation they belong to, read together: an `accept` under that
         // generation is refused if a rebuild (whose snapshot has these rows) came between.
-        let waiting: Vec<Waiting> = sqlx::query_as(
-            "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
-                    c.resource_key, c.queue_seq, c.accepted_at, c.deadline_at, c.limit_keys,
-                    p.generation
+        let waiting: Vec<Waiting> = sqlx::query_as(concat!(
+            "SELECT ",
+            crate::row_columns!("c."),
+            ", c.limit_keys, p.generation
                FROM commands c JOIN projections p ON p.application_id = c.application_id
               WHERE c.application_id = $1 AND c.status IN ('accepted', 'retry_wait')
                 AND c.lease_owner IS NULL AND c.queue_seq > $2
                 AND c.updated_at < now() - make_interval(secs => $4)
-              ORDER BY c.queue_seq LIMIT $3",
-        )
+              ORDER BY c.queue_seq LIMIT $3"
+        ))
         .bind(application_id)
         .bind(after)
         .bind(SLICE)
@@ -217,7 +217,7 @@ pub async fn projection(
         .await?;
         match waiting.last() {
             Some(last) if waiting.len() as i64 == SLICE => {
-                cursor.after.insert(application_id, last.queue_seq)
+                cursor.after.insert(application_id, last.row.queue_seq)
             }
             _ => cursor.after.remove(&application_id),
         };
@@ -227,19 +227,19 @@ pub async fn projection(
         let keys = AppKeys::new(application_id);
         let seen = projected(stores, &keys, &waiting).await?;
         let mut unqueued = Vec::new();
-        for (row, (status, queued)) in waiting.iter().zip(seen) {
+        for (one, (status, queued)) in waiting.iter().zip(seen) {
             match status.as_deref() {
                 None => {
                     let accepted = accept(
                         stores.redis,
                         stores.scripts,
                         &keys,
-                        row.generation,
-                        &[row.accepted()],
+                        one.generation,
+                        &[one.accepted()],
                     )
                     .await?;
                     if matches!(accepted, Acceptance::Projected(_)) {
-                        tracing::warn!(command_id = %row.id, "committed command missing from Redis; projected");
+                        tracing::warn!(command_id = %one.row.id, "committed command missing from Redis; projected");
                         repaired += 1;
                     }
                 }
@@ -247,7 +247,7 @@ pub async fn projection(
                     if CommandStatus::parse(status).is_some_and(CommandStatus::is_waiting)
                         && !queued =>
                 {
-                    unqueued.push(row.id)
+                    unqueued.push(one.row.id)
                 }
                 _ => {}
             }
@@ -271,16 +271,8 @@ pub async fn projection(
 /// A waiting row as the projection needs it.
 #[derive(sqlx::FromRow)]
 struct Waiting {
-    id: Uuid,
-    namespace_id: Uuid,
-    command: String,
-    subject: String,
-    request_key: String,
-    content_sha256: Vec<u8>,
-    resource_key: String,
-    queue_seq: i64,
-    accepted_at: chrono::DateTime<Utc>,
-    deadline_at: chrono::DateTime<Utc>,
+    #[sqlx(flatten)]
+    row: CommandRow,
     limit_keys: serde_json::Value,
     generation: i64,
 }
@@ -291,16 +283,17 @@ impl Waiting {
             serde_json::Value::Array(keys) if !keys.is_empty() => self.limit_keys.to_string(),
             _ => String::new(),
         };
+        let row = &self.row;
         Accepted {
-            command_id: self.id,
-            namespace_id: self.namespace_id,
-            command: self.command.clone(),
-            resource_key: self.resource_key.clone(),
-            request_key_field: request_key_field(&self.subject, &self.request_key),
-            content_sha256_hex: hex::encode(&self.content_sha256),
-            queue_seq: self.queue_seq,
-            accepted_at: rfc3339(self.accepted_at),
-            deadline_at: rfc3339(self.deadline_at),
+            command_id: row.id,
+            namespace_id: row.namespace_id,
+            command: row.command.clone(),
+            resource_key: row.resource_key.clone(),
+            request_key_field: request_key_field(&row.subject, &row.request_key),
+            content_sha256_hex: hex::encode(&row.content_sha256),
+            queue_seq: row.queue_seq,
+            accepted_at: rfc3339(row.accepted_at),
+            deadline_at: rfc3339(row.deadline_at),
             limit_keys,
         }
     }
@@ -315,9 +308,13 @@ async fn projected(
     let mut script_keys = Vec::with_capacity(rows.len() * 2);
     let mut args: Vec<Value> = Vec::with_capacity(rows.len());
     for row in rows {
-        script_keys.push(keys.command(row.id));
-        script_keys.push(keys.queue(row.namespace_id, &row.command, &row.resource_key));
-        args.push(row.id.to_string().into());
+        script_keys.push(keys.command(row.row.id));
+        script_keys.push(keys.queue(
+            row.row.namespace_id,
+            &row.row.command,
+            &row.row.resource_key,
+        ));
+        args.push(row.row.id.to_string().into());
     }
     let answer: Vec<Value> = stores
         .scripts

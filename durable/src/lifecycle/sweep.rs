@@ -23,6 +23,7 @@ use super::claim::RowState;
 use super::end::project_current;
 use super::redis::holding;
 use crate::DurableError;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, request_key_field};
 
@@ -132,16 +133,16 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     if !got {
         return Ok(0);
     }
-    let lapsed: Vec<(Uuid, Uuid, Option<Uuid>, bool)> = sqlx::query_as(LAPSED_SQL)
+    let lapsed: Vec<(CommandId, ApplicationId, Option<Uuid>, bool)> = sqlx::query_as(LAPSED_SQL)
         .bind(BATCH)
         .fetch_all(&mut *tx)
         .await?;
-    let mut rescued: Vec<Uuid> = lapsed
+    let mut rescued: Vec<CommandId> = lapsed
         .iter()
         .filter(|(_, _, attempt, in_time)| !in_time || attempt.is_none())
         .map(|(id, ..)| *id)
         .collect();
-    let mut by_app: HashMap<Uuid, Vec<(Uuid, AttemptId)>> = HashMap::new();
+    let mut by_app: HashMap<ApplicationId, Vec<(CommandId, AttemptId)>> = HashMap::new();
     for (id, application_id, attempt, in_time) in &lapsed {
         if let (true, Some(attempt)) = (*in_time, attempt) {
             by_app
@@ -263,7 +264,7 @@ pub async fn prune(
     if !got {
         return Ok(0);
     }
-    let rows: Vec<(Uuid, Uuid, String, String, String)> = sqlx::query_as(PRUNE_SQL)
+    let rows: Vec<(ApplicationId, NamespaceId, String, String, String)> = sqlx::query_as(PRUNE_SQL)
         .bind(BATCH)
         .bind(retention_seconds as f64)
         .fetch_all(&mut *tx)

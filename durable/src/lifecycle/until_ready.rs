@@ -11,17 +11,16 @@
 use std::future::Future;
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use super::Stores;
 use crate::DurableError;
+use crate::ids::ApplicationId;
 use crate::projection::rebuild;
 
 /// Runs `side` until it answers `Some` (taken) or `patience` runs out (`Ok(None)`: given up; the
 /// sweepers repair what is left). `side` answers `None` for `NOT_READY`.
 pub async fn until_ready<T, F, Fut>(
     stores: Stores<'_>,
-    application_id: Uuid,
+    application_id: ApplicationId,
     patience: Duration,
     mut side: F,
 ) -> Result<Option<T>, DurableError>

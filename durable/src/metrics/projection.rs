@@ -11,12 +11,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use super::{
     APPLICATION_LIST_TTL, Label, MAX_APPLICATIONS, PROJECTION_BUDGET, label, storage_error,
 };
 use crate::DurableError;
+use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::{AppKeys, Scripts};
 
 /// One application's figures as `metrics.lua` reads them.
@@ -33,7 +33,7 @@ pub struct AppFigures {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandFigures {
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     pub command: String,
     /// `queued:<ns>:<cmd>`: waiting commands and live reservations.
     pub queued: i64,
@@ -45,7 +45,7 @@ pub struct CommandFigures {
 pub async fn read_app_figures(
     redis: &Pool,
     scripts: &Scripts,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<AppFigures, DurableError> {
     let keys = AppKeys::new(application_id);
     let answer: Vec<Value> = scripts
@@ -77,7 +77,7 @@ fn parse_figures(answer: &[Value]) -> Result<AppFigures, DurableError> {
             .split_once(':')
             .ok_or_else(|| bad("command name is not <ns>:<cmd>"))?;
         commands.push(CommandFigures {
-            namespace_id: Uuid::parse_str(namespace).map_err(|_| bad("namespace id"))?,
+            namespace_id: str::parse::<NamespaceId>(namespace).map_err(|_| bad("namespace id"))?,
             command: command.to_string(),
             queued: number(&triple[1])?,
             permits: number(&triple[2])?,
@@ -93,11 +93,11 @@ fn parse_figures(answer: &[Value]) -> Result<AppFigures, DurableError> {
 }
 
 /// The applications listed last, and when.
-static APPLICATIONS: Mutex<Option<(Instant, Arc<Vec<Uuid>>)>> = Mutex::new(None);
+static APPLICATIONS: Mutex<Option<(Instant, Arc<Vec<ApplicationId>>)>> = Mutex::new(None);
 
 /// Applications with a projection, at most [`MAX_APPLICATIONS`], cached for
 /// [`APPLICATION_LIST_TTL`]. If PostgreSQL cannot answer, the last list is used (or none).
-async fn applications(pg: &PgPool) -> Arc<Vec<Uuid>> {
+async fn applications(pg: &PgPool) -> Arc<Vec<ApplicationId>> {
     let cached = APPLICATIONS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -107,7 +107,7 @@ async fn applications(pg: &PgPool) -> Arc<Vec<Uuid>> {
     {
         return list.clone();
     }
-    let listed: Result<Vec<Uuid>, sqlx::Error> = sqlx::query_scalar(
+    let listed: Result<Vec<ApplicationId>, sqlx::Error> = sqlx::query_scalar(
         "SELECT application_id FROM projections ORDER BY application_id LIMIT $1",
     )
     .bind(MAX_APPLICATIONS)
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn figures_parse_with_and_without_commands() {
-        let ns = Uuid::now_v7();
+        let ns = NamespaceId::new_v7();
         let answer = vec![
             Value::from("3"),
             Value::from("1"),

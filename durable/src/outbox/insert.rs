@@ -7,17 +7,17 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 
 /// A command the gateway has reserved and wants committed.
 #[derive(Debug, Clone)]
 pub struct NewCommand {
-    pub id: Uuid,
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub id: CommandId,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub command: String,
     pub subject: String,
     pub request_key: String,
@@ -37,7 +37,7 @@ pub struct NewCommand {
 /// The row PostgreSQL already holds for a request key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExistingCommand {
-    pub id: Uuid,
+    pub id: CommandId,
     pub content_sha256: Vec<u8>,
     pub status: CommandStatus,
     pub accepted_at: DateTime<Utc>,
@@ -60,7 +60,7 @@ pub enum InsertOutcome {
     Stale,
 }
 
-type Key = (Uuid, String, String, String);
+type Key = (NamespaceId, String, String, String);
 
 fn key_of(c: &NewCommand) -> Key {
     (
@@ -79,10 +79,10 @@ fn key_of(c: &NewCommand) -> Key {
 /// takes its locks in the same order, so two batches never wait on each other through a pause
 /// or a rebuild queued between them.
 pub async fn lock_batch(conn: &mut PgConnection, batch: &[NewCommand]) -> Result<(), DurableError> {
-    let mut namespaces: Vec<Uuid> = batch.iter().map(|c| c.namespace_id).collect();
+    let mut namespaces: Vec<NamespaceId> = batch.iter().map(|c| c.namespace_id).collect();
     namespaces.sort_unstable();
     namespaces.dedup();
-    let mut applications: Vec<Uuid> = batch.iter().map(|c| c.application_id).collect();
+    let mut applications: Vec<ApplicationId> = batch.iter().map(|c| c.application_id).collect();
     applications.sort_unstable();
     applications.dedup();
     sqlx::query(
@@ -150,7 +150,7 @@ pub async fn insert_batch(
         .fetch_all(&mut *conn)
         .await?;
 
-    let mut by_id: HashMap<Uuid, InsertOutcome> = HashMap::with_capacity(inserted.len());
+    let mut by_id: HashMap<CommandId, InsertOutcome> = HashMap::with_capacity(inserted.len());
     for row in inserted {
         by_id.insert(
             row.try_get("id")?,
@@ -192,9 +192,9 @@ pub async fn insert_batch(
 async fn generations(
     conn: &mut PgConnection,
     missing: &[&NewCommand],
-) -> Result<HashMap<Uuid, i64>, DurableError> {
-    let applications: Vec<Uuid> = missing.iter().map(|c| c.application_id).collect();
-    let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+) -> Result<HashMap<ApplicationId, i64>, DurableError> {
+    let applications: Vec<ApplicationId> = missing.iter().map(|c| c.application_id).collect();
+    let rows: Vec<(ApplicationId, i64)> = sqlx::query_as(
         "SELECT application_id, generation FROM projections WHERE application_id = ANY($1)",
     )
     .bind(&applications)
@@ -208,7 +208,7 @@ async fn find_existing(
     conn: &mut PgConnection,
     missing: &[&NewCommand],
 ) -> Result<HashMap<Key, ExistingCommand>, DurableError> {
-    let namespaces: Vec<Uuid> = missing.iter().map(|c| c.namespace_id).collect();
+    let namespaces: Vec<NamespaceId> = missing.iter().map(|c| c.namespace_id).collect();
     let commands: Vec<&str> = missing.iter().map(|c| c.command.as_str()).collect();
     let subjects: Vec<&str> = missing.iter().map(|c| c.subject.as_str()).collect();
     let keys: Vec<&str> = missing.iter().map(|c| c.request_key.as_str()).collect();
@@ -251,9 +251,9 @@ async fn find_existing(
 
 /// The batch as column arrays, the shape `unnest` takes.
 struct Columns {
-    id: Vec<Uuid>,
-    application_id: Vec<Uuid>,
-    namespace_id: Vec<Uuid>,
+    id: Vec<CommandId>,
+    application_id: Vec<ApplicationId>,
+    namespace_id: Vec<NamespaceId>,
     command: Vec<String>,
     subject: Vec<String>,
     request_key: Vec<String>,

@@ -2,6 +2,7 @@
 //!
 //! - [`insert`]: the multi-row insert of one batch (idempotent by request key, pause re-checked).
 //! - [`group_commit`]: batches concurrent enqueues into one transaction each.
+//! - [`row`]: a command's row as every reader sees it.
 //! - [`queries`]: the reads the API needs.
 //!
 //! (Every change of a command after its commit is a transition of [`crate::lifecycle`].)
@@ -9,12 +10,14 @@
 pub mod group_commit;
 pub mod insert;
 pub mod queries;
+pub mod row;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
 pub use group_commit::{GroupCommitConfig, GroupCommitter};
 pub use insert::{ExistingCommand, InsertOutcome, NewCommand};
 pub use queries::CommandRecord;
+pub use row::CommandRow;
 
 /// Times in the API are RFC 3339 UTC with milliseconds.
 pub fn rfc3339(at: DateTime<Utc>) -> String {

@@ -2,30 +2,16 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, Row};
-use uuid::Uuid;
 
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
+use crate::outbox::CommandRow;
 
-/// The full record of a command, as `GET /v1/commands/{id}` shows it.
-#[derive(Debug, Clone, PartialEq)]
+/// The full record of a command, as `GET /v1/commands/{id}` shows it: its row and its outcome.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct CommandRecord {
-    pub id: Uuid,
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
-    pub command: String,
-    pub subject: String,
-    pub request_key: String,
-    pub content_sha256: Vec<u8>,
-    pub resource_key: String,
-    pub queue_seq: i64,
-    pub status: CommandStatus,
-    pub accepted_at: DateTime<Utc>,
-    pub deadline_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    pub row: CommandRow,
     pub finished_at: Option<DateTime<Utc>>,
     pub attempts: i32,
     pub cancel_requested: bool,
@@ -34,75 +20,14 @@ pub struct CommandRecord {
     pub error_message: Option<String>,
 }
 
-impl<'r> FromRow<'r, PgRow> for CommandRecord {
-    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            application_id: row.try_get("application_id")?,
-            namespace_id: row.try_get("namespace_id")?,
-            command: row.try_get("command")?,
-            subject: row.try_get("subject")?,
-            request_key: row.try_get("request_key")?,
-            content_sha256: row.try_get("content_sha256")?,
-            resource_key: row.try_get("resource_key")?,
-            queue_seq: row.try_get("queue_seq")?,
-            status: row.try_get("status")?,
-            accepted_at: row.try_get("accepted_at")?,
-            deadline_at: row.try_get("deadline_at")?,
-            updated_at: row.try_get("updated_at")?,
-            finished_at: row.try_get("finished_at")?,
-            attempts: row.try_get("attempts")?,
-            cancel_requested: row.try_get("cancel_requested")?,
-            result: row.try_get("result")?,
-            error_code: row.try_get("error_code")?,
-            error_message: row.try_get("error_message")?,
-        })
-    }
-}
-
-impl CommandRecord {
-    pub fn is_waiting(&self) -> bool {
-        self.status.is_waiting()
-    }
-
-    pub fn is_terminal(&self) -> bool {
-        self.status.is_final()
-    }
-}
-
-/// The columns [`CommandRecord`] reads, spliced into statements at compile time with `concat!`
-/// (SQL is never built at run time).
+/// The columns [`CommandRecord`] reads (see [`crate::row_columns`]).
 #[macro_export]
 #[doc(hidden)]
 macro_rules! record_columns {
     ($p:literal) => {
         concat!(
-            $p,
-            "id, ",
-            $p,
-            "application_id, ",
-            $p,
-            "namespace_id, ",
-            $p,
-            "command, ",
-            $p,
-            "subject, ",
-            $p,
-            "request_key, ",
-            $p,
-            "content_sha256, ",
-            $p,
-            "resource_key, ",
-            $p,
-            "queue_seq, ",
-            $p,
-            "status, ",
-            $p,
-            "accepted_at, ",
-            $p,
-            "deadline_at, ",
-            $p,
-            "updated_at, ",
+            $crate::row_columns!($p),
+            ", ",
             $p,
             "finished_at, ",
             $p,
@@ -125,7 +50,6 @@ pub async fn by_id(
     namespace_id: NamespaceId,
     id: CommandId,
 ) -> Result<Option<CommandRecord>, DurableError> {
-    let (namespace_id, id) = (namespace_id.as_uuid(), id.as_uuid());
     const SQL: &str = concat!(
         "SELECT ",
         record_columns!(""),
@@ -141,7 +65,7 @@ pub async fn by_id(
 /// The command an original request key created.
 pub async fn by_request_key(
     pg: &PgPool,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     command: &str,
     subject: &str,
     request_key: &str,
@@ -164,11 +88,11 @@ pub async fn by_request_key(
 /// A page of a subject's commands, newest first. `before` is the id the previous page ended
 /// with (uuid v7 ids sort by creation time).
 pub struct MinePage<'a> {
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub subject: &'a str,
     pub resource_key: Option<&'a str>,
-    pub before: Option<Uuid>,
+    pub before: Option<CommandId>,
     pub limit: i64,
 }
 

@@ -3,11 +3,11 @@
 //! by every executor's catalog refresh.
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::AppKeys;
 use crate::DurableError;
 use crate::declaration::CommandDecl;
+use crate::ids::NamespaceId;
 
 /// The admission spec of a command as `admit.lua` reads it from the `cfg` hash.
 pub fn admission_spec(decl: &CommandDecl) -> String {
@@ -22,7 +22,7 @@ pub fn admission_spec(decl: &CommandDecl) -> String {
 
 /// The `cfg` entries of a command's limit templates: `(field, "max_in_flight per_second burst")`,
 /// 0 meaning unlimited.
-pub fn limit_specs(namespace_id: Uuid, decl: &CommandDecl) -> Vec<(String, String)> {
+pub fn limit_specs(namespace_id: NamespaceId, decl: &CommandDecl) -> Vec<(String, String)> {
     decl.limits
         .iter()
         .map(|limit| {

@@ -6,7 +6,6 @@
 //! under the application's hash tag like the rest of its projection, so a rebuild clears it.
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::{AppKeys, Scripts};
 use crate::DurableError;
@@ -27,7 +26,7 @@ pub struct EntryKeys {
 impl EntryKeys {
     pub fn new(
         keys: &AppKeys,
-        namespace_id: Uuid,
+        namespace_id: NamespaceId,
         read: &str,
         digest: &str,
         dependencies: &[String],
@@ -318,7 +317,6 @@ pub async fn invalidate(
     namespace_id: NamespaceId,
     dependencies: &[String],
 ) -> Result<Vec<i64>, DurableError> {
-    let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
     if dependencies.is_empty() {
         return Ok(Vec::new());
     }

@@ -1,24 +1,24 @@
 //! Names of every Redis key of an application. All carry the hash tag `{a:<application_id>}`, so
 //! each script touches one cluster slot and one application's admission lives on one shard.
 
-use uuid::Uuid;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 
 /// The key names of one application.
 #[derive(Debug, Clone)]
 pub struct AppKeys {
-    application_id: Uuid,
+    application_id: ApplicationId,
     prefix: String,
 }
 
 impl AppKeys {
-    pub fn new(application_id: Uuid) -> Self {
+    pub fn new(application_id: ApplicationId) -> Self {
         Self {
             application_id,
             prefix: format!("{{a:{application_id}}}"),
         }
     }
 
-    pub fn application_id(&self) -> Uuid {
+    pub fn application_id(&self) -> ApplicationId {
         self.application_id
     }
 
@@ -39,23 +39,23 @@ impl AppKeys {
         format!("{}:seq", self.prefix)
     }
 
-    pub fn intake_bucket(&self, namespace_id: Uuid, command: &str) -> String {
+    pub fn intake_bucket(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:bucket:intake:{namespace_id}:{command}", self.prefix)
     }
 
-    pub fn reservations(&self, namespace_id: Uuid, command: &str) -> String {
+    pub fn reservations(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:resv:{namespace_id}:{command}", self.prefix)
     }
 
-    pub fn request_keys(&self, namespace_id: Uuid, command: &str) -> String {
+    pub fn request_keys(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:rk:{namespace_id}:{command}", self.prefix)
     }
 
-    pub fn queue(&self, namespace_id: Uuid, command: &str, resource_key: &str) -> String {
+    pub fn queue(&self, namespace_id: NamespaceId, command: &str, resource_key: &str) -> String {
         self.queue_by_suffix(&Self::queue_suffix(namespace_id, command, resource_key))
     }
 
-    pub fn command(&self, command_id: Uuid) -> String {
+    pub fn command(&self, command_id: CommandId) -> String {
         format!("{}:cmd:{command_id}", self.prefix)
     }
 
@@ -72,7 +72,7 @@ impl AppKeys {
 
     /// One command's resources (queue suffixes) with waiting work, scored by their round-robin
     /// turn: the second level.
-    pub fn resource_ready(&self, namespace_id: Uuid, command: &str) -> String {
+    pub fn resource_ready(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:rq:{namespace_id}:{command}", self.prefix)
     }
 
@@ -87,7 +87,7 @@ impl AppKeys {
     }
 
     /// Executing permits of a command (its admission `max_in_flight`).
-    pub fn command_leases(&self, namespace_id: Uuid, command: &str) -> String {
+    pub fn command_leases(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:lease:cmd:{namespace_id}:{command}", self.prefix)
     }
 
@@ -108,22 +108,22 @@ impl AppKeys {
 
     /// Executing permits of one limit key (its `max_in_flight`), e.g. `account:gitee:a`. Limit
     /// keys live in their namespace: namespaces never share a budget by accident.
-    pub fn limit_leases(&self, namespace_id: Uuid, key: &str) -> String {
+    pub fn limit_leases(&self, namespace_id: NamespaceId, key: &str) -> String {
         format!("{}:lease:lim:{namespace_id}:{key}", self.prefix)
     }
 
     /// The start bucket of one limit key (its `per_second` and `burst`).
-    pub fn limit_bucket(&self, namespace_id: Uuid, key: &str) -> String {
+    pub fn limit_bucket(&self, namespace_id: NamespaceId, key: &str) -> String {
         format!("{}:bucket:lim:{namespace_id}:{key}", self.prefix)
     }
 
     /// The `cfg` field holding the numbers of one declared limit template.
-    pub fn limit_config_field(namespace_id: Uuid, template: &str) -> String {
+    pub fn limit_config_field(namespace_id: NamespaceId, template: &str) -> String {
         format!("lim:{namespace_id}:{template}")
     }
 
     /// Completions of a command during one Unix second (the drain rate behind ETAs).
-    pub fn drain(&self, namespace_id: Uuid, command: &str, unix_second: i64) -> String {
+    pub fn drain(&self, namespace_id: NamespaceId, command: &str, unix_second: i64) -> String {
         format!(
             "{}:drain:{namespace_id}:{command}:{unix_second}",
             self.prefix
@@ -131,7 +131,7 @@ impl AppKeys {
     }
 
     /// The part of a queue key after `:q:`, as the ready set and admit.lua name queues.
-    pub fn queue_suffix(namespace_id: Uuid, command: &str, resource_key: &str) -> String {
+    pub fn queue_suffix(namespace_id: NamespaceId, command: &str, resource_key: &str) -> String {
         format!("{namespace_id}:{command}:{resource_key}")
     }
 
@@ -141,7 +141,7 @@ impl AppKeys {
 
     /// A cached read: `digest` is the hex SHA-256 of its canonical parameters (and subject, for
     /// a subject-scoped read), so no caller-chosen text becomes part of a key.
-    pub fn cache_entry(&self, namespace_id: Uuid, read: &str, digest: &str) -> String {
+    pub fn cache_entry(&self, namespace_id: NamespaceId, read: &str, digest: &str) -> String {
         format!("{}:cache:{namespace_id}:{read}:{digest}", self.prefix)
     }
 
@@ -164,7 +164,7 @@ impl AppKeys {
     }
 
     /// The version of one dependency of a namespace's reads (`offer:42`, `pool:stock`).
-    pub fn dependency(&self, namespace_id: Uuid, dependency: &str) -> String {
+    pub fn dependency(&self, namespace_id: NamespaceId, dependency: &str) -> String {
         format!("{}:dep:{namespace_id}:{dependency}", self.prefix)
     }
 
@@ -190,8 +190,8 @@ mod tests {
 
     #[test]
     fn every_key_carries_the_application_hash_tag() {
-        let app = Uuid::now_v7();
-        let ns = Uuid::now_v7();
+        let app = ApplicationId::new_v7();
+        let ns = NamespaceId::new_v7();
         let keys = AppKeys::new(app);
         let tag = format!("{{a:{app}}}");
         for key in [
@@ -202,7 +202,7 @@ mod tests {
             keys.reservations(ns, "claim"),
             keys.request_keys(ns, "claim"),
             keys.queue(ns, "claim", "r1"),
-            keys.command(Uuid::now_v7()),
+            keys.command(CommandId::new_v7()),
             keys.ready(),
             keys.resource_ready(ns, "claim"),
             keys.turn(),

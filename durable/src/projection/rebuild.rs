@@ -28,14 +28,16 @@
 use std::collections::HashMap;
 
 use fred::prelude::*;
-use sqlx::{PgPool, Row};
+use sqlx::{FromRow, PgPool, Row};
 use uuid::Uuid;
 
 use super::{AppKeys, Scripts, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
+use crate::ids::{ApplicationId, CommandId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
+use crate::outbox::{CommandRow, rfc3339};
 
 /// Rows fetched and written per round trip (one `rebuild.lua` call: it blocks Redis while it
 /// runs, so it stays short).
@@ -53,7 +55,7 @@ pub struct RebuildReport {
 pub async fn rebuild(
     pg: &PgPool,
     redis: &Pool,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<RebuildReport, DurableError> {
     rebuild_unless_ready(pg, redis, application_id, true)
         .await?
@@ -67,7 +69,7 @@ pub async fn rebuild(
 async fn rebuild_unless_ready(
     pg: &PgPool,
     redis: &Pool,
-    application_id: Uuid,
+    application_id: ApplicationId,
     force: bool,
 ) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
@@ -124,12 +126,12 @@ async fn rebuild_unless_ready(
     let mut unfinished = 0usize;
     // Pages are keyed by (queue_seq, id), so no row is skipped at a page boundary even if two
     // rows ever shared a sequence number.
-    let mut after = (i64::MIN, Uuid::nil());
+    let mut after = (i64::MIN, CommandId::from_uuid(Uuid::nil()));
     loop {
-        let rows = sqlx::query(
-            "SELECT id, namespace_id, command, subject, request_key, content_sha256, resource_key,
-                    queue_seq, status, accepted_at, deadline_at, updated_at, limit_keys,
-                    attempt_id, lease_owner IS NOT NULL AS held,
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            crate::row_columns!(""),
+            ", limit_keys, attempt_id, lease_owner IS NOT NULL AS held,
                     coalesce(lease_expires_at,
                              deadline_at + make_interval(secs => $5::double precision))
                         AS permit_expires_at
@@ -138,8 +140,8 @@ async fn rebuild_unless_ready(
                 AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
                 AND (queue_seq, id) > ($2, $4)
               ORDER BY queue_seq, id
-              LIMIT $3",
-        )
+              LIMIT $3"
+        ))
         .bind(application_id)
         .bind(after.0)
         .bind(CHUNK)
@@ -153,18 +155,18 @@ async fn rebuild_unless_ready(
         let mut args: Vec<Value> = Vec::with_capacity(2 + rows.len() * ProjectedRow::ARGS);
         for row in &rows {
             let projected = ProjectedRow::from_row(row)?;
-            after = (projected.queue_seq, projected.id);
+            after = (projected.row.queue_seq, projected.row.id);
             unfinished += 1;
             *counts.entry("unfinished".into()).or_default() += 1;
             if projected.is_waiting() {
                 waiting += 1;
                 *counts
-                    .entry(format!("waiting:{}", projected.namespace_id))
+                    .entry(format!("waiting:{}", projected.row.namespace_id))
                     .or_default() += 1;
                 *counts
                     .entry(format!(
                         "queued:{}:{}",
-                        projected.namespace_id, projected.command
+                        projected.row.namespace_id, projected.row.command
                     ))
                     .or_default() += 1;
             }
@@ -300,7 +302,7 @@ const SEQUENCE_GAP_AFTER_LOSS: i64 = 1_000_000_000;
 pub async fn ensure_ready(
     pg: &PgPool,
     redis: &Pool,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<Option<RebuildReport>, DurableError> {
     if is_ready(pg, redis, application_id).await? {
         return Ok(None);
@@ -312,7 +314,7 @@ pub async fn ensure_ready(
 pub async fn is_ready(
     pg: &PgPool,
     redis: &Pool,
-    application_id: Uuid,
+    application_id: ApplicationId,
 ) -> Result<bool, DurableError> {
     let stored: Option<i64> =
         sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
@@ -401,20 +403,9 @@ async fn write_fenced(
     }
 }
 
-/// One unfinished command as the rebuild reads it.
+/// One unfinished command as the rebuild reads it: its row, and what it holds.
 struct ProjectedRow {
-    id: Uuid,
-    namespace_id: Uuid,
-    command: String,
-    subject: String,
-    request_key: String,
-    content_sha256: Vec<u8>,
-    resource_key: String,
-    queue_seq: i64,
-    status: CommandStatus,
-    accepted_at: String,
-    deadline_at: String,
-    updated_at: String,
+    row: CommandRow,
     permit_expires_ms: i64,
     /// Rendered limit keys, `[[template, key], …]`.
     limit_keys: Vec<[String; 2]>,
@@ -426,23 +417,8 @@ struct ProjectedRow {
 
 impl ProjectedRow {
     fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, DurableError> {
-        let time = |name: &str| -> Result<String, DurableError> {
-            let at: chrono::DateTime<chrono::Utc> = row.try_get(name)?;
-            Ok(crate::outbox::rfc3339(at))
-        };
         Ok(Self {
-            id: row.try_get("id")?,
-            namespace_id: row.try_get("namespace_id")?,
-            command: row.try_get("command")?,
-            subject: row.try_get("subject")?,
-            request_key: row.try_get("request_key")?,
-            content_sha256: row.try_get("content_sha256")?,
-            resource_key: row.try_get("resource_key")?,
-            queue_seq: row.try_get("queue_seq")?,
-            status: row.try_get("status")?,
-            accepted_at: time("accepted_at")?,
-            deadline_at: time("deadline_at")?,
-            updated_at: time("updated_at")?,
+            row: CommandRow::from_row(row)?,
             permit_expires_ms: row
                 .try_get::<chrono::DateTime<chrono::Utc>, _>("permit_expires_at")?
                 .timestamp_millis(),
@@ -453,24 +429,24 @@ impl ProjectedRow {
     }
 
     fn is_waiting(&self) -> bool {
-        !self.held && self.status.is_waiting()
+        !self.held && self.row.status.is_waiting()
     }
 
     fn holds_permits(&self) -> bool {
-        self.held || self.status == CommandStatus::Running
+        self.held || self.row.status == CommandStatus::Running
     }
 
     /// The lease zsets of every permit it holds: application, command, resource, each limit key.
     fn leases(&self, keys: &AppKeys) -> Vec<String> {
         let mut leases = vec![
             keys.application_leases(),
-            keys.command_leases(self.namespace_id, &self.command),
+            keys.command_leases(self.row.namespace_id, &self.row.command),
             keys.resource_leases(&self.queue_suffix()),
         ];
         leases.extend(
             self.limit_keys
                 .iter()
-                .map(|[_, key]| keys.limit_leases(self.namespace_id, key)),
+                .map(|[_, key]| keys.limit_leases(self.row.namespace_id, key)),
         );
         leases
     }
@@ -501,21 +477,22 @@ impl ProjectedRow {
             serde_json::to_string(&self.limit_keys).unwrap_or_default()
         };
         let values: [Value; Self::ARGS] = [
-            self.id.to_string().into(),
+            self.row.id.to_string().into(),
             place.into(),
-            keys.command(self.id).into(),
+            keys.command(self.row.id).into(),
             self.queue_key(keys).into(),
-            self.queue_seq.into(),
-            keys.resource_ready(self.namespace_id, &self.command).into(),
+            self.row.queue_seq.into(),
+            keys.resource_ready(self.row.namespace_id, &self.row.command)
+                .into(),
             self.queue_suffix().into(),
             keys.ready().into(),
-            format!("{}:{}", self.namespace_id, self.command).into(),
-            self.status.as_str().into(),
-            self.namespace_id.to_string().into(),
-            self.command.clone().into(),
-            self.accepted_at.clone().into(),
-            self.deadline_at.clone().into(),
-            self.updated_at.clone().into(),
+            format!("{}:{}", self.row.namespace_id, self.row.command).into(),
+            self.row.status.as_str().into(),
+            self.row.namespace_id.to_string().into(),
+            self.row.command.clone().into(),
+            rfc3339(self.row.accepted_at).into(),
+            rfc3339(self.row.deadline_at).into(),
+            rfc3339(self.row.updated_at).into(),
             lim.into(),
             self.permit_expires_ms.into(),
             held.into(),
@@ -523,18 +500,27 @@ impl ProjectedRow {
                 .map(|a| a.to_string())
                 .unwrap_or_default()
                 .into(),
-            keys.request_keys(self.namespace_id, &self.command).into(),
-            request_key_field(&self.subject, &self.request_key).into(),
-            hex::encode(&self.content_sha256).into(),
+            keys.request_keys(self.row.namespace_id, &self.row.command)
+                .into(),
+            request_key_field(&self.row.subject, &self.row.request_key).into(),
+            hex::encode(&self.row.content_sha256).into(),
         ];
         args.extend(values);
     }
 
     fn queue_suffix(&self) -> String {
-        AppKeys::queue_suffix(self.namespace_id, &self.command, &self.resource_key)
+        AppKeys::queue_suffix(
+            self.row.namespace_id,
+            &self.row.command,
+            &self.row.resource_key,
+        )
     }
 
     fn queue_key(&self, keys: &AppKeys) -> String {
-        keys.queue(self.namespace_id, &self.command, &self.resource_key)
+        keys.queue(
+            self.row.namespace_id,
+            &self.row.command,
+            &self.row.resource_key,
+        )
     }
 }

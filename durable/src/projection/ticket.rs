@@ -1,10 +1,10 @@
 //! What a ticket poll reads from Redis: one script call, no PostgreSQL.
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::{AppKeys, Scripts};
 use crate::DurableError;
+use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 
 /// The projected state of one command, as `ticket.lua` returns it.
@@ -34,7 +34,7 @@ pub async fn read_status(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    command_id: Uuid,
+    command_id: CommandId,
 ) -> Result<ProjectedStatus, DurableError> {
     let answer: Vec<Value> = scripts
         .ticket

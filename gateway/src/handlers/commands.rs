@@ -5,7 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::ids::{CommandId, NamespaceId};
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
 use uuid::Uuid;
@@ -18,12 +18,13 @@ use crate::state::Gateway;
 use crate::strict_json::{validate_request_key, validate_subject};
 use crate::url::query_value;
 
-pub fn parse_command_id(text: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text).map_err(|_| ApiError::invalid("command_id", "must be a uuid"))
+pub fn parse_command_id(text: &str) -> Result<CommandId, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::invalid("command_id", "must be a uuid"))
 }
 
 /// `GET /v1/commands/{command_id}`: the owner subject, or `commands:read`.
-pub async fn get(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
+pub async fn get(gateway: &Gateway, caller: &Caller, command_id: CommandId) -> Handled {
     let record = caller_command(gateway, caller, command_id).await?;
     readable_record(gateway, caller, &record).await
 }
@@ -71,7 +72,7 @@ pub async fn by_request_key(
 
 /// A command's record as its owner subject, or a caller with `commands:read`, sees it.
 async fn readable_record(gateway: &Gateway, caller: &Caller, record: &CommandRecord) -> Handled {
-    caller.require_owner_or_scope(&record.subject, "commands:read")?;
+    caller.require_owner_or_scope(&record.row.subject, "commands:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
         StatusCode::OK,
@@ -115,7 +116,7 @@ pub async fn mine(
     let more = records.len() as i64 > limit;
     records.truncate(limit as usize);
     let next_cursor = if more {
-        records.last().map(|r| encode_cursor(r.id))
+        records.last().map(|r| encode_cursor(r.row.id))
     } else {
         None
     };
@@ -130,27 +131,28 @@ pub async fn mine(
     ))
 }
 
-fn encode_cursor(id: Uuid) -> String {
-    URL_SAFE_NO_PAD.encode(id.as_bytes())
+fn encode_cursor(id: CommandId) -> String {
+    URL_SAFE_NO_PAD.encode(id.as_uuid().as_bytes())
 }
 
-fn decode_cursor(text: &str) -> Result<Uuid, ApiError> {
+fn decode_cursor(text: &str) -> Result<CommandId, ApiError> {
     URL_SAFE_NO_PAD
         .decode(text)
         .ok()
         .and_then(|bytes| Uuid::from_slice(&bytes).ok())
+        .map(CommandId::from_uuid)
         .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor this API returned"))
 }
 
 /// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →
 /// the intent is recorded; terminal → unchanged. Always answers the current record.
-pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: Uuid) -> Handled {
+pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: CommandId) -> Handled {
     let record = caller_command(gateway, caller, command_id).await?;
-    caller.require_owner_or_scope(&record.subject, "commands:cancel")?;
+    caller.require_owner_or_scope(&record.row.subject, "commands:cancel")?;
     let cancelled = lifecycle::end::cancel(
         gateway.stores(),
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(command_id),
+        caller.namespace_id,
+        command_id,
         gateway.retention_ms(),
         gateway.projection_patience(),
     )

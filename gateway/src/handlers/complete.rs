@@ -6,12 +6,11 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::json;
 use sluice_durable::declaration::HandlerDecl;
-use sluice_durable::ids::{CommandId, NamespaceId};
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::end::{Completion, Reported};
 use sluice_durable::outbox::queries::CommandRecord;
-use uuid::Uuid;
 
 use super::Handled;
 use super::record::{caller_command, command_json};
@@ -23,28 +22,28 @@ use crate::strict_json::{ObjectReader, parse_object};
 /// Longest `error_code` a backend may report.
 const MAX_ERROR_CODE_CHARS: usize = 64;
 
-pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes) -> Handled {
+pub async fn complete(gateway: &Gateway, caller: &Caller, id: CommandId, body: Bytes) -> Handled {
     caller.require_scope("commands:complete")?;
     let reported = parse_report(&body)?;
     let record = caller_command(gateway, caller, id).await?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let is_webhook = namespace
         .declaration
-        .command(&record.command)
+        .command(&record.row.command)
         .is_some_and(|decl| matches!(decl.handler, HandlerDecl::Webhook { .. }));
     if !is_webhook {
         return Err(conflict(
             &record,
             format!(
                 "command {:?} is not run by a webhook; only its backend's results can be completed",
-                record.command
+                record.row.command
             ),
         ));
     }
     let completion = lifecycle::end::complete(
         gateway.stores(),
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(id),
+        caller.namespace_id,
+        id,
         &reported,
         gateway.retention_ms(),
         gateway.projection_patience(),
@@ -66,7 +65,7 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
                 &record,
                 format!(
                     "the command already ended {} with another result",
-                    record.status
+                    record.row.status
                 ),
             ));
         }
@@ -82,17 +81,16 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: Uuid, body: Bytes)
 fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
     let mut reader = ObjectReader::new(parse_object(body)?, "");
     let outcome = reader.required_string("outcome")?;
-    let status = match outcome.as_str() {
-        "succeeded" => CommandStatus::Succeeded,
-        "rejected" => CommandStatus::Rejected,
-        "failed" => CommandStatus::Failed,
-        _ => {
-            return Err(ApiError::invalid(
-                "outcome",
-                "must be one of succeeded, rejected, failed",
-            ));
-        }
-    };
+    let status = CommandStatus::parse(&outcome)
+        .filter(|s| {
+            matches!(
+                s,
+                CommandStatus::Succeeded | CommandStatus::Rejected | CommandStatus::Failed
+            )
+        })
+        .ok_or_else(|| {
+            ApiError::invalid("outcome", "must be one of succeeded, rejected, failed")
+        })?;
     let result = reader.optional_object("result")?;
     let error_code = reader.optional_string("error_code")?;
     reader.finish()?;
@@ -132,5 +130,6 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
 }
 
 fn conflict(record: &CommandRecord, message: String) -> ApiError {
-    ApiError::new(ErrorCode::StateConflict, message).with_detail("status", record.status.as_str())
+    ApiError::new(ErrorCode::StateConflict, message)
+        .with_detail("status", record.row.status.as_str())
 }

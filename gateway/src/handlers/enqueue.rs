@@ -9,7 +9,7 @@ use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
-use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
@@ -20,7 +20,6 @@ use sluice_durable::projection::ticket::read_status;
 use sluice_durable::projection::{AppKeys, request_key_field};
 use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;
-use uuid::Uuid;
 
 use super::Handled;
 use super::record::sign_ticket;
@@ -223,7 +222,7 @@ impl Attempt<'_> {
 
     /// A replay of a committed key: answered from the projection, or from PostgreSQL when the
     /// projection no longer holds the command.
-    async fn answer_replay(&self, command_id: Uuid) -> Handled {
+    async fn answer_replay(&self, command_id: CommandId) -> Handled {
         let projected = read_status(
             &self.gateway.redis,
             &self.gateway.scripts,
@@ -259,8 +258,8 @@ impl Attempt<'_> {
         let _permit = self.gateway.fallback_permit()?;
         let record = sluice_durable::outbox::queries::by_id(
             &self.gateway.pg,
-            NamespaceId::from_uuid(self.namespace.namespace_id),
-            CommandId::from_uuid(command_id),
+            self.namespace.namespace_id,
+            command_id,
         )
         .await?
         .ok_or_else(|| {
@@ -269,12 +268,12 @@ impl Attempt<'_> {
             )
         })?;
         let existing = ExistingCommand {
-            id: record.id,
-            content_sha256: record.content_sha256.clone(),
-            status: record.status,
-            accepted_at: record.accepted_at,
-            deadline_at: record.deadline_at,
-            resource_key: record.resource_key.clone(),
+            id: record.row.id,
+            content_sha256: record.row.content_sha256.clone(),
+            status: record.row.status,
+            accepted_at: record.row.accepted_at,
+            deadline_at: record.row.deadline_at,
+            resource_key: record.row.resource_key.clone(),
         };
         Ok((
             StatusCode::OK,
@@ -296,12 +295,12 @@ impl Attempt<'_> {
         )
     }
 
-    fn ticket(&self, command_id: Uuid, generation: i64, deadline_unix: i64) -> String {
+    fn ticket(&self, command_id: CommandId, generation: i64, deadline_unix: i64) -> String {
         sign_ticket(
             self.gateway,
-            ApplicationId::from_uuid(self.namespace.application_id),
-            NamespaceId::from_uuid(self.namespace.namespace_id),
-            CommandId::from_uuid(command_id),
+            self.namespace.application_id,
+            self.namespace.namespace_id,
+            command_id,
             generation,
             deadline_unix,
         )
@@ -311,7 +310,7 @@ impl Attempt<'_> {
 #[allow(clippy::too_many_arguments)]
 fn receipt_json(
     attempt: &Attempt<'_>,
-    command_id: Uuid,
+    command_id: CommandId,
     ticket: String,
     status: CommandStatus,
     accepted_at: &str,

@@ -9,7 +9,6 @@ use hyper::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sluice_durable::declaration::{ReadDecl, ReadScope, parse_read_params};
-use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::cache::{self, EntryKeys};
@@ -81,8 +80,8 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
     );
     let call = ReadCall::of(
         decl,
-        ApplicationId::from_uuid(namespace.application_id),
-        NamespaceId::from_uuid(caller.namespace_id),
+        namespace.application_id,
+        caller.namespace_id,
         keys,
         url,
     );
@@ -183,15 +182,14 @@ pub async fn invalidate(
     let versions = cache::invalidate(
         &gateway.redis,
         &gateway.scripts,
-        ApplicationId::from_uuid(namespace.application_id),
-        NamespaceId::from_uuid(caller.namespace_id),
+        namespace.application_id,
+        caller.namespace_id,
         &dependencies,
     )
     .await?;
-    gateway.reads.forget_namespace(
-        ApplicationId::from_uuid(namespace.application_id),
-        NamespaceId::from_uuid(caller.namespace_id),
-    );
+    gateway
+        .reads
+        .forget_namespace(namespace.application_id, caller.namespace_id);
     Ok((
         StatusCode::OK,
         json!({

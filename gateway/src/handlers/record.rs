@@ -1,6 +1,7 @@
 //! The JSON shapes of a command shared by several endpoints.
 
 use serde_json::{Value, json};
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{CommandRecord, queries, rfc3339};
 
@@ -8,54 +9,49 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::ticket::TicketClaims;
-use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 
 /// Command `command_id` of the caller's namespace, or `404 NOT_FOUND` (a command of another
 /// namespace is not found either).
 pub async fn caller_command(
     gateway: &Gateway,
     caller: &Caller,
-    command_id: uuid::Uuid,
+    command_id: CommandId,
 ) -> Result<CommandRecord, ApiError> {
-    queries::by_id(
-        &gateway.pg,
-        NamespaceId::from_uuid(caller.namespace_id),
-        CommandId::from_uuid(command_id),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("no such command in this namespace"))
+    queries::by_id(&gateway.pg, caller.namespace_id, command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such command in this namespace"))
 }
 
 /// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
 /// ticket so a browser can resume polling after a refresh.
 pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) -> Value {
     json!({
-        "command_id": record.id,
+        "command_id": record.row.id,
         "ticket": ticket_for(gateway, record, generation),
-        "command": record.command,
-        "subject": record.subject,
-        "request_key": record.request_key,
-        "resource_key": record.resource_key,
-        "status": record.status,
-        "accepted_at": rfc3339(record.accepted_at),
-        "deadline_at": rfc3339(record.deadline_at),
-        "updated_at": rfc3339(record.updated_at),
+        "command": record.row.command,
+        "subject": record.row.subject,
+        "request_key": record.row.request_key,
+        "resource_key": record.row.resource_key,
+        "status": record.row.status,
+        "accepted_at": rfc3339(record.row.accepted_at),
+        "deadline_at": rfc3339(record.row.deadline_at),
+        "updated_at": rfc3339(record.row.updated_at),
         "finished_at": record.finished_at.map(rfc3339),
         "attempts": record.attempts,
         "cancel_requested": record.cancel_requested,
-        "result": result_json(record.status, record.result.clone()),
-        "error": error_json(record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+        "result": result_json(record.row.status, record.result.clone()),
+        "error": error_json(record.row.status, record.error_code.as_deref(), record.error_message.as_deref()),
     })
 }
 
 pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) -> String {
     sign_ticket(
         gateway,
-        ApplicationId::from_uuid(record.application_id),
-        NamespaceId::from_uuid(record.namespace_id),
-        CommandId::from_uuid(record.id),
+        record.row.application_id,
+        record.row.namespace_id,
+        record.row.id,
         generation,
-        record.deadline_at.timestamp(),
+        record.row.deadline_at.timestamp(),
     )
 }
 
@@ -69,11 +65,6 @@ pub fn sign_ticket(
     generation: i64,
     deadline_unix: i64,
 ) -> String {
-    let (application_id, namespace_id, command_id) = (
-        application_id.as_uuid(),
-        namespace_id.as_uuid(),
-        command_id.as_uuid(),
-    );
     gateway.tickets.sign(&TicketClaims {
         application_id,
         namespace_id,

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::status::{self, Board};
@@ -31,8 +30,8 @@ pub async fn status(gateway: &Gateway, caller: &Caller) -> Handled {
         &gateway.pg,
         &gateway.redis,
         &gateway.scripts,
-        ApplicationId::from_uuid(namespace.application_id),
-        NamespaceId::from_uuid(caller.namespace_id),
+        namespace.application_id,
+        caller.namespace_id,
         &namespace.declaration,
     )
     .await?;

@@ -4,7 +4,6 @@
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{queries, rfc3339};
 use sluice_durable::projection::AppKeys;
@@ -63,25 +62,21 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Value 
 
 async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let _permit = gateway.fallback_permit()?;
-    let record = queries::by_id(
-        &gateway.pg,
-        NamespaceId::from_uuid(claims.namespace_id),
-        CommandId::from_uuid(claims.command_id),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
+    let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
     Ok((
         StatusCode::OK,
         json!({
-            "command_id": record.id,
-            "status": record.status,
+            "command_id": record.row.id,
+            "status": record.row.status,
             "queue": null,
             "eta_seconds": null,
             "poll_after_ms": poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
             "generation": claims.generation.to_string(),
-            "updated_at": rfc3339(record.updated_at),
-            "result": result_json(record.status, record.result.clone()),
-            "error": error_json(record.status, record.error_code.as_deref(), record.error_message.as_deref()),
+            "updated_at": rfc3339(record.row.updated_at),
+            "result": result_json(record.row.status, record.result.clone()),
+            "error": error_json(record.row.status, record.error_code.as_deref(), record.error_message.as_deref()),
         }),
     ))
 }

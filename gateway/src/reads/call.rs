@@ -6,12 +6,11 @@ use std::time::Duration;
 use sluice_durable::declaration::ReadDecl;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::cache::EntryKeys;
-use uuid::Uuid;
 
 /// What the handler knows about one read call.
 pub struct ReadCall<'a> {
-    pub application_id: Uuid,
-    pub namespace_id: Uuid,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
     pub keys: EntryKeys,
     pub url: String,
     pub fresh_ms: i64,
@@ -32,7 +31,6 @@ impl<'a> ReadCall<'a> {
         keys: EntryKeys,
         url: String,
     ) -> Self {
-        let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
         Self {
             application_id,
             namespace_id,

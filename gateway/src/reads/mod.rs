@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use moka::future::Cache;
 use rand::Rng;
 use sluice_durable::DurableError;
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::cache::{
     self, Bounds, Entry, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
@@ -38,7 +39,6 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use origin::{Fetched, OriginClient};
-use sluice_durable::ids::{ApplicationId, NamespaceId};
 
 /// Cache settings of a gateway (flags of `sluice serve`).
 #[derive(Debug, Clone)]
@@ -177,7 +177,6 @@ impl ReadCache {
 
     /// Drops this process's copies of a namespace's reads (an invalidation was announced).
     pub fn forget_namespace(&self, application_id: ApplicationId, namespace_id: NamespaceId) {
-        let (application_id, namespace_id) = (application_id.as_uuid(), namespace_id.as_uuid());
         let prefix = AppKeys::new(application_id).cache_entry(namespace_id, "", "");
         // `…:cache:<ns>::` → `…:cache:<ns>:`: every read of the namespace.
         let prefix = prefix.trim_end_matches(':').to_string() + ":";
@@ -509,8 +508,8 @@ async fn listen_for_invalidations(
             .and_then(|t| t.split_once(':'))
             .and_then(|(a, n)| {
                 Some((
-                    ApplicationId::from_uuid(Uuid::parse_str(a).ok()?),
-                    NamespaceId::from_uuid(Uuid::parse_str(n).ok()?),
+                    a.parse::<ApplicationId>().ok()?,
+                    n.parse::<NamespaceId>().ok()?,
                 ))
             });
         if let Some((application_id, namespace_id)) = parsed {
@@ -539,8 +538,8 @@ fn jittered(ms: i64) -> i64 {
 
 /// A [`ReadCall`] that a background refresh can own.
 struct OwnedCall {
-    application_id: Uuid,
-    namespace_id: Uuid,
+    application_id: ApplicationId,
+    namespace_id: NamespaceId,
     keys: EntryKeys,
     url: String,
     fresh_ms: i64,

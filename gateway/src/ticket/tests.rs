@@ -1,5 +1,6 @@
 use super::*;
 use hmac::KeyInit;
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 
 const NOW: i64 = 1_750_000_000;
 
@@ -13,9 +14,9 @@ fn keys(spec: &str) -> TicketKeys {
 
 fn claims() -> TicketClaims {
     TicketClaims {
-        application_id: Uuid::now_v7(),
-        namespace_id: Uuid::new_v4(),
-        command_id: Uuid::now_v7(),
+        application_id: ApplicationId::new_v7(),
+        namespace_id: NamespaceId::from_uuid(Uuid::new_v4()),
+        command_id: CommandId::new_v7(),
         generation: u64::MAX - 7,
         expires_at_unix: NOW + 600,
     }
@@ -37,9 +38,9 @@ fn round_trip() {
 fn format_is_pinned() {
     let k = keys(&format!("abc:{}", secret(9)));
     let c = TicketClaims {
-        application_id: Uuid::from_bytes([1; 16]),
-        namespace_id: Uuid::from_bytes([2; 16]),
-        command_id: Uuid::from_bytes([3; 16]),
+        application_id: ApplicationId::from_uuid(Uuid::from_bytes([1; 16])),
+        namespace_id: NamespaceId::from_uuid(Uuid::from_bytes([2; 16])),
+        command_id: CommandId::from_uuid(Uuid::from_bytes([3; 16])),
         generation: 0x0102_0304_0506_0708,
         expires_at_unix: -2,
     };

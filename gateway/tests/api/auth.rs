@@ -7,6 +7,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
+use sluice_durable::ids::CommandId;
 use sluice_durable::secrets;
 use sluice_gateway::auth::now_unix;
 use sluice_gateway::subject_token;
@@ -229,7 +230,7 @@ async fn a_genuine_ticket_for_an_unknown_command_is_404() {
     let data = enqueued(&stack, "user-1").await;
     let (own, claims) = own_claims(&stack, data["ticket"].as_str().expect("ticket"));
     let ghost = own.sign(&TicketClaims {
-        command_id: Uuid::now_v7(),
+        command_id: CommandId::new_v7(),
         ..claims
     });
     let reply = stack.poll(&ghost).await;

@@ -5,6 +5,7 @@
 //! The executors are the real binary (`CARGO_BIN_EXE_sluice`), so these tests cover the CLI
 //! wiring, signal handling and process death that in-process executors cannot.
 
+use sluice_durable::ids::CommandId;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::ExitStatus;
@@ -649,7 +650,7 @@ async fn admitted_in_redis(stack: &Stack) -> HashSet<Uuid> {
         let status: Option<String> = stack
             .redis
             .next()
-            .hget(stack.keys().command(id), "status")
+            .hget(stack.keys().command(CommandId::from_uuid(id)), "status")
             .await
             .expect("status hash");
         if status.as_deref() == Some("executing") {

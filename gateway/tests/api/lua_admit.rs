@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead};
 use sluice_durable::projection::AppKeys;
-use uuid::Uuid;
 
 use crate::lua_fixture;
 use crate::support::eventually;
@@ -24,7 +24,7 @@ type Bench = lua_fixture::Bench<AdmitCalls>;
 impl Bench {
     /// Queues one command with the given sequence, the way `accept.lua` leaves it: queue entry,
     /// ready set, status hash and waiting counters.
-    async fn push_with_seq(&self, command: &str, resource: &str, seq: i64) -> Uuid {
+    async fn push_with_seq(&self, command: &str, resource: &str, seq: i64) -> CommandId {
         self.queue_command(
             command,
             resource,
@@ -39,7 +39,7 @@ impl Bench {
     }
 
     /// Queues `n` commands in sequence order; returns their ids in that order.
-    async fn push(&self, command: &str, resource: &str, n: usize) -> Vec<Uuid> {
+    async fn push(&self, command: &str, resource: &str, n: usize) -> Vec<CommandId> {
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
             ids.push(self.push_with_seq(command, resource, self.next_seq()).await);
@@ -112,7 +112,7 @@ fn limits(min_generation: i64, max_heads: u32, lease_ms: u64) -> AdmitLimits {
     }
 }
 
-fn ids(heads: &[AdmittedHead]) -> Vec<Uuid> {
+fn ids(heads: &[AdmittedHead]) -> Vec<CommandId> {
     heads.iter().map(|h| h.command_id).collect()
 }
 
@@ -150,14 +150,17 @@ async fn max_in_flight_is_exact_under_concurrency() {
         all.extend(task.await.expect("task"));
     }
     assert_eq!(all.len(), 5, "exactly max_in_flight heads: {all:?}");
-    let unique: HashSet<Uuid> = ids(&all).into_iter().collect();
+    let unique: HashSet<CommandId> = ids(&all).into_iter().collect();
     assert_eq!(unique.len(), 5, "no head handed out twice");
-    let expected: HashSet<Uuid> = queued[..5].iter().copied().collect();
+    let expected: HashSet<CommandId> = queued[..5].iter().copied().collect();
     assert_eq!(unique, expected, "the five oldest commands");
     let leases: HashSet<String> = bench.command_leases("claim").await.into_iter().collect();
     assert_eq!(
         leases,
-        expected.iter().map(Uuid::to_string).collect::<HashSet<_>>()
+        expected
+            .iter()
+            .map(CommandId::to_string)
+            .collect::<HashSet<_>>()
     );
     assert_eq!(bench.queue("claim", "r1").await.len(), 95);
     assert_eq!(bench.waiting().await, 95);
@@ -236,7 +239,7 @@ async fn resources_are_served_round_robin() {
     let mut all = first;
     all.extend(second);
     for (suffix, ids_in_order) in &queued {
-        let taken: Vec<Uuid> = all
+        let taken: Vec<CommandId> = all
             .iter()
             .filter(|h| &h.queue_suffix == suffix)
             .map(|h| h.command_id)
@@ -257,7 +260,7 @@ async fn a_saturated_resource_is_skipped_until_a_permit_is_released() {
     let a = bench.push("claim", "ra", 5).await;
     let b = bench.push("claim", "rb", 5).await;
     let first = bench.heads(10).await;
-    let got: HashSet<Uuid> = ids(&first).into_iter().collect();
+    let got: HashSet<CommandId> = ids(&first).into_iter().collect();
     assert_eq!(got, HashSet::from([a[0], b[0]]), "one head per resource");
     assert!(
         bench.heads(10).await.is_empty(),
@@ -297,7 +300,7 @@ async fn a_saturated_command_does_not_block_another() {
     let busy = bench.push("busy", "r", 10).await;
     let free = bench.push("free", "r", 10).await;
     let first = bench.heads(4).await;
-    let got: Vec<Uuid> = ids(&first);
+    let got: Vec<CommandId> = ids(&first);
     assert_eq!(got.iter().filter(|id| busy.contains(id)).count(), 1);
     assert_eq!(got.iter().filter(|id| free.contains(id)).count(), 3);
     let second = ids(&bench.heads(4).await);
@@ -414,7 +417,7 @@ async fn heads_come_out_in_queue_order_and_empty_queues_leave_ready() {
     assert_eq!(from_r[0].queue_seq, 10);
 
     let rest = bench.heads(100).await;
-    let rest_r: Vec<(i64, Uuid)> = rest
+    let rest_r: Vec<(i64, CommandId)> = rest
         .iter()
         .filter(|h| h.queue_suffix == suffix)
         .map(|h| (h.queue_seq, h.command_id))
@@ -588,7 +591,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
         commands.extend(hog_spec.map(|spec| ("hog", spec)));
         bench.configure(&commands, &[("acct:{a}", "1 0 0")]).await;
         // Another namespace's command, configured in the same `cfg` hash.
-        let other_ns = Uuid::now_v7();
+        let other_ns = NamespaceId::new_v7();
         let _: () = bench
             .redis
             .next()
@@ -645,7 +648,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
         }
         // The two heads that can start, last in turn order (hog's resources came first).
         let quick = bench.push("quick", "q", 1).await[0];
-        let other = Uuid::now_v7();
+        let other = CommandId::new_v7();
         let other_suffix = AppKeys::queue_suffix(other_ns, "quick", "q");
         let _: i64 = client
             .zadd(
@@ -691,7 +694,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
                 lookahead: 16,
             })
             .await;
-        let started: HashSet<Uuid> = ids(&heads).into_iter().collect();
+        let started: HashSet<CommandId> = ids(&heads).into_iter().collect();
         assert_eq!(
             started,
             HashSet::from([quick, other]),

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use fred::prelude::*;
+use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, Ending, admit, land};
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
 use sluice_testkit::shared_redis;
-use uuid::Uuid;
 
 /// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type
 /// of the file's own, that file's helpers (so each file names them as it likes).
@@ -46,7 +46,7 @@ pub(crate) struct LuaFixture {
     pub(crate) redis: Pool,
     pub(crate) scripts: Scripts,
     pub(crate) keys: AppKeys,
-    pub(crate) namespace: Uuid,
+    pub(crate) namespace: NamespaceId,
     seq: AtomicI64,
 }
 
@@ -55,7 +55,7 @@ impl LuaFixture {
         let redis = connect_redis(&shared_redis().url(), 4)
             .await
             .expect("redis");
-        let keys = AppKeys::new(Uuid::now_v7());
+        let keys = AppKeys::new(ApplicationId::new_v7());
         let scripts = Scripts::new();
         // The application's first projection: a token bucket these tests have not used yet is
         // full (after a later rebuild it would count as empty, see lib/epoch.lua).
@@ -66,7 +66,7 @@ impl LuaFixture {
             redis,
             scripts,
             keys,
-            namespace: Uuid::now_v7(),
+            namespace: NamespaceId::new_v7(),
             seq: AtomicI64::new(0),
         }
     }
@@ -105,7 +105,7 @@ impl LuaFixture {
 
     /// Queues one accepted `job` on `resource` as `accept.lua` leaves it, with the counts that
     /// ending it gives back (`unfinished`, waiting in its namespace and command).
-    pub(crate) async fn queue_job(&self, resource: &str) -> Uuid {
+    pub(crate) async fn queue_job(&self, resource: &str) -> CommandId {
         let ns = self.namespace;
         self.queue_command(
             "job",
@@ -135,8 +135,8 @@ impl LuaFixture {
         seq: i64,
         fields: Vec<(String, String)>,
         counters: Vec<String>,
-    ) -> Uuid {
-        let id = Uuid::now_v7();
+    ) -> CommandId {
+        let id = CommandId::new_v7();
         let client = self.redis.next();
         let _: i64 = client
             .zadd(
@@ -205,7 +205,7 @@ impl LuaFixture {
         &self,
         command: &str,
         resource: &str,
-        id: Uuid,
+        id: CommandId,
         status: &str,
     ) -> Option<bool> {
         land(
@@ -284,7 +284,7 @@ impl LuaFixture {
     }
 
     /// A field of the status hash of command `id`.
-    pub(crate) async fn field(&self, id: Uuid, field: &str) -> Option<String> {
+    pub(crate) async fn field(&self, id: CommandId, field: &str) -> Option<String> {
         self.redis
             .next()
             .hget(self.keys.command(id), field)
@@ -292,7 +292,7 @@ impl LuaFixture {
             .expect("hget")
     }
 
-    pub(crate) async fn status(&self, id: Uuid) -> Option<String> {
+    pub(crate) async fn status(&self, id: CommandId) -> Option<String> {
         self.field(id, "status").await
     }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use serde_json::{Map, Value as Json, json};
 use sluice_durable::declaration::{parse, render_limit_keys};
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     AdmitLimits, AdmittedHead, RateKey, Requeue, Requeued, Retake, requeue, retake,
 };
@@ -19,7 +20,6 @@ use sluice_durable::projection::admission_config::{
     admission_spec, limit_specs, write_admission_config,
 };
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 use crate::lua_fixture;
 
@@ -37,7 +37,7 @@ type Bench = lua_fixture::Bench<LimitKeys>;
 impl Bench {
     /// Queues one command the way `accept.lua` leaves it: queue entry, ready set, status hash
     /// with its rendered limit keys in `lim`, and the counters.
-    async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> Uuid {
+    async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> CommandId {
         let seq = self.next_seq();
         let mut fields = vec![
             ("status".to_string(), "accepted".to_string()),
@@ -78,7 +78,7 @@ impl Bench {
 
     /// `land.lua` for the command `id` of `command` in `resource`: whether it counted the command
     /// out.
-    async fn finish(&self, command: &str, resource: &str, id: Uuid, status: &str) -> bool {
+    async fn finish(&self, command: &str, resource: &str, id: CommandId, status: &str) -> bool {
         self.land(command, resource, id, status)
             .await
             .expect("the projection is ready")
@@ -123,16 +123,16 @@ impl Bench {
             .expect("zcount")
     }
 
-    async fn queue(&self, command: &str, resource: &str) -> Vec<Uuid> {
+    async fn queue(&self, command: &str, resource: &str) -> Vec<CommandId> {
         self.zmembers(&self.keys.queue(self.namespace, command, resource))
             .await
             .iter()
-            .map(|m| Uuid::parse_str(m).expect("uuid"))
+            .map(|m| m.parse::<CommandId>().expect("uuid"))
             .collect()
     }
 
     /// The lease zsets a command's status hash says it holds, or None without `held`.
-    async fn held(&self, id: Uuid) -> Option<Vec<String>> {
+    async fn held(&self, id: CommandId) -> Option<Vec<String>> {
         self.field(id, "held")
             .await
             .map(|text| serde_json::from_str(&text).expect("held is a JSON list of strings"))
@@ -156,7 +156,7 @@ impl Bench {
     }
 }
 
-fn ids(heads: &[AdmittedHead]) -> Vec<Uuid> {
+fn ids(heads: &[AdmittedHead]) -> Vec<CommandId> {
     heads.iter().map(|h| h.command_id).collect()
 }
 
@@ -227,7 +227,7 @@ async fn a_limit_key_caps_concurrency_under_concurrent_callers() {
     let in_flight = Arc::new(AtomicI64::new(2));
     let peak = Arc::new(AtomicI64::new(2));
     let admitted = Arc::new(AtomicUsize::new(2));
-    let (sender, mut receiver) = mpsc::unbounded_channel::<Uuid>();
+    let (sender, mut receiver) = mpsc::unbounded_channel::<CommandId>();
     for head in &first {
         sender.send(head.command_id).expect("send");
     }
@@ -278,7 +278,7 @@ async fn a_limit_key_caps_concurrency_under_concurrent_callers() {
     }
     let released = releaser.await.expect("releaser");
     assert_eq!(released.len(), N, "every command was admitted and released");
-    let unique: HashSet<Uuid> = released.iter().copied().collect();
+    let unique: HashSet<CommandId> = released.iter().copied().collect();
     assert_eq!(unique.len(), N, "no command admitted twice");
     assert_eq!(admitted.load(Ordering::SeqCst), N);
     assert!(
@@ -310,7 +310,7 @@ async fn a_command_takes_all_of_its_limit_keys_or_none() {
     let global = ("global", "global");
     let early = bench.push("job", "r0", &[acct]).await;
     let holder = bench.push("job", "r1", &[global]).await;
-    let got: HashSet<Uuid> = ids(&bench.admit(10).await).into_iter().collect();
+    let got: HashSet<CommandId> = ids(&bench.admit(10).await).into_iter().collect();
     assert_eq!(got, HashSet::from([early, holder]));
 
     let acct_lease = bench.limit_leases("acct:1");
@@ -448,7 +448,7 @@ const SAT: (&str, &str) = ("acct:{a}", "acct:sat");
 
 /// A bench whose `ocr` commands name `acct:{a}` (one in flight), with [`SAT`] held by a command
 /// admitted from resource `elsewhere`: that command is returned, to be finished later.
-async fn holding_acct_sat() -> (Arc<Bench>, Uuid) {
+async fn holding_acct_sat() -> (Arc<Bench>, CommandId) {
     let bench = Bench::new().await;
     bench
         .configure(&[("ocr", OPEN)], &[("acct:{a}", "1 0 0")])
@@ -538,7 +538,7 @@ async fn lookahead_is_bounded() {
 
 /// Pushes `n` `ocr` commands naming `key` for the template `provider:{p}`, one in each of the
 /// resources `<prefix>0`, `<prefix>1`, …
-async fn push_per_resource(bench: &Bench, prefix: &str, n: usize, key: &str) -> HashSet<Uuid> {
+async fn push_per_resource(bench: &Bench, prefix: &str, n: usize, key: &str) -> HashSet<CommandId> {
     let mut pushed = HashSet::new();
     for i in 0..n {
         let resource = format!("{prefix}{i}");
@@ -633,7 +633,7 @@ async fn held_lists_the_leases_taken_and_finish_releases_them() {
     let a = bench.push("job", "ra", &lim).await;
     let b = bench.push("job", "rb", &lim).await;
     assert_eq!(bench.unfinished().await, 2);
-    let got: HashSet<Uuid> = ids(&bench.admit(10).await).into_iter().collect();
+    let got: HashSet<CommandId> = ids(&bench.admit(10).await).into_iter().collect();
     assert_eq!(got, HashSet::from([a, b]));
 
     let command_lease = bench.command_leases("job");
@@ -1002,7 +1002,7 @@ limits  = [ { key = "provider:{provider}", per_second = 2 }, { key = "account:{p
         .map(|[t, k]| (t.as_str(), k.as_str()))
         .collect();
     let other = bench.push("ocr", "b", &pairs_b).await;
-    let got: HashSet<Uuid> = ids(&bench.admit(10).await).into_iter().collect();
+    let got: HashSet<CommandId> = ids(&bench.admit(10).await).into_iter().collect();
     assert_eq!(
         got,
         HashSet::from([first, other]),

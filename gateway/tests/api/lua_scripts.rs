@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use sluice_durable::declaration::IntakeBudget;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
@@ -54,7 +55,7 @@ impl Bench {
             command: "claim",
             request_key_field: field,
             content_sha256_hex: digest,
-            command_id: id,
+            command_id: CommandId::from_uuid(id),
             max_unfinished: limits.max_unfinished,
             max_waiting: 1_000_000,
             max_queue: limits.max_queue,
@@ -157,7 +158,7 @@ async fn in_flight_slots_are_exact_under_concurrency() {
     assert_eq!(bench.counter("unfinished").await, 5);
     let (id, field) = &reserved[0];
     let give = Release {
-        command_id: *id,
+        command_id: CommandId::from_uuid(*id),
         namespace_id: bench.namespace,
         command: "claim",
         request_key_field: field,

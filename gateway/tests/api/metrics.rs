@@ -365,7 +365,7 @@ async fn tenancy_app(stack: &Stack) -> Uuid {
     )
     .await
     .expect("its projection");
-    created.application_id
+    created.application_id.as_uuid()
 }
 
 /// `sluice execute --metrics-listen 127.0.0.1:<port>`, started again on another port if the

@@ -2,6 +2,7 @@
 //! is rebuilt from PostgreSQL in the original order, and a pause recorded only in PostgreSQL
 //! still holds.
 
+use sluice_durable::ids::CommandId;
 use std::sync::atomic::Ordering;
 
 use fred::prelude::*;
@@ -165,7 +166,10 @@ async fn a_requeued_command_shows_its_position() {
     let _: () = stack
         .redis
         .next()
-        .hset(stack.keys().command(id), ("status", "retry_wait"))
+        .hset(
+            stack.keys().command(CommandId::from_uuid(id)),
+            ("status", "retry_wait"),
+        )
         .await
         .expect("requeued status");
     let poll = stack

@@ -17,6 +17,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::cache::{
     self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
@@ -1003,14 +1004,20 @@ impl Bench {
                 .await
                 .expect("redis"),
             scripts: Scripts::new(),
-            app: AppKeys::new(Uuid::now_v7()),
+            app: AppKeys::new(ApplicationId::new_v7()),
             namespace: Uuid::now_v7(),
         })
     }
 
     fn entry(&self, name: &str, dependencies: &[&str]) -> EntryKeys {
         let dependencies: Vec<String> = dependencies.iter().map(|d| d.to_string()).collect();
-        EntryKeys::new(&self.app, self.namespace, "r", name, &dependencies)
+        EntryKeys::new(
+            &self.app,
+            NamespaceId::from_uuid(self.namespace),
+            "r",
+            name,
+            &dependencies,
+        )
     }
 
     async fn lookup(&self, keys: &EntryKeys, token: &str) -> cache::Lookup {

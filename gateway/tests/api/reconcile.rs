@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::repair::Cursor;
 use uuid::Uuid;
 
@@ -37,7 +38,10 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
     let client = stack.redis.next();
     // b: committed, never projected (its reservation long expired: no counts either).
     let _: i64 = client.zrem(&queue, ids[1].to_string()).await.expect("zrem");
-    let _: i64 = client.del(keys.command(ids[1])).await.expect("del");
+    let _: i64 = client
+        .del(keys.command(CommandId::from_uuid(ids[1])))
+        .await
+        .expect("del");
     for field in [
         "unfinished",
         &format!("waiting:{}", stack.creds.namespace_id),
@@ -76,7 +80,7 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
     let expected: Vec<String> = ids.iter().map(Uuid::to_string).collect();
     assert_eq!(order, expected, "acceptance order");
     let status: Option<String> = client
-        .hget(keys.command(ids[1]), "status")
+        .hget(keys.command(CommandId::from_uuid(ids[1])), "status")
         .await
         .expect("hget");
     assert_eq!(status.as_deref(), Some("accepted"));

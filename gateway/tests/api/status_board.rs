@@ -15,6 +15,7 @@ use fred::prelude::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::executor::Executor;
+use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{AdmitLimits, Ending as Landing, land};
 use sluice_durable::projection::AppKeys;
 use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
@@ -47,7 +48,7 @@ async fn board(stack: &Stack, bearer: &str) -> Value {
 /// computed with the test's own SQL (terminal statuses excluded, not unfinished ones listed).
 async fn pg_unfinished(
     stack: &Stack,
-    namespace: Uuid,
+    namespace: NamespaceId,
 ) -> BTreeMap<(String, String), (i64, DateTime<Utc>)> {
     sqlx::query_as::<_, (String, String, i64, DateTime<Utc>)>(
         "SELECT command, status, count(*), min(accepted_at) FROM commands
@@ -65,7 +66,7 @@ async fn pg_unfinished(
 }
 
 /// Every row of `namespace` per (command, status).
-async fn pg_statuses(stack: &Stack, namespace: Uuid) -> BTreeMap<(String, String), i64> {
+async fn pg_statuses(stack: &Stack, namespace: NamespaceId) -> BTreeMap<(String, String), i64> {
     sqlx::query_as::<_, (String, String, i64)>(
         "SELECT command, status, count(*) FROM commands WHERE namespace_id = $1 GROUP BY 1, 2",
     )
@@ -106,7 +107,7 @@ fn command_of<'a>(board: &'a Value, code: &str) -> &'a Value {
 
 /// The per-command statuses and `waiting` of the board equal PostgreSQL's rows: same
 /// (command, status) pairs, same counts, same oldest `accepted_at` (to the millisecond shown).
-async fn assert_counts_match(stack: &Stack, namespace: Uuid, board: &Value) {
+async fn assert_counts_match(stack: &Stack, namespace: NamespaceId, board: &Value) {
     let truth = pg_unfinished(stack, namespace).await;
     let mut shown = BTreeMap::new();
     for command in board["commands"].as_array().expect("commands") {
@@ -143,7 +144,7 @@ async fn assert_counts_match(stack: &Stack, namespace: Uuid, board: &Value) {
 }
 
 /// The quota pools of the board equal the table.
-async fn assert_pools_match(stack: &Stack, namespace: Uuid, board: &Value) {
+async fn assert_pools_match(stack: &Stack, namespace: NamespaceId, board: &Value) {
     let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
         "SELECT code, capacity, allocated, reserved FROM quota_pools WHERE namespace_id = $1
           ORDER BY code",
@@ -259,7 +260,7 @@ impl Drop for OutcomeLog {
 }
 
 /// Terminal rows of `namespace` per status (all statuses present, 0 when none).
-async fn pg_finished(stack: &Stack, namespace: Uuid) -> BTreeMap<String, i64> {
+async fn pg_finished(stack: &Stack, namespace: NamespaceId) -> BTreeMap<String, i64> {
     let rows = pg_statuses(stack, namespace).await;
     TERMINAL
         .iter()
@@ -861,7 +862,7 @@ async fn plan_of(
     stack: &Stack,
     sql: &str,
     params: usize,
-    ns: Uuid,
+    ns: NamespaceId,
 ) -> Vec<(String, String, String)> {
     let explain = format!("EXPLAIN (FORMAT JSON) {sql}");
     let mut query = sqlx::query_scalar::<_, Value>(sqlx::AssertSqlSafe(explain)).bind(ns);
@@ -1076,7 +1077,7 @@ type LuaBench = lua_fixture::Bench<StatusCalls>;
 impl LuaBench {
     /// Queues a command of this bench's namespace the way `accept.lua` leaves it (its status
     /// hash names its namespace and command, which the outcome counting reads).
-    async fn queue_waiting(&self, command: &str, resource: &str) -> Uuid {
+    async fn queue_waiting(&self, command: &str, resource: &str) -> CommandId {
         let ns = self.namespace.to_string();
         self.queue_command(
             command,
@@ -1160,7 +1161,7 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
     // Another namespace's deeper queue, and a queue of this one that admit.lua emptied but has
     // not yet dropped from the ready set.
     let other = Uuid::now_v7();
-    let other_suffix = AppKeys::queue_suffix(other, "claim", "z");
+    let other_suffix = AppKeys::queue_suffix(NamespaceId::from_uuid(other), "claim", "z");
     for i in 0..5 {
         bench
             .zadd(
@@ -1172,7 +1173,9 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
     }
     bench
         .zadd(
-            &bench.keys.resource_ready(other, "claim"),
+            &bench
+                .keys
+                .resource_ready(NamespaceId::from_uuid(other), "claim"),
             0.0,
             &other_suffix,
         )
@@ -1199,7 +1202,12 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
         (bench.keys.application_leases(), behind),
         (bench.keys.command_leases(ns, "claim"), ahead),
         (bench.keys.command_leases(ns, "claim"), behind),
-        (bench.keys.command_leases(other, "claim"), ahead),
+        (
+            bench
+                .keys
+                .command_leases(NamespaceId::from_uuid(other), "claim"),
+            ahead,
+        ),
         (bench.keys.limit_leases(ns, "acct:a"), ahead),
         (bench.keys.limit_leases(ns, "acct:b"), behind),
         (
@@ -1332,12 +1340,12 @@ impl Ending {
 /// What the mirrors of one command need to know about it.
 #[derive(Debug, Clone)]
 struct Mirrored {
-    id: Uuid,
+    id: CommandId,
     resource: String,
 }
 
 impl Mirrored {
-    fn landed(&self, namespace: Uuid, status: &'static str) -> Landing<'_> {
+    fn landed(&self, namespace: NamespaceId, status: &'static str) -> Landing<'_> {
         Landing {
             command_id: self.id,
             namespace_id: namespace,
@@ -1380,7 +1388,7 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
         })
         .await;
     assert_eq!(heads.len(), N / 2);
-    let started: HashSet<Uuid> = heads.iter().map(|h| h.command_id).collect();
+    let started: HashSet<CommandId> = heads.iter().map(|h| h.command_id).collect();
     let (mut w, mut s) = (0, 0);
     let mut jobs: Vec<(Mirrored, Ending)> = Vec::new();
     for command in commands {

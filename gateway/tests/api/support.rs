@@ -445,7 +445,7 @@ pub async fn bootstrap_namespace(
 /// A new credential of `namespace_id` holding exactly `scopes`.
 pub async fn credential_with_scopes(
     stack: &Stack,
-    namespace_id: uuid::Uuid,
+    namespace_id: sluice_durable::ids::NamespaceId,
     scopes: &[&str],
 ) -> String {
     let secret = secrets::new_credential_secret();

@@ -9,13 +9,13 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, StatusCode};
 use serde_json::json;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
 use sluice_durable::projection::{self, AppKeys, Scripts, request_key_field};
 use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;
-use uuid::Uuid;
 
 use super::Bench;
 use super::commands::{DECIDE, OFFER, enqueue_body, next_number, post, request_key, subject};
@@ -178,7 +178,7 @@ impl RawIntake {
         while Instant::now() < deadline {
             let n = next_number();
             let field = request_key_field(&subject(n), &request_key(n));
-            let command_id = Uuid::now_v7();
+            let command_id = CommandId::new_v7();
             let request = IntakeRequest {
                 keys: &keys,
                 min_generation: self.namespace.generation,
@@ -209,7 +209,7 @@ impl RawIntake {
     async fn give_back(
         &self,
         keys: &AppKeys,
-        command_id: Uuid,
+        command_id: CommandId,
         field: &str,
     ) -> Result<(), BoxError> {
         let give = Release {

@@ -29,7 +29,6 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::{self, AppKeys};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheStats, ReadCall};
@@ -568,8 +567,8 @@ async fn in_process_round(
             while Instant::now() < deadline {
                 let call = ReadCall::of(
                     &decl,
-                    ApplicationId::from_uuid(application_id),
-                    NamespaceId::from_uuid(namespace_id),
+                    application_id,
+                    namespace_id,
                     keys.clone(),
                     url.clone(),
                 );

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use rand::Rng;
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::api::{Exchange, Outcome, command_status, exchange, is_terminal};
 use crate::driver::HttpClient;
 use crate::record::{Ending, Recorder};
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::CommandStatus;
 
 /// What every journey of a run shares.
@@ -98,7 +98,7 @@ impl Context {
         let Some(id) = accepted
             .get("command_id")
             .and_then(Value::as_str)
-            .and_then(|id| Uuid::parse_str(id).ok())
+            .and_then(|id| id.parse::<CommandId>().ok())
         else {
             return Ending::Unknown;
         };
@@ -200,7 +200,7 @@ impl Context {
     }
 
     /// `GET /v1/commands/{id}`: the full record, retried within the caller's patience.
-    async fn read_result(&self, intent: &Intent<'_>, id: Uuid) -> Option<Value> {
+    async fn read_result(&self, intent: &Intent<'_>, id: CommandId) -> Option<Value> {
         let path = format!("/v1/commands/{id}");
         for retry in 0.. {
             let answer = self

@@ -13,11 +13,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 
 use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::sign;
 use crate::executor::fence::Fence;
+use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::end::Reported;
 
@@ -46,7 +46,7 @@ pub enum Answer {
 pub struct Delivery<'a> {
     pub url: &'a str,
     pub secret: &'a str,
-    pub command_id: Uuid,
+    pub command_id: CommandId,
     pub body: Bytes,
     pub timeout: Duration,
     /// The attempt's fence: the request goes out only while it is open.
@@ -207,14 +207,14 @@ fn decision_of(body: &[u8]) -> Reported {
     };
     let result = parsed.result.filter(Value::is_object);
     let invalidate = dependencies(parsed.invalidate.as_ref());
-    match parsed.outcome.as_str() {
-        "succeeded" => Reported {
+    match CommandStatus::parse(&parsed.outcome) {
+        Some(CommandStatus::Succeeded) => Reported {
             status: CommandStatus::Succeeded,
             result: Some(result.unwrap_or_else(|| Value::Object(Default::default()))),
             error: None,
             invalidate,
         },
-        "rejected" => Reported {
+        Some(CommandStatus::Rejected) => Reported {
             status: CommandStatus::Rejected,
             error: Some((
                 parsed.error_code.unwrap_or_else(|| "REJECTED".into()),
@@ -223,9 +223,9 @@ fn decision_of(body: &[u8]) -> Reported {
             result,
             invalidate,
         },
-        other => failed(
+        _ => failed(
             "WEBHOOK_BAD_ANSWER",
-            format!("backend answered 200 with outcome {other:?}"),
+            format!("backend answered 200 with outcome {:?}", parsed.outcome),
         ),
     }
 }

@@ -28,7 +28,6 @@ pub use signature::sign;
 
 use crate::DurableError;
 use crate::executor::fence::Fence;
-use crate::ids::{ApplicationId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
@@ -361,8 +360,8 @@ async fn land(
     if let Err(error) = crate::projection::cache::invalidate(
         deps.redis,
         deps.scripts,
-        ApplicationId::from_uuid(deps.keys.application_id()),
-        NamespaceId::from_uuid(row.namespace_id),
+        deps.keys.application_id(),
+        row.namespace_id,
         invalidate,
     )
     .await

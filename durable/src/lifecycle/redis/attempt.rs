@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::{clamp_i64, is_not_ready};
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::{AppKeys, Scripts};
@@ -14,10 +14,10 @@ use crate::projection::{AppKeys, Scripts};
 /// A started command that PostgreSQL moved back to waiting.
 #[derive(Debug, Clone)]
 pub struct Requeued<'a> {
-    pub command_id: Uuid,
+    pub command_id: CommandId,
     /// The attempt given back; None for a command Redis shows waiting (its queue entry lost).
     pub attempt: Option<AttemptId>,
-    pub namespace_id: Uuid,
+    pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub resource_key: &'a str,
     pub queue_seq: i64,
@@ -80,7 +80,7 @@ pub async fn renew(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    attempts: &[(Uuid, AttemptId)],
+    attempts: &[(CommandId, AttemptId)],
     lease_ms: u64,
 ) -> Result<Option<Vec<bool>>, DurableError> {
     if attempts.is_empty() {
@@ -133,7 +133,7 @@ pub async fn mark(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    command_id: Uuid,
+    command_id: CommandId,
     attempt: AttemptId,
     status: CommandStatus,
     updated_at: String,
@@ -215,7 +215,7 @@ pub async fn holding(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    attempts: &[(Uuid, AttemptId)],
+    attempts: &[(CommandId, AttemptId)],
 ) -> Result<Option<Vec<bool>>, DurableError> {
     if attempts.is_empty() {
         return Ok(Some(Vec::new()));

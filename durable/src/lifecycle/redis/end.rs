@@ -1,18 +1,18 @@
 //! A command's end: `land`.
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::is_not_ready;
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::{AppKeys, Scripts};
 
 /// A command's end that PostgreSQL committed, to project.
 #[derive(Debug, Clone)]
 pub struct Ending<'a> {
-    pub command_id: Uuid,
-    pub namespace_id: Uuid,
+    pub command_id: CommandId,
+    pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub resource_key: &'a str,
     /// A final status, or `needs_review`.

@@ -1,10 +1,10 @@
 //! Starting work: `admit`, and the holders of a command's permits.
 
 use fred::prelude::*;
-use uuid::Uuid;
 
 use super::clamp_i64;
 use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::{AppKeys, Scripts};
@@ -12,7 +12,7 @@ use crate::projection::{AppKeys, Scripts};
 /// One waiting command whose permits `admit.lua` took, and the attempt it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmittedHead {
-    pub command_id: Uuid,
+    pub command_id: CommandId,
     pub queue_suffix: String,
     pub queue_seq: i64,
     pub attempt: AttemptId,
@@ -80,7 +80,8 @@ pub async fn admit(
                     let id = head[0].as_string().ok_or_else(|| bad("id"))?;
                     let attempt = head[3].as_string().ok_or_else(|| bad("attempt"))?;
                     Ok(AdmittedHead {
-                        command_id: Uuid::parse_str(&id).map_err(|_| bad("id is not a uuid"))?,
+                        command_id: str::parse::<CommandId>(&id)
+                            .map_err(|_| bad("id is not a uuid"))?,
                         queue_suffix: head[1].as_string().ok_or_else(|| bad("suffix"))?,
                         queue_seq: head[2]
                             .as_string()
@@ -101,7 +102,7 @@ pub async fn admit(
 /// A command holding (or having held) a permit of its command's lease zset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    pub command_id: Uuid,
+    pub command_id: CommandId,
     /// The permit has not lapsed.
     pub live: bool,
     pub attempt: Option<AttemptId>,
@@ -114,7 +115,7 @@ pub async fn holders(
     redis: &Pool,
     scripts: &Scripts,
     keys: &AppKeys,
-    namespace_id: Uuid,
+    namespace_id: NamespaceId,
     command: &str,
     limit: i64,
 ) -> Result<Vec<Holder>, DurableError> {
@@ -136,7 +137,7 @@ pub async fn holders(
         .chunks(4)
         .filter_map(|h| {
             Some(Holder {
-                command_id: Uuid::parse_str(&h[0].as_string()?).ok()?,
+                command_id: str::parse::<CommandId>(&h[0].as_string()?).ok()?,
                 live: h[1].as_i64() == Some(1),
                 attempt: h[2].as_string().and_then(|a| AttemptId::parse(&a)),
                 status: h[3].as_str().and_then(|s| CommandStatus::parse(&s)),

@@ -621,9 +621,9 @@ async fn the_audit_row_holds_the_reason_the_limits_before_and_after_and_the_revi
     for ((application, namespace, actor, details), (reason, before, after, revision, key)) in
         rows.iter().zip(expected)
     {
-        assert_eq!(*application, stack.creds.application_id);
+        assert_eq!(*application, stack.creds.application_id.as_uuid());
         // Recorded in the calling credential's namespace.
-        assert_eq!(*namespace, Some(admin.namespace_id));
+        assert_eq!(*namespace, Some(admin.namespace_id.as_uuid()));
         assert_eq!(*actor, format!("credential:{credential_id}"));
         assert_eq!(details["reason"], reason, "{details}");
         assert_eq!(details["before"], before, "{details}");

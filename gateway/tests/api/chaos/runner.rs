@@ -151,7 +151,7 @@ pub(super) async fn run(config: ChaosConfig) -> Report {
     let deadline = tokio::time::Instant::now() + config.drain_limit;
     let mut drained = None;
     while tokio::time::Instant::now() < deadline {
-        if open_rows(&stack.pg, stack.creds.application_id).await == Some(0)
+        if open_rows(&stack.pg, stack.creds.application_id.as_uuid()).await == Some(0)
             && backend.completes_pending() == 0
         {
             drained = Some(shared.now());

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     Acceptance, Accepted, AdmitLimits, Mark, Requeue, Requeued, accept, mark, renew, requeue,
 };
@@ -137,7 +138,7 @@ return 1"#;
         .next()
         .eval(
             BACKDATE_IF_ATTEMPT,
-            vec![stack.keys().command(command)],
+            vec![stack.keys().command(CommandId::from_uuid(command))],
             vec![attempt.to_string(), command.to_string()],
         )
         .await
@@ -176,7 +177,7 @@ impl Bench {
             &self.scripts,
             &self.keys,
             &Requeued {
-                command_id: id,
+                command_id: CommandId::from_uuid(id),
                 attempt: Some(attempt),
                 namespace_id: self.namespace,
                 command: "job",
@@ -200,7 +201,7 @@ impl Bench {
             &self.redis,
             &self.scripts,
             &self.keys,
-            id,
+            CommandId::from_uuid(id),
             attempt,
             sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
             "2026-12-01T00:00:00.000Z".into(),
@@ -243,11 +244,19 @@ async fn late_writes_never_resurrect_an_ended_command() {
     assert_eq!(bench.figures().await, ended);
 
     assert_eq!(
-        bench.requeue(id, head.attempt, "r", head.queue_seq).await,
+        bench
+            .requeue(id.as_uuid(), head.attempt, "r", head.queue_seq)
+            .await,
         Requeue::Stale
     );
-    assert_eq!(bench.mark(id, head.attempt, "retry_wait").await, Mark::Lost);
-    assert_eq!(bench.mark(id, head.attempt, "running").await, Mark::Lost);
+    assert_eq!(
+        bench.mark(id.as_uuid(), head.attempt, "retry_wait").await,
+        Mark::Lost
+    );
+    assert_eq!(
+        bench.mark(id.as_uuid(), head.attempt, "running").await,
+        Mark::Lost
+    );
     let renewed = renew(
         &bench.redis,
         &bench.scripts,
@@ -306,7 +315,9 @@ async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
     let id = bench.queue_job("r").await;
     let first = bench.start().await[0].clone();
     assert_eq!(
-        bench.requeue(id, first.attempt, "r", first.queue_seq).await,
+        bench
+            .requeue(id.as_uuid(), first.attempt, "r", first.queue_seq)
+            .await,
         Requeue::Done
     );
     let second = bench.start().await[0].clone();
@@ -318,11 +329,13 @@ async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
     assert_eq!(before, (1, 0, 0, 1));
 
     assert_eq!(
-        bench.requeue(id, first.attempt, "r", first.queue_seq).await,
+        bench
+            .requeue(id.as_uuid(), first.attempt, "r", first.queue_seq)
+            .await,
         Requeue::Stale
     );
     assert_eq!(
-        bench.mark(id, first.attempt, "retry_wait").await,
+        bench.mark(id.as_uuid(), first.attempt, "retry_wait").await,
         Mark::Lost
     );
     assert_eq!(

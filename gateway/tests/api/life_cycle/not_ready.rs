@@ -4,6 +4,7 @@
 //! a renewal, a mark, a retake, a requeue, a landing, a holding check).
 
 use sluice_durable::declaration::IntakeBudget;
+use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     Acceptance, Accepted, Admission, AdmitLimits, Ending, Extend, IntakeRequest, IntakeVerdict,
     Mark, RateKey, Release, Requeue, Requeued, Retake, accept, holding, land, mark, release, renew,
@@ -48,7 +49,7 @@ impl Bench {
                 command: "job",
                 request_key_field: field,
                 content_sha256_hex: &"a".repeat(64),
-                command_id: id,
+                command_id: CommandId::from_uuid(id),
                 max_unfinished: 1_000,
                 max_waiting: 1_000,
                 max_queue: 1_000,
@@ -75,7 +76,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         .find(|h| h.command_id == started)
         .expect("the first command started");
     let attempt = head.attempt;
-    let heads_started: Vec<Uuid> = heads.iter().map(|h| h.command_id).collect();
+    let heads_started: Vec<CommandId> = heads.iter().map(|h| h.command_id).collect();
     assert_eq!(
         heads_started,
         vec![started, waiting],
@@ -101,7 +102,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         "reserve"
     );
     let committed = Accepted {
-        command_id: reserved,
+        command_id: CommandId::from_uuid(reserved),
         namespace_id: ns,
         command: "job".into(),
         resource_key: "r3".into(),
@@ -124,7 +125,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         scripts,
         keys,
         &Release {
-            command_id: reserved,
+            command_id: CommandId::from_uuid(reserved),
             namespace_id: ns,
             command: "job",
             request_key_field: &field,

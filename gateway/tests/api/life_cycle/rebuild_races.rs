@@ -10,6 +10,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use serde_json::json;
 use sluice_durable::faults::{self, Point};
+use sluice_durable::ids::CommandId;
 use sluice_durable::projection::{AppKeys, rebuild};
 use sluice_gateway::config::GatewayConfig;
 
@@ -384,7 +385,7 @@ async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
         .redis
         .next()
         .hmget(
-            AppKeys::new(application).command(second_id),
+            AppKeys::new(application).command(CommandId::from_uuid(second_id)),
             vec!["status", "attempt"],
         )
         .await

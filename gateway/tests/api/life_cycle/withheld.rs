@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sluice_durable::executor::fence::Fence;
 use sluice_durable::executor::webhook::{Answer, Delivery, WebhookClient};
+use sluice_durable::ids::CommandId;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use uuid::Uuid;
 
 /// How long the connection may take: the SYN is retried one second after it was dropped, then
 /// after two more.
@@ -73,7 +73,7 @@ async fn deliver_through_a_stalled_connect(close_fence: bool) -> (Answer, Vec<u8
                 .deliver(Delivery {
                     url: &format!("http://{address}/call"),
                     secret: "whsec_test",
-                    command_id: Uuid::now_v7(),
+                    command_id: CommandId::new_v7(),
                     body: Bytes::from_static(br#"{"attempt":1}"#),
                     timeout: CONNECTED_WITHIN + Duration::from_secs(5),
                     fence: &fence,

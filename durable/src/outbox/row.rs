@@ -1,0 +1,72 @@
+//! A command's row in `commands`, as every reader of it sees it: who asked for what, where it
+//! stands in its queue, its status and its clock. The API's record, the rebuild and the queue
+//! repair each add the few columns only they need around this one struct.
+
+use chrono::{DateTime, Utc};
+
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
+use crate::lifecycle::CommandStatus;
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CommandRow {
+    pub id: CommandId,
+    pub application_id: ApplicationId,
+    pub namespace_id: NamespaceId,
+    pub command: String,
+    pub subject: String,
+    pub request_key: String,
+    pub content_sha256: Vec<u8>,
+    pub resource_key: String,
+    pub queue_seq: i64,
+    pub status: CommandStatus,
+    pub accepted_at: DateTime<Utc>,
+    pub deadline_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl CommandRow {
+    pub fn is_waiting(&self) -> bool {
+        self.status.is_waiting()
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_final()
+    }
+}
+
+/// The columns [`CommandRow`] reads, each behind the table alias `$p` (`""` or `"c."`), spliced
+/// into statements at compile time with `concat!` (SQL is never built at run time).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! row_columns {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "id, ",
+            $p,
+            "application_id, ",
+            $p,
+            "namespace_id, ",
+            $p,
+            "command, ",
+            $p,
+            "subject, ",
+            $p,
+            "request_key, ",
+            $p,
+            "content_sha256, ",
+            $p,
+            "resource_key, ",
+            $p,
+            "queue_seq, ",
+            $p,
+            "status, ",
+            $p,
+            "accepted_at, ",
+            $p,
+            "deadline_at, ",
+            $p,
+            "updated_at"
+        )
+    };
+}
