@@ -13,7 +13,8 @@ use sqlx::{PgPool, Row};
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 use crate::tenancy::audit;
 
 /// The three limits, as configured.
@@ -89,7 +90,7 @@ async fn budgets_of(
 
 /// The revision and budgets of a row holding the `applications` columns `resources_revision`,
 /// `max_unfinished`, `max_concurrency` and `rate_per_second`.
-pub fn budgets_from_row(row: &sqlx::postgres::PgRow) -> Result<(i64, Budgets), sqlx::Error> {
+fn budgets_from_row(row: &sqlx::postgres::PgRow) -> Result<(i64, Budgets), sqlx::Error> {
     let limit = |name: &str| -> Result<u32, sqlx::Error> {
         Ok(u32::try_from(row.try_get::<i64, _>(name)?).unwrap_or(u32::MAX))
     };
@@ -107,15 +108,12 @@ pub fn budgets_from_row(row: &sqlx::postgres::PgRow) -> Result<(i64, Budgets), s
 /// A projection being rebuilt cannot say: `Unavailable`.
 pub async fn usage(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<Usage, DurableError> {
     let keys = AppKeys::new(application_id);
-    let answer: Vec<Value> = scripts
-        .usage
-        .call(
-            redis,
+    let answer: Vec<Value> = redis
+        .usage(
             vec![keys.meta(), keys.count(), keys.application_leases()],
             vec![],
         )
@@ -143,8 +141,7 @@ pub async fn usage(
 /// The configuration and live usage now.
 pub async fn read(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<Snapshot, DurableError> {
     let mut conn = pg.acquire().await?;
@@ -154,7 +151,7 @@ pub async fn read(
         application_id,
         revision,
         budgets,
-        usage: usage(pg, redis, scripts, application_id).await?,
+        usage: usage(pg, redis, application_id).await?,
     })
 }
 
@@ -165,13 +162,12 @@ pub async fn read(
 /// executors' catalog refresh stores them within seconds.
 pub async fn configure(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     call: &Configure<'_>,
 ) -> Result<Configured, DurableError> {
     let digest = request_digest(call);
     // Usage is read before the transaction: if Redis cannot say it, nothing changes.
-    let usage = usage(pg, redis, scripts, call.application_id).await?;
+    let usage = usage(pg, redis, call.application_id).await?;
     let mut tx = pg.begin().await?;
     // The application row is locked first, so two calls with one key serialise here and the
     // second finds the first one's receipt.
@@ -252,9 +248,7 @@ pub async fn configure(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    if let Err(error) =
-        store_in_redis(redis, scripts, call.application_id, next, call.budgets).await
-    {
+    if let Err(error) = store_in_redis(redis, call.application_id, next, call.budgets).await {
         tracing::warn!(application_id = %call.application_id, %error, "budgets not stored in Redis yet; the executors' catalog refresh stores them");
     }
     Ok(Configured {
@@ -279,16 +273,13 @@ fn request_digest(call: &Configure<'_>) -> Vec<u8> {
 /// Stores `budgets` of `revision` where the scripts read them; an older revision never
 /// overwrites a newer one.
 pub async fn store_in_redis(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
     revision: i64,
     budgets: Budgets,
 ) -> Result<(), DurableError> {
-    let _: i64 = scripts
-        .app_limits
-        .call(
-            redis,
+    let _: i64 = redis
+        .app_limits(
             vec![AppKeys::new(application_id).meta()],
             vec![
                 revision.into(),
@@ -301,15 +292,11 @@ pub async fn store_in_redis(
     Ok(())
 }
 
-/// Reads the budgets from PostgreSQL and stores them in Redis (rebuilds, catalog refreshes).
-pub async fn refresh_in_redis(
+/// The budgets and their revision as PostgreSQL holds them now.
+pub async fn budgets_now(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
     application_id: ApplicationId,
-) -> Result<(), DurableError> {
+) -> Result<(i64, Budgets), DurableError> {
     let mut conn = pg.acquire().await?;
-    let (revision, budgets) = budgets_of(&mut conn, application_id, false).await?;
-    drop(conn);
-    store_in_redis(redis, scripts, application_id, revision, budgets).await
+    budgets_of(&mut conn, application_id, false).await
 }

@@ -18,7 +18,8 @@ use sqlx::{PgPool, Row};
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 use crate::tenancy::audit;
 
 /// One scope's pause state as PostgreSQL holds it.
@@ -60,8 +61,7 @@ pub struct SetPause<'a> {
 /// in PostgreSQL and writes Redis again).
 pub async fn set_pause(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     change: &SetPause<'_>,
 ) -> Result<PauseState, DurableError> {
     require_redis(redis).await?;
@@ -129,24 +129,19 @@ pub async fn set_pause(
         paused: change.paused,
         revision,
     };
-    store_in_redis(
-        redis,
-        scripts,
-        change.application_id,
-        std::slice::from_ref(&state),
-    )
-    .await
-    .map_err(|error| {
-        DurableError::Unavailable(format!(
-            "the pause was stored but Redis did not take it ({error}); repeat the same call"
-        ))
-    })?;
+    store_in_redis(redis, change.application_id, std::slice::from_ref(&state))
+        .await
+        .map_err(|error| {
+            DurableError::Unavailable(format!(
+                "the pause was stored but Redis did not take it ({error}); repeat the same call"
+            ))
+        })?;
     Ok(state)
 }
 
 /// Fails fast, before any change, when no Redis connection is up.
-async fn require_redis(redis: &Pool) -> Result<(), DurableError> {
-    let client = redis.next_connected();
+async fn require_redis(redis: &Projection) -> Result<(), DurableError> {
+    let client = redis.pool().next_connected();
     if client.is_connected() {
         Ok(())
     } else {
@@ -184,8 +179,7 @@ fn pause_from_row(row: &sqlx::postgres::PgRow) -> Result<PauseState, DurableErro
 /// Writes pause states where `intake.lua` reads them; an older revision never overwrites a
 /// newer one.
 pub async fn store_in_redis(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
     states: &[PauseState],
 ) -> Result<(), DurableError> {
@@ -198,21 +192,17 @@ pub async fn store_in_redis(
         args.push(if state.paused { "1" } else { "0" }.into());
         args.push(state.revision.into());
     }
-    let _: i64 = scripts
-        .control
-        .call(redis, vec![AppKeys::new(application_id).meta()], args)
+    let _: i64 = redis
+        .control(vec![AppKeys::new(application_id).meta()], args)
         .await?;
     Ok(())
 }
 
-/// Reads every pause of an application from PostgreSQL, as committed now, and stores them in
-/// Redis (rebuilds, catalog refreshes).
-pub async fn refresh_in_redis(
+/// Every pause of an application, as committed in PostgreSQL now.
+pub async fn pauses_of(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
     application_id: ApplicationId,
-) -> Result<(), DurableError> {
+) -> Result<Vec<PauseState>, DurableError> {
     let rows = sqlx::query(
         "SELECT c.namespace_id, c.command, c.paused, c.revision FROM controls c
            JOIN namespaces n ON n.id = c.namespace_id
@@ -221,9 +211,5 @@ pub async fn refresh_in_redis(
     .bind(application_id)
     .fetch_all(pg)
     .await?;
-    let states = rows
-        .iter()
-        .map(pause_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    store_in_redis(redis, scripts, application_id, &states).await
+    rows.iter().map(pause_from_row).collect()
 }

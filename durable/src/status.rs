@@ -14,7 +14,8 @@ use crate::control::{self, PauseState};
 use crate::declaration::Declaration;
 use crate::ids::{ApplicationId, NamespaceId};
 use crate::lifecycle::CommandStatus;
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// Ready resources looked at for the busiest queues, at most. `status.lua` blocks Redis (every
 /// admission and intake of the shard waits) for about one `ZCARD` per resource looked at, and
@@ -109,8 +110,7 @@ pub struct Board {
 /// [`Board::projection`] empty, so an operator still sees the truth during an outage.
 pub async fn read(
     pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
     namespace_id: NamespaceId,
     declaration: &Declaration,
@@ -149,7 +149,6 @@ pub async fn read(
     let keys: Vec<&str> = limit_keys.iter().map(|(key, _)| key.as_str()).collect();
     let projection = match projection(
         redis,
-        scripts,
         &AppKeys::new(application_id),
         namespace_id,
         &codes,
@@ -283,8 +282,7 @@ async fn limit_keys_in_hand(
 /// `commands` and `limit_keys` (in their order), the busiest queues among the first `scan`
 /// resources with waiting work of those commands, and the outcomes of the last [`OUTCOME_SECONDS`] whole seconds.
 pub async fn projection(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     namespace_id: NamespaceId,
     commands: &[&str],
@@ -300,9 +298,8 @@ pub async fn projection(
     ];
     args.extend(commands.iter().map(|code| Value::from(*code)));
     args.extend(limit_keys.iter().map(|key| Value::from(*key)));
-    let answer: Vec<Value> = scripts
-        .status
-        .call(redis, vec![keys.meta(), keys.application_leases()], args)
+    let answer: Vec<Value> = redis
+        .status(vec![keys.meta(), keys.application_leases()], args)
         .await?;
     let bad = |what: &str| DurableError::script("status.lua", what);
     let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0);

@@ -32,7 +32,7 @@ pub async fn readiness(gateway: &Gateway) -> HttpResponse {
         Err(error) => return unavailable(format!("PostgreSQL unavailable: {error}")),
     };
     // Fails at once while no connection is up, instead of waiting out the command timeout.
-    let client = gateway.redis.next_connected();
+    let client = gateway.redis.pool().next_connected();
     if !client.is_connected() {
         return unavailable("Redis unavailable: no connection is up".into());
     }

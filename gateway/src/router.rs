@@ -122,8 +122,7 @@ async fn route(
         (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::readiness(gateway).await)),
         // No credential, like the probes: the scraper is local and the figures name no secret.
         (&Method::GET, ["metrics"]) => {
-            let mut text =
-                metrics::gateway_text(&gateway.pg, &gateway.redis, &gateway.scripts).await;
+            let mut text = metrics::gateway_text(&gateway.pg, &gateway.redis).await;
             text.push_str(&gateway.reads.exposition());
             Ok(Answer::Plain(exposition(text)))
         }

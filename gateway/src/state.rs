@@ -12,7 +12,7 @@ use moka::future::Cache;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
 use sluice_durable::outbox::GroupCommitter;
-use sluice_durable::projection::{Scripts, rebuild};
+use sluice_durable::projection::rebuild;
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::ticket::TicketKeys;
+use sluice_durable::projection::Projection;
 
 /// Counters that tests and benchmarks read; `/metrics` exports the same events process-wide
 /// (`sluice_postgres_fallbacks_total`, `sluice_fallbacks_refused_total`), counted beside them.
@@ -36,8 +37,7 @@ pub type SubjectKey = (NamespaceId, Arc<Vec<u8>>);
 
 pub struct Gateway {
     pub pg: PgPool,
-    pub redis: fred::prelude::Pool,
-    pub scripts: Scripts,
+    pub redis: Projection,
     pub committer: GroupCommitter,
     pub tickets: TicketKeys,
     pub config: GatewayConfig,
@@ -55,17 +55,11 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(
-        pg: PgPool,
-        redis: fred::prelude::Pool,
-        tickets: TicketKeys,
-        config: GatewayConfig,
-    ) -> Self {
+    pub fn new(pg: PgPool, redis: Projection, tickets: TicketKeys, config: GatewayConfig) -> Self {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
         let per_second = NonZeroU32::new(config.fallback_per_second).unwrap_or(NonZeroU32::MIN);
         Self {
             committer: GroupCommitter::start(pg.clone(), config.group_commit.clone()),
-            scripts: Scripts::new(),
             namespaces: Cache::builder()
                 .time_to_live(ttl)
                 .max_capacity(10_000)
@@ -216,7 +210,6 @@ impl Gateway {
         Stores {
             pg: &self.pg,
             redis: &self.redis,
-            scripts: &self.scripts,
         }
     }
 

@@ -17,6 +17,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::{http_client, run};
+use sluice_durable::projection::Projection;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -216,7 +217,7 @@ impl ScratchDatabase {
 /// A namespace with a declaration, ready for load.
 pub struct Tenant {
     pub pg: PgPool,
-    pub redis: fred::prelude::Pool,
+    pub redis: Projection,
     pub creds: BootstrapOutput,
 }
 
@@ -261,7 +262,7 @@ impl Tenant {
     pub async fn forget_redis(&self) -> Result<u64, BoxError> {
         use fred::interfaces::KeysInterface;
         let pattern = projection::AppKeys::new(self.creds.application_id).pattern();
-        let client = self.redis.next();
+        let client = self.redis.pool().next();
         let mut cursor = "0".to_string();
         let mut deleted = 0;
         loop {

@@ -15,6 +15,7 @@ use crate::api::{Outcome, exchange};
 use crate::driver::HttpClient;
 use crate::report::{Peaks, ProcessUsage, StatusSample};
 use crate::stack::Watched;
+use sluice_durable::projection::Projection;
 
 /// How often both samplers look.
 pub const INTERVAL: Duration = Duration::from_millis(250);
@@ -318,11 +319,12 @@ pub fn processes(
 }
 
 /// The Redis server's pid from `INFO server`, to sample it beside the stack.
-pub async fn redis_pid(redis: &fred::prelude::Pool) -> Option<u32> {
+pub async fn redis_pid(redis: &Projection) -> Option<u32> {
     use fred::interfaces::ClientLike;
     let command =
         fred::types::CustomCommand::new_static("INFO", fred::types::ClusterHash::Random, false);
     let info: String = redis
+        .pool()
         .next()
         .custom(command, vec!["server".to_string()])
         .await

@@ -176,7 +176,7 @@ impl Attempts {
         for (application_id, attempts) in by_app {
             let keys = AppKeys::new(application_id);
             let sent = Instant::now();
-            let renewal = redis::renew(stores.redis, stores.scripts, &keys, &attempts, lease_ms);
+            let renewal = redis::renew(stores.redis, &keys, &attempts, lease_ms);
             match tokio::time::timeout(bound, renewal).await {
                 Ok(Ok(Some(renewed))) => {
                     for ((_, attempt), ok) in attempts.iter().zip(renewed) {

@@ -1,18 +1,18 @@
 //! What the executor serves: every application with a projection, the generation it must see in
-//! Redis, its shared budgets, and the admission specs of the commands it can run (only those get a `cfg` entry, so
-//! `admit.lua` leaves the others waiting).
+//! Redis, and the admission specs of the commands it can run (only those get a `cfg` entry, so
+//! `admit.lua` leaves the others waiting). Each load also refreshes the application's pauses and
+//! shared budgets in Redis.
 
 use std::collections::HashMap;
 
-use fred::prelude::Pool;
 use sqlx::{PgPool, Row};
 
 use crate::DurableError;
-use crate::application::{Budgets, budgets_from_row, store_in_redis};
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
 use crate::ids::{ApplicationId, NamespaceId};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 use crate::projection::admission_config::{admission_spec, limit_specs, write_admission_config};
-use crate::projection::{AppKeys, Scripts};
 
 /// One application as the executor sees it.
 #[derive(Debug, Clone)]
@@ -21,8 +21,6 @@ pub struct Application {
     pub generation: i64,
     /// Commands by (namespace, code).
     pub commands: HashMap<(NamespaceId, String), CommandDecl>,
-    /// The shared budgets and their configuration revision.
-    pub budgets: (i64, Budgets),
     /// Namespaces by id: what a webhook request names and signs with.
     pub namespaces: HashMap<NamespaceId, NamespaceInfo>,
 }
@@ -45,19 +43,13 @@ pub fn runnable(decl: &CommandDecl) -> bool {
     )
 }
 
-/// Loads every application and its newest declarations, and writes the admission specs and the
-/// shared budgets.
-pub async fn load(
-    pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
-) -> Result<Vec<Application>, DurableError> {
+/// Loads every application and its newest declarations, and writes the admission specs, the
+/// pauses and the shared budgets.
+pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, DurableError> {
     let rows = sqlx::query(
         "SELECT p.application_id, p.generation, n.id AS namespace_id, n.name, n.webhook_secret,
-                a.resources_revision, a.max_unfinished, a.max_concurrency, a.rate_per_second,
                 d.document
            FROM projections p
-           JOIN applications a ON a.id = p.application_id
            JOIN namespaces n ON n.application_id = p.application_id
            LEFT JOIN LATERAL (
                 SELECT document FROM declarations
@@ -68,13 +60,11 @@ pub async fn load(
     let mut apps: HashMap<ApplicationId, Application> = HashMap::new();
     for row in rows {
         let id: ApplicationId = row.try_get("application_id")?;
-        let budgets = budgets_from_row(&row)?;
         let app = apps.entry(id).or_insert_with(|| Application {
             id,
             generation: 0,
             commands: HashMap::new(),
             namespaces: HashMap::new(),
-            budgets,
         });
         app.generation = row.try_get("generation")?;
         let namespace_id: NamespaceId = row.try_get("namespace_id")?;
@@ -108,11 +98,9 @@ pub async fn load(
             specs.extend(limit_specs(*ns, decl));
         }
         write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
-        // The shared budgets too: a configure whose own Redis write failed converges here.
-        let (revision, budgets) = app.budgets;
-        store_in_redis(redis, scripts, app.id, revision, budgets).await?;
-        // And the pauses: a control call whose propagation failed converges here as well.
-        crate::control::refresh_in_redis(pg, redis, scripts, app.id).await?;
+        // The pauses and shared budgets too: a control or configure call whose own Redis write
+        // failed converges here.
+        crate::projection::settings::refresh(pg, redis, app.id).await?;
     }
     Ok(apps)
 }

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::Pool;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, Semaphore};
@@ -32,12 +31,12 @@ use crate::lifecycle::end::{Place, project_end};
 use crate::lifecycle::held;
 use crate::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, RateKey, admit};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
-use crate::projection::{AppKeys, Scripts, rebuild};
+use crate::projection::Projection;
+use crate::projection::{AppKeys, rebuild};
 
 pub struct Executor {
     pg: PgPool,
-    redis: Pool,
-    scripts: Scripts,
+    redis: Projection,
     config: ExecutorConfig,
     /// Rows are leased in this name (`lease_owner`); each start is its own attempt.
     owner: Uuid,
@@ -65,11 +64,10 @@ struct Admitted {
 }
 
 impl Executor {
-    pub fn new(pg: PgPool, redis: Pool, config: ExecutorConfig) -> Arc<Self> {
+    pub fn new(pg: PgPool, redis: Projection, config: ExecutorConfig) -> Arc<Self> {
         Arc::new(Self {
             pg,
             redis,
-            scripts: Scripts::new(),
             config,
             owner: Uuid::now_v7(),
             attempts: Attempts::default(),
@@ -88,7 +86,6 @@ impl Executor {
         Stores {
             pg: &self.pg,
             redis: &self.redis,
-            scripts: &self.scripts,
         }
     }
 
@@ -122,7 +119,7 @@ impl Executor {
         tracing::info!(owner = %self.owner, "executor running");
         while !shutdown.is_cancelled() {
             if refreshed.elapsed() >= refresh {
-                match catalog::load(&self.pg, &self.redis, &self.scripts).await {
+                match catalog::load(&self.pg, &self.redis).await {
                     Ok(loaded) => {
                         apps = loaded;
                         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
@@ -197,7 +194,7 @@ impl Executor {
             lookahead: self.config.lookahead,
         };
         let at = Instant::now();
-        match admit(&self.redis, &self.scripts, &keys, limits).await? {
+        match admit(&self.redis, &keys, limits).await? {
             Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
             Admission::Heads { generation, heads } => Ok(Some(Admitted {
                 generation,
@@ -331,7 +328,6 @@ impl Executor {
                     let pool_dependency = [format!("pool:{pool}")];
                     if let Err(error) = crate::projection::cache::invalidate(
                         &self.redis,
-                        &self.scripts,
                         app.id,
                         namespace_id,
                         &pool_dependency,
@@ -427,7 +423,6 @@ impl Executor {
             let deps = Deps {
                 pg: &this.pg,
                 redis: &this.redis,
-                scripts: &this.scripts,
                 client: &this.webhooks,
                 keys,
                 retention_seconds: this.config.retention_seconds,

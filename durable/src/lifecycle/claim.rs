@@ -317,7 +317,7 @@ pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead
             status: CommandStatus::Accepted,
             updated_at: rfc3339(Utc::now()),
         };
-        match requeue(stores.redis, stores.scripts, keys, &back).await {
+        match requeue(stores.redis, keys, &back).await {
             Ok(Requeue::Done | Requeue::Stale) => {}
             // A rebuild is under way: its snapshot has the head waiting, as PostgreSQL does.
             Ok(Requeue::NotReady) => {}

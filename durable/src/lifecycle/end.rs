@@ -100,7 +100,7 @@ pub async fn project_end(
         retention_ms,
     };
     let landed = until_ready(stores, keys.application_id(), patience, || {
-        land_script(stores.redis, stores.scripts, keys, &ending)
+        land_script(stores.redis, keys, &ending)
     })
     .await;
     match landed {
@@ -128,12 +128,10 @@ pub async fn project_requeue(
     patience: Duration,
 ) -> bool {
     let requeued = until_ready(stores, keys.application_id(), patience, || async {
-        Ok(
-            match requeue(stores.redis, stores.scripts, keys, back).await? {
-                Requeue::NotReady => None,
-                done => Some(done),
-            },
-        )
+        Ok(match requeue(stores.redis, keys, back).await? {
+            Requeue::NotReady => None,
+            done => Some(done),
+        })
     })
     .await;
     match requeued {

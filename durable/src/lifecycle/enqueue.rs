@@ -107,7 +107,7 @@ pub async fn enqueue<R: Readiness>(
     loop {
         let command_id = CommandId::new_v7();
         let request = intake_request(intent, &digest_hex, command_id);
-        match reserve(stores.redis, stores.scripts, &request).await? {
+        match reserve(stores.redis, &request).await? {
             IntakeVerdict::NotReady if !rebuilt => {
                 rebuilt = true;
                 if !readiness.ensure(intent.application_id).await {
@@ -274,7 +274,6 @@ async fn project(
     };
     match accept(
         stores.redis,
-        stores.scripts,
         intent.keys,
         reservation.generation,
         &[accepted],
@@ -311,7 +310,7 @@ async fn give_back(
         request_key_field: intent.field,
         existing: existing.map(|e| (e.id, hex::encode(&e.content_sha256))),
     };
-    if let Err(error) = release(stores.redis, stores.scripts, intent.keys, &give).await {
+    if let Err(error) = release(stores.redis, intent.keys, &give).await {
         crate::metrics::storage_error(&error);
         tracing::warn!(%command_id, %error, "reservation not released; it will expire");
     }

@@ -121,7 +121,6 @@ pub async fn cancel_requested(stores: Stores<'_>, id: CommandId) -> Result<bool,
 async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: CommandStatus) {
     let marked = mark(
         stores.redis,
-        stores.scripts,
         keys,
         row.id,
         row.attempt,
@@ -171,7 +170,6 @@ pub async fn running(
         Ok(
             match mark(
                 stores.redis,
-                stores.scripts,
                 keys,
                 row.id,
                 row.attempt,

@@ -49,7 +49,7 @@ pub use attempt::AttemptId;
 pub use status::CommandStatus;
 pub use until_ready::until_ready;
 
-use crate::projection::Scripts;
+use crate::projection::Projection;
 
 /// How long a running command's permits outlive its deadline, so the deadline sweeper (not the
 /// lease) ends it; if every sweeper is down they lapse anyway.
@@ -60,6 +60,5 @@ pub const RUNNING_PERMIT_GRACE: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy)]
 pub struct Stores<'a> {
     pub pg: &'a sqlx::PgPool,
-    pub redis: &'a fred::prelude::Pool,
-    pub scripts: &'a Scripts,
+    pub redis: &'a Projection,
 }

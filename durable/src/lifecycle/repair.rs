@@ -58,15 +58,7 @@ pub async fn permits(
     for app in apps {
         let keys = AppKeys::new(app.application_id);
         for (namespace_id, command) in &app.commands {
-            let found = holders(
-                stores.redis,
-                stores.scripts,
-                &keys,
-                *namespace_id,
-                command,
-                HOLDERS,
-            )
-            .await?;
+            let found = holders(stores.redis, &keys, *namespace_id, command, HOLDERS).await?;
             if found.is_empty() {
                 continue;
             }
@@ -116,6 +108,7 @@ pub async fn permits(
             if !gone.is_empty() {
                 let _: i64 = stores
                     .redis
+                    .pool()
                     .next()
                     .zrem(keys.command_leases(*namespace_id, command), gone)
                     .await?;
@@ -154,7 +147,6 @@ async fn restore_running(
     matches!(
         mark(
             stores.redis,
-            stores.scripts,
             keys,
             row.id,
             attempt,
@@ -230,14 +222,8 @@ pub async fn projection(
         for (one, (status, queued)) in waiting.iter().zip(seen) {
             match status.as_deref() {
                 None => {
-                    let accepted = accept(
-                        stores.redis,
-                        stores.scripts,
-                        &keys,
-                        one.generation,
-                        &[one.accepted()],
-                    )
-                    .await?;
+                    let accepted =
+                        accept(stores.redis, &keys, one.generation, &[one.accepted()]).await?;
                     if matches!(accepted, Acceptance::Projected(_)) {
                         tracing::warn!(command_id = %one.row.id, "committed command missing from Redis; projected");
                         repaired += 1;
@@ -316,11 +302,7 @@ async fn projected(
         ));
         args.push(row.row.id.to_string().into());
     }
-    let answer: Vec<Value> = stores
-        .scripts
-        .projected
-        .call(stores.redis, script_keys, args)
-        .await?;
+    let answer: Vec<Value> = stores.redis.projected(script_keys, args).await?;
     if answer.len() != rows.len() * 2 {
         return Err(DurableError::script(
             "projected.lua",

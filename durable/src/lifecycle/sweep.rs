@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use fred::prelude::Pool;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -25,6 +24,7 @@ use super::redis::holding;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
+use crate::projection::Projection;
 use crate::projection::{AppKeys, request_key_field};
 
 /// Rows per sweep round; the next round continues.
@@ -153,7 +153,7 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     }
     for (application_id, attempts) in by_app {
         let keys = AppKeys::new(application_id);
-        match holding(stores.redis, stores.scripts, &keys, &attempts).await {
+        match holding(stores.redis, &keys, &attempts).await {
             Ok(Some(held)) => rescued.extend(
                 attempts
                     .iter()
@@ -253,7 +253,7 @@ pub const PRUNE_SQL: &str = "DELETE FROM commands WHERE id IN (
 /// `prune`: deletes final rows older than the retention period and forgets their request keys.
 pub async fn prune(
     pg: &PgPool,
-    redis: &Pool,
+    redis: &Projection,
     retention_seconds: i64,
 ) -> Result<usize, DurableError> {
     let mut tx = pg.begin().await?;
@@ -274,7 +274,7 @@ pub async fn prune(
         let keys = AppKeys::new(*application_id);
         let field = request_key_field(subject, request_key);
         let result: Result<i64, _> = fred::interfaces::HashesInterface::hdel(
-            redis.next(),
+            redis.pool().next(),
             keys.request_keys(*namespace_id, command),
             field,
         )

@@ -16,7 +16,6 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fred::prelude::Pool;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -26,10 +25,10 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::lifecycle::CommandStatus;
-use crate::projection::Scripts;
 
 mod projection;
 
+use crate::projection::Projection;
 use projection::projection_figures;
 pub use projection::{AppFigures, CommandFigures, read_app_figures};
 
@@ -256,7 +255,7 @@ fn register_common(registry: &mut Registry) {
 
 /// The gateway's exposition: its counters, then the projection figures of every application
 /// (read now, see the module's doc).
-pub async fn gateway_text(pg: &PgPool, redis: &Pool, scripts: &Scripts) -> String {
+pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
     let mut registry = Registry::default();
     register_common(&mut registry);
     let f = &*FAMILIES;
@@ -290,9 +289,7 @@ pub async fn gateway_text(pg: &PgPool, redis: &Pool, scripts: &Scripts) -> Strin
         "PostgreSQL fallbacks refused because the per-process fallback budget was spent",
         f.fallbacks_refused.clone(),
     );
-    projection_figures(pg, redis, scripts)
-        .await
-        .register(&mut registry);
+    projection_figures(pg, redis).await.register(&mut registry);
     encode(&registry)
 }
 

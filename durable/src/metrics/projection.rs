@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use fred::prelude::{Pool, Value};
+use fred::prelude::Value;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -17,7 +17,8 @@ use super::{
 };
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// One application's figures as `metrics.lua` reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,15 +44,12 @@ pub struct CommandFigures {
 
 /// Reads one application's figures with `metrics.lua` (one round trip).
 pub async fn read_app_figures(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<AppFigures, DurableError> {
     let keys = AppKeys::new(application_id);
-    let answer: Vec<Value> = scripts
-        .metrics
-        .call(
-            redis,
+    let answer: Vec<Value> = redis
+        .metrics(
             vec![
                 keys.meta(),
                 keys.count(),
@@ -187,11 +185,7 @@ impl ProjectionGauges {
 }
 
 /// Reads every listed application within [`PROJECTION_BUDGET`].
-pub(super) async fn projection_figures(
-    pg: &PgPool,
-    redis: &Pool,
-    scripts: &Scripts,
-) -> ProjectionGauges {
+pub(super) async fn projection_figures(pg: &PgPool, redis: &Projection) -> ProjectionGauges {
     let gauges = ProjectionGauges {
         applications: Gauge::default(),
         up: Family::default(),
@@ -209,9 +203,7 @@ pub(super) async fn projection_figures(
     let deadline = tokio::time::Instant::now() + PROJECTION_BUDGET;
     for &application_id in apps.iter() {
         let app = application_id.to_string();
-        let read =
-            tokio::time::timeout_at(deadline, read_app_figures(redis, scripts, application_id))
-                .await;
+        let read = tokio::time::timeout_at(deadline, read_app_figures(redis, application_id)).await;
         let figures = match read {
             Ok(Ok(figures)) => figures,
             Ok(Err(error)) => {

@@ -8,6 +8,7 @@ use super::AppKeys;
 use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::ids::NamespaceId;
+use crate::projection::Projection;
 
 /// The admission spec of a command as `admit.lua` reads it from the `cfg` hash.
 pub fn admission_spec(decl: &CommandDecl) -> String {
@@ -42,11 +43,11 @@ pub fn limit_specs(namespace_id: NamespaceId, decl: &CommandDecl) -> Vec<(String
 /// Replaces the admission specs of an application: commands that no longer exist (or whose
 /// handler this executor cannot run) lose their entry, so `admit.lua` leaves them waiting.
 pub async fn write_admission_config(
-    redis: &Pool,
+    redis: &Projection,
     keys: &AppKeys,
     specs: Vec<(String, String)>,
 ) -> Result<(), DurableError> {
-    let client = redis.next();
+    let client = redis.pool().next();
     let current: Vec<String> = client.hkeys(keys.admission_config()).await?;
     let stale: Vec<String> = current
         .into_iter()

@@ -7,9 +7,10 @@
 
 use fred::prelude::*;
 
-use super::{AppKeys, Scripts};
+use super::AppKeys;
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
+use crate::projection::Projection;
 
 /// The channel on which invalidations are announced; gateways drop their in-process copies of
 /// the namespace's reads when a message names it (`<application>:<namespace>`).
@@ -102,17 +103,15 @@ pub struct Lookup {
 }
 
 pub async fn lookup(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &EntryKeys,
     token: &str,
     lease_ms: i64,
 ) -> Result<Lookup, DurableError> {
     let mut script_keys = vec![keys.entry.clone(), keys.lease.clone()];
     script_keys.extend(keys.dependencies.iter().cloned());
-    let answer: Vec<Value> = scripts
-        .cache_read
-        .call(redis, script_keys, vec![token.into(), lease_ms.into()])
+    let answer: Vec<Value> = redis
+        .cache_read(script_keys, vec![token.into(), lease_ms.into()])
         .await?;
     let text = |i: usize| answer.get(i).and_then(Value::as_string).unwrap_or_default();
     let int = |i: usize| answer.get(i).and_then(Value::as_i64).unwrap_or_default();
@@ -166,8 +165,7 @@ pub enum Filled {
 
 #[allow(clippy::too_many_arguments)]
 pub async fn fill(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     app: &AppKeys,
     keys: &EntryKeys,
     token: &str,
@@ -196,7 +194,7 @@ pub async fn fill(
         bounds.max_bytes.into(),
         bounds.max_keys.into(),
     ];
-    let answer: Vec<Value> = scripts.cache_fill.call(redis, script_keys, args).await?;
+    let answer: Vec<Value> = redis.cache_fill(script_keys, args).await?;
     let now_ms = answer.get(2).and_then(Value::as_i64).unwrap_or_default();
     let reason = match answer.get(1).and_then(Value::as_string).as_deref() {
         Some("stored") => {
@@ -217,8 +215,7 @@ pub async fn fill(
 /// refused), so that the next caller of any gateway may fill at once instead of waiting for the
 /// lease to lapse. A lease this caller no longer holds is left alone.
 pub async fn give_back(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     app: &AppKeys,
     keys: &EntryKeys,
     token: &str,
@@ -241,7 +238,7 @@ pub async fn give_back(
         0.into(),
         0.into(),
     ];
-    let answer: Vec<Value> = scripts.cache_fill.call(redis, script_keys, args).await?;
+    let answer: Vec<Value> = redis.cache_fill(script_keys, args).await?;
     match answer.get(1).and_then(Value::as_string).as_deref() {
         Some("given_back" | "lease_lost") => Ok(()),
         _ => Err(DurableError::script("cache_fill.lua", "unexpected answer")),
@@ -263,17 +260,14 @@ pub struct OriginBudget {
 }
 
 pub async fn origin_permit(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     app: &AppKeys,
     permit: &str,
     budget: OriginBudget,
     lease_ms: i64,
 ) -> Result<Result<(), PermitRefused>, DurableError> {
-    let answer: Vec<Value> = scripts
-        .origin_permit
-        .call(
-            redis,
+    let answer: Vec<Value> = redis
+        .origin_permit(
             vec![app.origin_leases(), app.origin_bucket()],
             vec![
                 permit.into(),
@@ -300,19 +294,22 @@ pub async fn origin_permit(
 }
 
 pub async fn release_origin_permit(
-    redis: &Pool,
+    redis: &Projection,
     app: &AppKeys,
     permit: &str,
 ) -> Result<(), DurableError> {
-    let _: i64 = redis.next().zrem(app.origin_leases(), permit).await?;
+    let _: i64 = redis
+        .pool()
+        .next()
+        .zrem(app.origin_leases(), permit)
+        .await?;
     Ok(())
 }
 
 /// Bumps the versions of `dependencies` of a namespace's reads and announces it; returns the
 /// new versions in order.
 pub async fn invalidate(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     application_id: ApplicationId,
     namespace_id: NamespaceId,
     dependencies: &[String],
@@ -325,10 +322,8 @@ pub async fn invalidate(
         .iter()
         .map(|d| app.dependency(namespace_id, d))
         .collect();
-    let versions: Vec<i64> = scripts
-        .cache_invalidate
-        .call(
-            redis,
+    let versions: Vec<i64> = redis
+        .cache_invalidate(
             keys,
             vec![
                 INVALIDATION_CHANNEL.into(),

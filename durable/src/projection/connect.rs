@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
+use super::Projection;
 use crate::DurableError;
 
-pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Pool, DurableError> {
+/// Connects the pool and wraps it with the scripts: the one handle every caller of Redis gets.
+pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Projection, DurableError> {
     // A comma-separated list names cluster nodes: `redis://a:7000,redis://b:7001`.
     let config = match url.split_once(',') {
         Some((first, rest)) => {
@@ -36,15 +38,16 @@ pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Pool, DurableE
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
         .build_pool(pool_size.max(1))?;
     pool.init().await?;
-    Ok(pool)
+    Ok(Projection::new(pool))
 }
 
 /// Refuses a Redis that may evict keys: an evicted bucket refills to its burst, an evicted lease
 /// frees a permit that is still in use, an evicted counter forgets accepted work. Only
 /// `noeviction` (or no `maxmemory` at all, which never evicts) keeps every limit. Read from
 /// `INFO memory`, which managed services that rename `CONFIG` still answer.
-pub async fn check_eviction_policy(redis: &Pool) -> Result<(), DurableError> {
+pub async fn check_eviction_policy(redis: &Projection) -> Result<(), DurableError> {
     let info: String = redis
+        .pool()
         .next()
         .info(Some(fred::types::InfoKind::Memory))
         .await?;

@@ -10,11 +10,14 @@
 pub mod admission_config;
 pub mod cache;
 pub mod connect;
+pub mod handle;
 pub mod keys;
 pub mod rebuild;
-pub mod scripts;
+mod scripts;
+pub mod settings;
 pub mod ticket;
 
 pub use connect::connect_redis;
+pub use handle::Projection;
 pub use keys::{AppKeys, request_key_field};
-pub use scripts::Scripts;
+use scripts::Scripts;

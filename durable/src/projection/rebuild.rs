@@ -31,13 +31,14 @@ use fred::prelude::*;
 use sqlx::{FromRow, PgPool, Row};
 use uuid::Uuid;
 
-use super::{AppKeys, Scripts, request_key_field};
+use super::{AppKeys, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
 use crate::outbox::{CommandRow, rfc3339};
+use crate::projection::Projection;
 
 /// Rows fetched and written per round trip (one `rebuild.lua` call: it blocks Redis while it
 /// runs, so it stays short).
@@ -54,7 +55,7 @@ pub struct RebuildReport {
 /// Rebuilds unconditionally (an operator asked).
 pub async fn rebuild(
     pg: &PgPool,
-    redis: &Pool,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<RebuildReport, DurableError> {
     rebuild_unless_ready(pg, redis, application_id, true)
@@ -68,12 +69,11 @@ pub async fn rebuild(
 /// requests the first one just unblocked).
 async fn rebuild_unless_ready(
     pg: &PgPool,
-    redis: &Pool,
+    redis: &Projection,
     application_id: ApplicationId,
     force: bool,
 ) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
-    let scripts = Scripts::new();
     let mut lock = pg.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:rebuild:' || $1::text, 0))")
         .bind(application_id)
@@ -87,13 +87,13 @@ async fn rebuild_unless_ready(
     .bind(application_id)
     .fetch_one(pg)
     .await?;
-    let client = redis.next();
+    let client = redis.pool().next();
     if !force && redis_is_ready(client, &keys, generation).await? {
         return Ok(None);
     }
 
     // 2. Fence.
-    let token = fence(redis, &scripts, &keys).await?;
+    let token = fence(redis, &keys).await?;
     // 3. Advance the epoch: waits for the commits and claims of the old one in flight.
     let next_generation: i64 = sqlx::query_scalar(
         "UPDATE projections SET generation = generation + 1, rebuilt_at = now()
@@ -119,7 +119,7 @@ async fn rebuild_unless_ready(
     // The sequence handed out so far, if Redis still has it (a forced rebuild of a live
     // projection): new commands must never get a number an earlier one already holds.
     let handed_out: Option<i64> = client.get(keys.seq()).await?;
-    clear_application(redis, &scripts, &keys, &token).await?;
+    clear_application(redis, &keys, &token).await?;
 
     let mut counts: HashMap<String, i64> = HashMap::new();
     let mut waiting = 0usize;
@@ -172,15 +172,14 @@ async fn rebuild_unless_ready(
             }
             projected.push_args(&keys, &mut args);
         }
-        write_fenced(redis, &scripts, &keys, &token, "rows", vec![], args).await?;
+        write_fenced(redis, &keys, &token, "rows", vec![], args).await?;
     }
     faults::pass(Point::RebuildBeforeCounts, application_id).await?;
 
     // Pauses and the shared budgets as PostgreSQL holds them now (not as of this transaction's
     // snapshot), each with its revision: a control or configure call committing meanwhile has
     // stored a newer one, and the newest revision wins.
-    crate::control::refresh_in_redis(pg, redis, &scripts, application_id).await?;
-    crate::application::refresh_in_redis(pg, redis, &scripts, application_id).await?;
+    super::settings::refresh(pg, redis, application_id).await?;
     // Reservations made before a loss of Redis may still be committing with numbers above
     // PostgreSQL's maximum; starting right after it would hand those numbers out again and queue
     // later commands ahead of earlier ones. The sequence jumps past them instead: positions are
@@ -195,7 +194,6 @@ async fn rebuild_unless_ready(
     }
     write_fenced(
         redis,
-        &scripts,
         &keys,
         &token,
         "finish",
@@ -206,15 +204,7 @@ async fn rebuild_unless_ready(
     tx.commit().await?;
 
     // 5. Open.
-    open(
-        redis,
-        &scripts,
-        &keys,
-        token,
-        next_generation,
-        generation == 0,
-    )
-    .await?;
+    open(redis, &keys, token, next_generation, generation == 0).await?;
     lock.commit().await?;
     tracing::info!(%application_id, generation = next_generation, waiting, unfinished, "projection rebuilt");
     Ok(Some(RebuildReport {
@@ -228,27 +218,20 @@ async fn rebuild_unless_ready(
 /// rebuild's last step does for an application's first projection: for tests and benchmarks
 /// that write a projection by hand.
 pub async fn open_empty(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     generation: i64,
 ) -> Result<(), DurableError> {
-    let token = fence(redis, scripts, keys).await?;
-    open(redis, scripts, keys, token, generation, true).await
+    let token = fence(redis, keys).await?;
+    open(redis, keys, token, generation, true).await
 }
 
 /// `ready.lua fence`: the projection is not ready from here on; the rebuild's token. Public for
 /// tests that fence a projection the way a rebuild's first step does.
-pub async fn fence(
-    redis: &Pool,
-    scripts: &Scripts,
-    keys: &AppKeys,
-) -> Result<String, DurableError> {
+pub async fn fence(redis: &Projection, keys: &AppKeys) -> Result<String, DurableError> {
     let token = Uuid::new_v4().to_string();
-    let _: String = scripts
-        .ready
-        .call(
-            redis,
+    let _: String = redis
+        .ready(
             vec![keys.meta()],
             vec!["fence".into(), token.clone().into()],
         )
@@ -260,17 +243,14 @@ pub async fn fence(
 /// restart while the rebuild wrote). `first`: the application never had a projection (its
 /// token buckets start full).
 async fn open(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     token: String,
     generation: i64,
     first: bool,
 ) -> Result<(), DurableError> {
-    let opened: i64 = scripts
-        .ready
-        .call(
-            redis,
+    let opened: i64 = redis
+        .ready(
             vec![keys.meta()],
             vec![
                 "open".into(),
@@ -301,7 +281,7 @@ const SEQUENCE_GAP_AFTER_LOSS: i64 = 1_000_000_000;
 /// Returns None when the projection was fine.
 pub async fn ensure_ready(
     pg: &PgPool,
-    redis: &Pool,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<Option<RebuildReport>, DurableError> {
     if is_ready(pg, redis, application_id).await? {
@@ -313,7 +293,7 @@ pub async fn ensure_ready(
 /// True when Redis holds a ready projection at least as new as PostgreSQL's generation.
 pub async fn is_ready(
     pg: &PgPool,
-    redis: &Pool,
+    redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<bool, DurableError> {
     let stored: Option<i64> =
@@ -322,7 +302,7 @@ pub async fn is_ready(
             .fetch_optional(pg)
             .await?;
     redis_is_ready(
-        redis.next(),
+        redis.pool().next(),
         &AppKeys::new(application_id),
         stored.unwrap_or(0),
     )
@@ -344,12 +324,11 @@ async fn redis_is_ready(
 /// Deletes every key of the application except `meta` (which says "not ready" meanwhile),
 /// through the fence of this rebuild.
 async fn clear_application(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     token: &str,
 ) -> Result<(), DurableError> {
-    let client = redis.next();
+    let client = redis.pool().next();
     let meta = keys.meta();
     let mut cursor = "0".to_string();
     loop {
@@ -362,7 +341,7 @@ async fn clear_application(
             .map(Value::from)
             .collect();
         if !doomed.is_empty() {
-            write_fenced(redis, scripts, keys, token, "clear", vec![], doomed).await?;
+            write_fenced(redis, keys, token, "clear", vec![], doomed).await?;
         }
         if next == "0" {
             return Ok(());
@@ -376,8 +355,7 @@ async fn clear_application(
 /// lost its PostgreSQL lock) and whose writes arrive after a newer rebuild fenced the projection
 /// changes nothing, and stops here.
 async fn write_fenced(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     token: &str,
     step: &str,
@@ -391,7 +369,7 @@ async fn write_fenced(
     all.push(token.into());
     all.push(step.into());
     all.extend(args);
-    let answer: String = scripts.rebuild.call(redis, script_keys, all).await?;
+    let answer: String = redis.rebuild(script_keys, all).await?;
     match answer.as_str() {
         "OK" => Ok(()),
         "FENCED" => Err(DurableError::Unavailable(

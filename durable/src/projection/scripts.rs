@@ -60,7 +60,7 @@ macro_rules! plain {
 
 #[derive(Clone)]
 pub struct NamedScript {
-    pub name: &'static str,
+    name: &'static str,
     script: Script,
 }
 
@@ -90,7 +90,7 @@ impl NamedScript {
         if !client.is_connected() {
             return Err(DurableError::Redis(Error::new(
                 ErrorKind::Canceled,
-                "no connection to Redis",
+                format!("no connection to Redis for {}", self.name),
             )));
         }
         Ok(self.script.evalsha_with_reload(client, keys, args).await?)

@@ -2,10 +2,11 @@
 
 use fred::prelude::*;
 
-use super::{AppKeys, Scripts};
+use super::AppKeys;
 use crate::DurableError;
 use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
+use crate::projection::Projection;
 
 /// The projected state of one command, as `ticket.lua` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,14 +32,12 @@ pub struct ProjectedStatus {
 }
 
 pub async fn read_status(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     command_id: CommandId,
 ) -> Result<ProjectedStatus, DurableError> {
-    let answer: Vec<Value> = scripts
-        .ticket
-        .call(redis, vec![keys.meta(), keys.command(command_id)], vec![])
+    let answer: Vec<Value> = redis
+        .ticket(vec![keys.meta(), keys.command(command_id)], vec![])
         .await?;
     if answer.len() != 12 {
         return Err(DurableError::script(

@@ -28,14 +28,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
     caller.require_scope("application:resources:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let application_id = namespace.application_id;
-    let read = || {
-        application::read(
-            &gateway.pg,
-            &gateway.redis,
-            &gateway.scripts,
-            application_id,
-        )
-    };
+    let read = || application::read(&gateway.pg, &gateway.redis, application_id);
     let snapshot = match read().await {
         Err(DurableError::Unavailable(_)) if gateway.ensure_projection(application_id).await => {
             read().await?
@@ -66,7 +59,7 @@ pub async fn configure(
         reason: &request.reason,
         budgets: request.budgets,
     };
-    let configure = || application::configure(&gateway.pg, &gateway.redis, &gateway.scripts, &call);
+    let configure = || application::configure(&gateway.pg, &gateway.redis, &call);
     // Not ready: nothing was changed (usage is read before the transaction); rebuild, then again.
     let configured = match configure().await {
         Err(DurableError::Unavailable(_))

@@ -37,7 +37,6 @@ pub async fn control(
     let state = control::set_pause(
         &gateway.pg,
         &gateway.redis,
-        &gateway.scripts,
         &SetPause {
             application_id: namespace.application_id,
             namespace_id: caller.namespace_id,

@@ -85,10 +85,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
         keys,
         url,
     );
-    let view = gateway
-        .reads
-        .get(&gateway.redis, &gateway.scripts, call)
-        .await?;
+    let view = gateway.reads.get(&gateway.redis, call).await?;
     let items: Value = serde_json::from_str(&view.entry.body)
         .map_err(|_| ApiError::unavailable("a cached value is unreadable; retry"))?;
     let time = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(rfc3339);
@@ -181,7 +178,6 @@ pub async fn invalidate(
     }
     let versions = cache::invalidate(
         &gateway.redis,
-        &gateway.scripts,
         namespace.application_id,
         caller.namespace_id,
         &dependencies,

@@ -29,7 +29,6 @@ pub async fn status(gateway: &Gateway, caller: &Caller) -> Handled {
     let board = status::read(
         &gateway.pg,
         &gateway.redis,
-        &gateway.scripts,
         namespace.application_id,
         caller.namespace_id,
         &namespace.declaration,

@@ -28,7 +28,7 @@ pub fn verify(gateway: &Gateway, ticket: &str) -> Result<TicketClaims, ApiError>
 
 pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let keys = AppKeys::new(claims.application_id);
-    match read_status(&gateway.redis, &gateway.scripts, &keys, claims.command_id).await {
+    match read_status(&gateway.redis, &keys, claims.command_id).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
             Ok((StatusCode::OK, from_projection(claims, &projected)))
         }

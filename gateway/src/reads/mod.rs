@@ -30,15 +30,16 @@ use moka::future::Cache;
 use rand::Rng;
 use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
+use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::cache::{
     self, Bounds, Entry, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
-use sluice_durable::projection::{AppKeys, Scripts};
 use tokio::sync::{OnceCell, Semaphore};
 use uuid::Uuid;
 
 use crate::error::ApiError;
 use origin::{Fetched, OriginClient};
+use sluice_durable::projection::Projection;
 
 /// Cache settings of a gateway (flags of `sluice serve`).
 #[derive(Debug, Clone)]
@@ -133,10 +134,10 @@ impl ReadCache {
     /// command landing, a webhook result, an invalidate call) and drops this process's copies.
     /// The subscriber reconnects and resubscribes by itself; while it is down, L1 copies still
     /// expire within `l1_ms`.
-    pub fn start(config: CacheConfig, redis: &fred::prelude::Pool) -> Arc<Self> {
+    pub fn start(config: CacheConfig, redis: &Projection) -> Arc<Self> {
         let cache = Arc::new(Self::new(config));
         let weak = Arc::downgrade(&cache);
-        let client_config = fred::prelude::ClientLike::client_config(redis.next());
+        let client_config = fred::prelude::ClientLike::client_config(redis.pool().next());
         tokio::spawn(async move {
             if let Err(error) = listen_for_invalidations(client_config, weak).await {
                 tracing::warn!(%error, "read cache: no invalidation subscriber; L1 copies expire by age only");
@@ -192,8 +193,7 @@ impl ReadCache {
 
     pub async fn get(
         self: &Arc<Self>,
-        redis: &fred::prelude::Pool,
-        scripts: &Scripts,
+        redis: &Projection,
         call: ReadCall<'_>,
     ) -> Result<Arc<View>, ApiError> {
         if let Some(view) = self.l1.get(&call.keys.entry).await
@@ -210,7 +210,7 @@ impl ReadCache {
             flights.entry(call.keys.entry.clone()).or_default().clone()
         };
         let answer = flight
-            .get_or_init(|| async { self.lookup(redis, scripts, &call).await })
+            .get_or_init(|| async { self.lookup(redis, &call).await })
             .await
             .clone();
         {
@@ -231,8 +231,7 @@ impl ReadCache {
     /// One lookup (shared by this process's concurrent callers of the key).
     async fn lookup(
         self: &Arc<Self>,
-        redis: &fred::prelude::Pool,
-        scripts: &Scripts,
+        redis: &Projection,
         call: &ReadCall<'_>,
     ) -> Result<Arc<View>, ApiError> {
         // Invalidations heard from now on make whatever this lookup finds unfit for L1.
@@ -242,7 +241,7 @@ impl ReadCache {
         let lease_ms = call.timeout.as_millis() as i64 + 2_000;
         let mut pause = Duration::from_millis(5);
         loop {
-            let lookup = match cache::lookup(redis, scripts, &call.keys, &token, lease_ms).await {
+            let lookup = match cache::lookup(redis, &call.keys, &token, lease_ms).await {
                 Ok(lookup) => lookup,
                 Err(DurableError::Redis(error)) => {
                     tracing::debug!(%error, "read cache: Redis unreachable");
@@ -261,14 +260,13 @@ impl ReadCache {
                     self.stats.stale_serves.fetch_add(1, Ordering::Relaxed);
                     if lookup.lease_taken {
                         let this = self.clone();
-                        let (redis, scripts) = (redis.clone(), scripts.clone());
+                        let redis = redis.clone();
                         let refresh = OwnedCall::from(call);
                         let versions = lookup.versions.clone();
                         tokio::spawn(async move {
                             let call = refresh.borrow();
-                            if let Err(error) = this
-                                .fill(&redis, &scripts, &call, &token, &versions, epoch)
-                                .await
+                            if let Err(error) =
+                                this.fill(&redis, &call, &token, &versions, epoch).await
                             {
                                 tracing::debug!(
                                     read = call.read,
@@ -283,7 +281,7 @@ impl ReadCache {
                 State::Miss if lookup.lease_taken => {
                     self.stats.misses.fetch_add(1, Ordering::Relaxed);
                     return self
-                        .fill(redis, scripts, call, &token, &lookup.versions, epoch)
+                        .fill(redis, call, &token, &lookup.versions, epoch)
                         .await;
                 }
                 State::Miss => {
@@ -303,8 +301,7 @@ impl ReadCache {
     /// gateway) may try instead of waiting for it to lapse.
     async fn fill(
         &self,
-        redis: &fred::prelude::Pool,
-        scripts: &Scripts,
+        redis: &Projection,
         call: &ReadCall<'_>,
         token: &str,
         versions: &str,
@@ -313,7 +310,7 @@ impl ReadCache {
         let app = AppKeys::new(call.application_id);
         let Ok(_slot) = self.origin_slots.clone().try_acquire_owned() else {
             self.stats.filling_refusals.fetch_add(1, Ordering::Relaxed);
-            give_back(redis, scripts, &app, call, token).await;
+            give_back(redis, &app, call, token).await;
             return Err(filling());
         };
         let budget = OriginBudget {
@@ -321,11 +318,11 @@ impl ReadCache {
             per_second: self.config.origin_per_second,
         };
         let permit_ms = call.timeout.as_millis() as i64 + 1_000;
-        match cache::origin_permit(redis, scripts, &app, token, budget, permit_ms).await? {
+        match cache::origin_permit(redis, &app, token, budget, permit_ms).await? {
             Ok(()) => {}
             Err(refused) => {
                 self.stats.filling_refusals.fetch_add(1, Ordering::Relaxed);
-                give_back(redis, scripts, &app, call, token).await;
+                give_back(redis, &app, call, token).await;
                 let wait = match refused {
                     PermitRefused::Concurrency => 1_000,
                     PermitRefused::Rate { wait_ms } => wait_ms.clamp(1, 60_000) as u64,
@@ -356,7 +353,6 @@ impl ReadCache {
         let too_large = fetched.body.len() > call.max_bytes;
         let stored = cache::fill(
             redis,
-            scripts,
             &app,
             &call.keys,
             token,
@@ -476,14 +472,8 @@ impl ReadCache {
 }
 
 /// Gives a fill lease back unfilled; a failure only means that it lapses by itself.
-async fn give_back(
-    redis: &fred::prelude::Pool,
-    scripts: &Scripts,
-    app: &AppKeys,
-    call: &ReadCall<'_>,
-    token: &str,
-) {
-    if let Err(error) = cache::give_back(redis, scripts, app, &call.keys, token).await {
+async fn give_back(redis: &Projection, app: &AppKeys, call: &ReadCall<'_>, token: &str) {
+    if let Err(error) = cache::give_back(redis, app, &call.keys, token).await {
         tracing::debug!(%error, "fill lease not given back; it lapses");
     }
 }

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
-use sluice_durable::projection::Scripts;
 
 use crate::gateway_process::GatewayProcess;
 use crate::support::*;
@@ -67,6 +66,7 @@ async fn stored(stack: &Stack, command: &str) -> Option<(bool, i64)> {
 async fn projected(stack: &Stack, scope: &str) -> (Option<String>, Option<String>) {
     let fields: Vec<Option<String>> = stack
         .redis
+        .pool()
         .next()
         .hmget(
             stack.keys().meta(),
@@ -374,6 +374,7 @@ async fn a_pause_redis_lost_is_still_enforced_and_converges() {
     let ns = stack.creds.namespace_id.to_string();
     let _: () = stack
         .redis
+        .pool()
         .next()
         .hset(stack.keys().meta(), (format!("paused:{ns}"), "0"))
         .await
@@ -386,7 +387,7 @@ async fn a_pause_redis_lost_is_still_enforced_and_converges() {
     assert_eq!(stack.reservations("claim").await, 0);
     assert_eq!(stack.open_counts("claim").await, (0, 0, 0));
 
-    sluice_durable::executor::catalog::load(&stack.pg, &stack.redis, &Scripts::new())
+    sluice_durable::executor::catalog::load(&stack.pg, &stack.redis)
         .await
         .expect("catalog refresh");
     assert_eq!(
@@ -412,7 +413,12 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
     let mut redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
-            stack.redis.clients().iter().all(|c| !c.is_connected())
+            stack
+                .redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| !c.is_connected())
         })
         .await,
         "the pool never noticed Redis is gone"
@@ -436,7 +442,12 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
     redis = restart_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(15), || async {
-            stack.redis.clients().iter().all(|c| c.is_connected())
+            stack
+                .redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| c.is_connected())
         })
         .await,
         "the pool never reconnected"
@@ -444,7 +455,13 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
     let paused = control(&stack, json!({"paused": true, "reason": "r"})).await;
     assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.body);
     // Redis loses everything once more; the rebuild brings the pause back from PostgreSQL.
-    let _: () = stack.redis.next().flushall(false).await.expect("flushall");
+    let _: () = stack
+        .redis
+        .pool()
+        .next()
+        .flushall(false)
+        .await
+        .expect("flushall");
     let answer = stack.enqueue("u2", &key(), &offer()).await;
     assert_eq!(answer.code(), "INTAKE_PAUSED", "{:?}", answer.body);
     let ns = stack.creds.namespace_id.to_string();
@@ -648,23 +665,12 @@ async fn control_script_keeps_the_newest_revision_under_racing_writers() {
         paused: revision % 2 == 1,
         revision,
     };
-    let scripts = Scripts::new();
-    store_in_redis(
-        &stack.redis,
-        &scripts,
-        stack.creds.application_id,
-        &[state(5)],
-    )
-    .await
-    .expect("store 5");
-    store_in_redis(
-        &stack.redis,
-        &scripts,
-        stack.creds.application_id,
-        &[state(4)],
-    )
-    .await
-    .expect("store 4");
+    store_in_redis(&stack.redis, stack.creds.application_id, &[state(5)])
+        .await
+        .expect("store 5");
+    store_in_redis(&stack.redis, stack.creds.application_id, &[state(4)])
+        .await
+        .expect("store 4");
     let scope = ns.to_string();
     assert_eq!(
         projected(&stack, &scope).await,
@@ -674,7 +680,7 @@ async fn control_script_keeps_the_newest_revision_under_racing_writers() {
 
     let mut tasks = Vec::new();
     for task in 0..16i64 {
-        let (stack, scripts) = (stack.clone(), scripts.clone());
+        let stack = stack.clone();
         tasks.push(tokio::spawn(async move {
             // Each task writes its revisions from high to low, interleaved with the others.
             for step in (0..25i64).rev() {
@@ -685,7 +691,7 @@ async fn control_script_keeps_the_newest_revision_under_racing_writers() {
                     paused: revision % 2 == 1,
                     revision,
                 };
-                store_in_redis(&stack.redis, &scripts, stack.creds.application_id, &[state])
+                store_in_redis(&stack.redis, stack.creds.application_id, &[state])
                     .await
                     .expect("store");
             }

@@ -302,7 +302,12 @@ async fn two_executor_processes_share_a_flash_sale_under_one_admission_limit() {
         tokio::spawn(async move {
             let (mut non_zero, mut samples) = (0u64, 0u64);
             while !done.load(Ordering::Relaxed) {
-                let held: i64 = redis.next().zcard(&permits).await.expect("sample permits");
+                let held: i64 = redis
+                    .pool()
+                    .next()
+                    .zcard(&permits)
+                    .await
+                    .expect("sample permits");
                 samples += 1;
                 redis_max.fetch_max(held, Ordering::Relaxed);
                 non_zero += u64::from(held > 0);
@@ -461,6 +466,7 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
         let executing = executing_ids(&stack).await;
         let permits: Vec<String> = stack
             .redis
+            .pool()
             .next()
             .zrange(&permits_key, 0, -1, None, false, None, false)
             .await
@@ -533,6 +539,7 @@ async fn a_sigkilled_executors_work_is_finished_exactly_once_by_the_next() {
     );
     let permits: i64 = stack
         .redis
+        .pool()
         .next()
         .zcard(&permits_key)
         .await
@@ -649,6 +656,7 @@ async fn admitted_in_redis(stack: &Stack) -> HashSet<Uuid> {
     for id in ids {
         let status: Option<String> = stack
             .redis
+            .pool()
             .next()
             .hget(stack.keys().command(CommandId::from_uuid(id)), "status")
             .await
@@ -726,6 +734,7 @@ async fn sigterm_drains_the_work_in_hand_and_exits_cleanly() {
     assert_eq!(after.get("running").copied().unwrap_or(0), 0, "{after:?}");
     let permits: i64 = stack
         .redis
+        .pool()
         .next()
         .zcard(
             stack

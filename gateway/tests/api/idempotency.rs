@@ -104,6 +104,7 @@ async fn replay_after_redis_forgot_the_key_is_answered_by_postgres() {
     let rk = stack.keys().request_keys(stack.creds.namespace_id, "claim");
     let _: i64 = stack
         .redis
+        .pool()
         .next()
         .del(&rk)
         .await
@@ -123,6 +124,7 @@ async fn replay_after_redis_forgot_the_key_is_answered_by_postgres() {
     // The map learned the key again: a third call is answered by Redis alone.
     let known: Option<String> = stack
         .redis
+        .pool()
         .next()
         .hget(
             &rk,
@@ -132,7 +134,13 @@ async fn replay_after_redis_forgot_the_key_is_answered_by_postgres() {
         .expect("hget");
     assert!(known.is_some_and(|v| v.ends_with(" c")));
 
-    let _: i64 = stack.redis.next().del(&rk).await.expect("forget again");
+    let _: i64 = stack
+        .redis
+        .pool()
+        .next()
+        .del(&rk)
+        .await
+        .expect("forget again");
     let body = json!({"request_key": key, "subject": "user-1", "input": {"offer": uuid::Uuid::new_v4().to_string()}});
     let conflict = stack
         .post(

@@ -88,7 +88,7 @@ impl Bench {
 
     /// Gives one permit back the way `land.lua` does.
     async fn release(&self, command: &str, head: &AdmittedHead) {
-        let client = self.redis.next();
+        let client = self.redis.pool().next();
         let id = head.command_id.to_string();
         let _: i64 = client
             .zrem(self.keys.command_leases(self.namespace, command), &id)
@@ -456,6 +456,7 @@ async fn not_ready_when_the_generation_is_older_or_the_projection_not_ready() {
     );
     let _: () = bench
         .redis
+        .pool()
         .next()
         .hset(bench.keys.meta(), [("ready", "0")])
         .await
@@ -469,6 +470,7 @@ async fn not_ready_when_the_generation_is_older_or_the_projection_not_ready() {
     assert_eq!(bench.waiting().await, 3);
     let _: () = bench
         .redis
+        .pool()
         .next()
         .hset(bench.keys.meta(), [("ready", "1"), ("generation", "2")])
         .await
@@ -594,6 +596,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
         let other_ns = NamespaceId::new_v7();
         let _: () = bench
             .redis
+            .pool()
             .next()
             .hset(
                 bench.keys.admission_config(),
@@ -622,7 +625,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
                 .await;
         }
         // What holds them back.
-        let client = bench.redis.next();
+        let client = bench.redis.pool().next();
         match blocker {
             Blocker::Permits => {
                 bench

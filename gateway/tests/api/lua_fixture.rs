@@ -14,7 +14,7 @@ use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, Ending, admit, land};
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
-use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
+use sluice_durable::projection::{AppKeys, Projection, connect_redis};
 use sluice_testkit::shared_redis;
 
 /// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type
@@ -43,8 +43,7 @@ impl<Marker> Deref for Bench<Marker> {
 
 /// One application's keys in the shared Redis, marked ready at generation 1.
 pub(crate) struct LuaFixture {
-    pub(crate) redis: Pool,
-    pub(crate) scripts: Scripts,
+    pub(crate) redis: Projection,
     pub(crate) keys: AppKeys,
     pub(crate) namespace: NamespaceId,
     seq: AtomicI64,
@@ -56,15 +55,13 @@ impl LuaFixture {
             .await
             .expect("redis");
         let keys = AppKeys::new(ApplicationId::new_v7());
-        let scripts = Scripts::new();
         // The application's first projection: a token bucket these tests have not used yet is
         // full (after a later rebuild it would count as empty, see lib/epoch.lua).
-        open_empty(&redis, &scripts, &keys, 1)
+        open_empty(&redis, &keys, 1)
             .await
             .expect("open the projection");
         LuaFixture {
             redis,
-            scripts,
             keys,
             namespace: NamespaceId::new_v7(),
             seq: AtomicI64::new(0),
@@ -137,7 +134,7 @@ impl LuaFixture {
         counters: Vec<String>,
     ) -> CommandId {
         let id = CommandId::new_v7();
-        let client = self.redis.next();
+        let client = self.redis.pool().next();
         let _: i64 = client
             .zadd(
                 self.keys.queue(self.namespace, command, resource),
@@ -186,7 +183,7 @@ impl LuaFixture {
 
     /// One `admit.lua` call through its Rust caller.
     pub(crate) async fn admission(&self, limits: AdmitLimits) -> Admission {
-        admit(&self.redis, &self.scripts, &self.keys, limits)
+        admit(&self.redis, &self.keys, limits)
             .await
             .expect("admit.lua")
     }
@@ -210,7 +207,6 @@ impl LuaFixture {
     ) -> Option<bool> {
         land(
             &self.redis,
-            &self.scripts,
             &self.keys,
             &Ending {
                 command_id: id,
@@ -232,6 +228,7 @@ impl LuaFixture {
     pub(crate) async fn hold_forever(&self, lease: &str) {
         let _: i64 = self
             .redis
+            .pool()
             .next()
             .zadd(
                 lease,
@@ -248,6 +245,7 @@ impl LuaFixture {
     pub(crate) async fn counter(&self, name: &str) -> i64 {
         let value: Option<i64> = self
             .redis
+            .pool()
             .next()
             .hget(self.keys.count(), name)
             .await
@@ -262,6 +260,7 @@ impl LuaFixture {
     /// The members of a sorted set, lowest score first.
     pub(crate) async fn zmembers(&self, key: &str) -> Vec<String> {
         self.redis
+            .pool()
             .next()
             .zrange(key, 0, -1, None, false, None, false)
             .await
@@ -272,6 +271,7 @@ impl LuaFixture {
     pub(crate) async fn zscores(&self, key: &str) -> HashMap<String, f64> {
         let pairs: Vec<(String, f64)> = self
             .redis
+            .pool()
             .next()
             .zrange(key, 0, -1, None, false, None, true)
             .await
@@ -280,12 +280,18 @@ impl LuaFixture {
     }
 
     pub(crate) async fn hash(&self, key: &str) -> HashMap<String, String> {
-        self.redis.next().hgetall(key).await.expect("hgetall")
+        self.redis
+            .pool()
+            .next()
+            .hgetall(key)
+            .await
+            .expect("hgetall")
     }
 
     /// A field of the status hash of command `id`.
     pub(crate) async fn field(&self, id: CommandId, field: &str) -> Option<String> {
         self.redis
+            .pool()
             .next()
             .hget(self.keys.command(id), field)
             .await
@@ -299,7 +305,7 @@ impl LuaFixture {
     /// Every key of the application with its full contents, to prove a call wrote nothing (but
     /// the epoch prelude's own bookkeeping in `meta`: when it last verified the Redis process).
     pub(crate) async fn snapshot(&self) -> Vec<(String, String)> {
-        let client = self.redis.next();
+        let client = self.redis.pool().next();
         let mut keys = crate::support::scan_keys(&self.redis, &self.keys.pattern()).await;
         keys.sort();
         let mut out = Vec::new();

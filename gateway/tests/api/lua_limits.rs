@@ -86,8 +86,7 @@ impl Bench {
 
     /// Redis time in milliseconds, the clock every script uses.
     async fn now_ms(&self) -> i64 {
-        self.redis
-            .next()
+        self.redis.pool().next()
             .eval(
                 "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)",
                 Vec::<String>::new(),
@@ -117,6 +116,7 @@ impl Bench {
     async fn live(&self, key: &str) -> i64 {
         let now = self.now_ms().await;
         self.redis
+            .pool()
             .next()
             .zcount(key, now as f64 + 0.5, f64::INFINITY)
             .await
@@ -139,7 +139,7 @@ impl Bench {
     }
 
     async fn exists(&self, key: &str) -> bool {
-        let n: i64 = self.redis.next().exists(key).await.expect("exists");
+        let n: i64 = self.redis.pool().next().exists(key).await.expect("exists");
         n == 1
     }
 
@@ -391,6 +391,7 @@ async fn a_rate_limited_second_key_without_a_token_takes_nothing() {
         let before = bench.now_ms().await;
         let _: () = bench
             .redis
+            .pool()
             .next()
             .hset(
                 &slow_bucket,
@@ -415,10 +416,17 @@ async fn a_rate_limited_second_key_without_a_token_takes_nothing() {
                     .finish("job", &resource, head.command_id, "succeeded")
                     .await;
             }
-            let _: i64 = bench.redis.next().del(&acct_bucket).await.expect("del");
+            let _: i64 = bench
+                .redis
+                .pool()
+                .next()
+                .del(&acct_bucket)
+                .await
+                .expect("del");
             bench.finish("job", &resource, victim, "cancelled").await;
             let _: i64 = bench
                 .redis
+                .pool()
                 .next()
                 .zrem(
                     bench.keys.queue(bench.namespace, "job", &resource),
@@ -578,7 +586,7 @@ async fn a_rate_limited_key_starts_at_most_its_burst_then_its_rate() {
         "a rate-only key holds no lease"
     );
     let bucket = bench.limit_bucket("provider:gitee");
-    let ttl: i64 = bench.redis.next().pttl(&bucket).await.expect("pttl");
+    let ttl: i64 = bench.redis.pool().next().pttl(&bucket).await.expect("pttl");
     assert!(ttl > 0, "the bucket expires once full again: {ttl}");
 
     // Keep admitting for a while: a token comes back about every second.
@@ -716,7 +724,6 @@ async fn requeue_and_land_release_held_leases() {
     assert_eq!(
         requeue(
             &bench.redis,
-            &bench.scripts,
             &bench.keys,
             &Requeued {
                 command_id: c,
@@ -752,6 +759,7 @@ async fn requeue_and_land_release_held_leases() {
     };
     let _: () = bench
         .redis
+        .pool()
         .next()
         .hset(bench.keys.command(c), [("status", "retry_wait")])
         .await
@@ -793,6 +801,7 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
             let now = bench.now_ms().await;
             let _: () = bench
                 .redis
+                .pool()
                 .next()
                 .hset(
                     &key,
@@ -811,23 +820,24 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     // Retried when the machine stalls: at 2/s provider:b has a token again after 500 ms.
     for attempt in 0.. {
         assert!(attempt < 5, "Redis time kept jumping between two calls");
-        let _: i64 = bench.redis.next().del(&fresh.bucket).await.expect("del");
+        let _: i64 = bench
+            .redis
+            .pool()
+            .next()
+            .del(&fresh.bucket)
+            .await
+            .expect("del");
         let before = bench.now_ms().await;
         set_bucket(full.bucket.clone(), "3").await;
         set_bucket(empty.bucket.clone(), "0").await;
         let full_before = bench.hash(&full.bucket).await;
-        let wait = retake(&bench.redis, &bench.scripts, &bench.keys, &buckets)
+        let wait = retake(&bench.redis, &bench.keys, &buckets)
             .await
             .expect("retake.lua");
         // A missing bucket is full: the wait comes from the empty one alone, whatever the order.
-        let wait_fresh = retake(
-            &bench.redis,
-            &bench.scripts,
-            &bench.keys,
-            &[empty.clone(), fresh.clone()],
-        )
-        .await
-        .expect("retake.lua");
+        let wait_fresh = retake(&bench.redis, &bench.keys, &[empty.clone(), fresh.clone()])
+            .await
+            .expect("retake.lua");
         if bench.now_ms().await - before >= 400 {
             continue;
         }
@@ -859,7 +869,7 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     let (a_tokens, a_ts) = bench.bucket(&full.bucket).await;
     let (b_tokens, b_ts) = bench.bucket(&empty.bucket).await;
     assert_eq!(
-        retake(&bench.redis, &bench.scripts, &bench.keys, &buckets)
+        retake(&bench.redis, &bench.keys, &buckets)
             .await
             .expect("retake.lua"),
         Retake::Taken
@@ -880,7 +890,7 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     assert_eq!(b_after, 1.0);
     // No bucket: nothing to wait for.
     assert_eq!(
-        retake(&bench.redis, &bench.scripts, &bench.keys, &[])
+        retake(&bench.redis, &bench.keys, &[])
             .await
             .expect("retake"),
         Retake::Taken

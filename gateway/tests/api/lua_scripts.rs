@@ -62,12 +62,7 @@ impl Bench {
             intake: &budget,
             reservation_ttl_ms: limits.reservation_ttl_ms,
         };
-        (
-            id,
-            intake(&self.redis, &self.scripts, &request)
-                .await
-                .expect("intake.lua"),
-        )
+        (id, intake(&self.redis, &request).await.expect("intake.lua"))
     }
 
     async fn fresh(&self, limits: Limits) -> (Uuid, IntakeVerdict) {
@@ -165,12 +160,12 @@ async fn in_flight_slots_are_exact_under_concurrency() {
         existing: None,
     };
     assert!(
-        release(&bench.redis, &bench.scripts, &bench.keys, &give)
+        release(&bench.redis, &bench.keys, &give)
             .await
             .expect("release")
     );
     assert!(
-        !release(&bench.redis, &bench.scripts, &bench.keys, &give)
+        !release(&bench.redis, &bench.keys, &give)
             .await
             .expect("release again")
     );
@@ -290,6 +285,7 @@ async fn refusals_leave_nothing_behind() {
 
     let _: () = bench
         .redis
+        .pool()
         .next()
         .hset(
             bench.keys.meta(),
@@ -306,6 +302,7 @@ async fn refusals_leave_nothing_behind() {
     );
     let _: () = bench
         .redis
+        .pool()
         .next()
         .hset(bench.keys.meta(), ("generation", "0"))
         .await
@@ -358,19 +355,17 @@ async fn expired_reservations_are_given_back() {
 async fn rebuild_writes_only_under_their_own_fence() {
     use sluice_durable::projection::rebuild::{fence, open_empty};
     let bench = lua_fixture::LuaFixture::new().await;
-    let (redis, scripts, keys) = (&bench.redis, &bench.scripts, &bench.keys);
-    let client = redis.next();
+    let (redis, keys) = (&bench.redis, &bench.keys);
+    let client = redis.pool().next();
     let _: () = client
         .set(keys.seq(), 7, None, None, false)
         .await
         .expect("SET");
     let clear = |token: String| {
-        let (redis, scripts, keys) = (redis.clone(), scripts.clone(), keys.clone());
+        let (redis, keys) = (redis.clone(), keys.clone());
         async move {
-            scripts
-                .rebuild
-                .call::<String>(
-                    &redis,
+            redis
+                .rebuild::<String>(
                     vec![keys.meta()],
                     vec![token.into(), "clear".into(), keys.seq().into()],
                 )
@@ -378,8 +373,8 @@ async fn rebuild_writes_only_under_their_own_fence() {
                 .expect("rebuild.lua")
         }
     };
-    let superseded = fence(redis, scripts, keys).await.expect("fence");
-    let current = fence(redis, scripts, keys).await.expect("fence");
+    let superseded = fence(redis, keys).await.expect("fence");
+    let current = fence(redis, keys).await.expect("fence");
     let late: Vec<_> = (0..8)
         .map(|_| tokio::spawn(clear(superseded.clone())))
         .collect();
@@ -390,10 +385,8 @@ async fn rebuild_writes_only_under_their_own_fence() {
     assert_eq!(seq, Some(7), "a superseded rebuild cleared nothing");
     assert_eq!(clear(current.clone()).await, "OK");
     // Rows whose values do not come in whole commands are refused, not written misaligned.
-    let misaligned = scripts
-        .rebuild
-        .call::<String>(
-            redis,
+    let misaligned = redis
+        .rebuild::<String>(
             vec![keys.meta()],
             vec![current.clone().into(), "rows".into(), "only-an-id".into()],
         )
@@ -406,7 +399,7 @@ async fn rebuild_writes_only_under_their_own_fence() {
         .set(keys.seq(), 8, None, None, false)
         .await
         .expect("SET");
-    open_empty(redis, scripts, keys, 2).await.expect("open");
+    open_empty(redis, keys, 2).await.expect("open");
     assert_eq!(clear(current).await, "FENCED", "after the open");
     let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
     assert_eq!(seq, Some(8));

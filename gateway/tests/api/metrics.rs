@@ -307,7 +307,7 @@ async fn an_unreadable_projection_is_exported_as_down_without_failing_the_scrape
     let gateway = GatewayProcess::start(&stack, dir.path(), "gateway").await;
     // A string where metrics.lua expects the `count` hash: the script fails with WRONGTYPE.
     let _: () = fred::interfaces::KeysInterface::set(
-        stack.redis.next(),
+        stack.redis.pool().next(),
         stack.keys().count(),
         "not a hash",
         None,

@@ -139,6 +139,7 @@ async fn pause_flag_in_redis_refuses_and_replays_still_answer() {
     let field = format!("paused:{}", stack.creds.namespace_id);
     let _: () = stack
         .redis
+        .pool()
         .next()
         .hset(stack.keys().meta(), (field.as_str(), "1"))
         .await
@@ -165,6 +166,7 @@ async fn a_requeued_command_shows_its_position() {
     let id = uuid::Uuid::parse_str(id).expect("uuid");
     let _: () = stack
         .redis
+        .pool()
         .next()
         .hset(
             stack.keys().command(CommandId::from_uuid(id)),

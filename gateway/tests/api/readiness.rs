@@ -39,11 +39,18 @@ async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
             .expect("generation");
 
     // Redis loses everything: the probe itself rebuilds, no enqueue needed.
-    let _: () = stack.redis.next().flushall(false).await.expect("flushall");
+    let _: () = stack
+        .redis
+        .pool()
+        .next()
+        .flushall(false)
+        .await
+        .expect("flushall");
     let (status, text) = probe(&stack).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let meta: Vec<Option<String>> = stack
         .redis
+        .pool()
         .next()
         .hmget(stack.keys().meta(), vec!["ready", "generation"])
         .await
@@ -63,7 +70,12 @@ async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
     let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
-            stack.redis.clients().iter().all(|c| !c.is_connected())
+            stack
+                .redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| !c.is_connected())
         })
         .await
     );

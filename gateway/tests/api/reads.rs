@@ -21,7 +21,7 @@ use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::cache::{
     self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
-use sluice_durable::projection::{AppKeys, Scripts, connect_redis};
+use sluice_durable::projection::{AppKeys, connect_redis};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
 use sluice_testkit::shared_redis;
@@ -31,6 +31,7 @@ use uuid::Uuid;
 use crate::execution::{fast_executor, start_executor};
 use crate::gateway_process::GatewayProcess;
 use crate::support::*;
+use sluice_durable::projection::Projection;
 
 // ---------------------------------------------------------------------------------------------
 // The origin.
@@ -941,7 +942,12 @@ async fn without_redis_the_origin_sees_only_the_per_process_budget() {
     let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
-            stack.redis.clients().iter().all(|c| !c.is_connected())
+            stack
+                .redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| !c.is_connected())
         })
         .await,
         "the gateway notices that Redis is gone"
@@ -991,8 +997,7 @@ async fn without_redis_the_origin_sees_only_the_per_process_budget() {
 // ---------------------------------------------------------------------------------------------
 
 struct Bench {
-    redis: Pool,
-    scripts: Scripts,
+    redis: Projection,
     app: AppKeys,
     namespace: Uuid,
 }
@@ -1003,7 +1008,6 @@ impl Bench {
             redis: connect_redis(&shared_redis().url(), 4)
                 .await
                 .expect("redis"),
-            scripts: Scripts::new(),
             app: AppKeys::new(ApplicationId::new_v7()),
             namespace: Uuid::now_v7(),
         })
@@ -1021,7 +1025,7 @@ impl Bench {
     }
 
     async fn lookup(&self, keys: &EntryKeys, token: &str) -> cache::Lookup {
-        cache::lookup(&self.redis, &self.scripts, keys, token, 10_000)
+        cache::lookup(&self.redis, keys, token, 10_000)
             .await
             .expect("cache_read.lua")
     }
@@ -1042,7 +1046,6 @@ impl Bench {
         };
         cache::fill(
             &self.redis,
-            &self.scripts,
             &self.app,
             keys,
             token,
@@ -1058,7 +1061,7 @@ impl Bench {
 
     /// (bytes, keys) of the totals, the sum and count of the sizes hash, and the index size.
     async fn totals(&self) -> (i64, i64, i64, i64, i64) {
-        let client = self.redis.next();
+        let client = self.redis.pool().next();
         let totals: HashMap<String, i64> = client
             .hgetall(self.app.cache_totals())
             .await
@@ -1141,15 +1144,9 @@ async fn exactly_one_of_sixteen_racers_takes_the_fill_lease() {
 
         // Given back: the next caller takes it at once.
         let (holder, _) = lookups.iter().find(|(_, l)| l.lease_taken).expect("holder");
-        cache::give_back(
-            &bench.redis,
-            &bench.scripts,
-            &bench.app,
-            &stale_keys,
-            holder,
-        )
-        .await
-        .expect("give back");
+        cache::give_back(&bench.redis, &bench.app, &stale_keys, holder)
+            .await
+            .expect("give back");
         assert!(bench.lookup(&stale_keys, "next").await.lease_taken);
     }
 
@@ -1160,6 +1157,7 @@ async fn exactly_one_of_sixteen_racers_takes_the_fill_lease() {
     // (INCR as cache_invalidate.lua does, without announcing it to the gateways of other tests.)
     let bumped: i64 = bench
         .redis
+        .pool()
         .next()
         .incr(&keys.dependencies[0])
         .await
@@ -1207,16 +1205,10 @@ async fn origin_permits_never_exceed_the_limit_at_once() {
             };
             for _ in 0..20 {
                 let permit = Uuid::now_v7().to_string();
-                let answer = cache::origin_permit(
-                    &bench.redis,
-                    &bench.scripts,
-                    &bench.app,
-                    &permit,
-                    budget,
-                    10_000,
-                )
-                .await
-                .expect("origin_permit.lua");
+                let answer =
+                    cache::origin_permit(&bench.redis, &bench.app, &permit, budget, 10_000)
+                        .await
+                        .expect("origin_permit.lua");
                 match answer {
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::SeqCst);
@@ -1224,6 +1216,7 @@ async fn origin_permits_never_exceed_the_limit_at_once() {
                         most.fetch_max(now, Ordering::SeqCst);
                         let held: i64 = bench
                             .redis
+                            .pool()
                             .next()
                             .zcard(bench.app.origin_leases())
                             .await
@@ -1264,16 +1257,9 @@ async fn origin_permits_never_exceed_the_limit_at_once() {
                 per_second: 5,
             };
             let permit = Uuid::now_v7().to_string();
-            cache::origin_permit(
-                &bench.redis,
-                &bench.scripts,
-                &bench.app,
-                &permit,
-                budget,
-                10_000,
-            )
-            .await
-            .expect("origin_permit.lua")
+            cache::origin_permit(&bench.redis, &bench.app, &permit, budget, 10_000)
+                .await
+                .expect("origin_permit.lua")
         }));
     }
     let mut by_rate = 0;
@@ -1299,20 +1285,14 @@ async fn origin_permits_never_exceed_the_limit_at_once() {
         per_second: 100,
     };
     for (permit, lease_ms) in [("long", 30_000), ("short", 100)] {
-        let taken = cache::origin_permit(
-            &bench.redis,
-            &bench.scripts,
-            &bench.app,
-            permit,
-            budget,
-            lease_ms,
-        )
-        .await
-        .expect("origin_permit.lua");
+        let taken = cache::origin_permit(&bench.redis, &bench.app, permit, budget, lease_ms)
+            .await
+            .expect("origin_permit.lua");
         assert_eq!(taken, Ok(()));
     }
     let ttl: i64 = bench
         .redis
+        .pool()
         .next()
         .pttl(bench.app.origin_leases())
         .await
@@ -1378,6 +1358,7 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
     // once, the bound still holds.
     let sizes: HashMap<String, i64> = bench
         .redis
+        .pool()
         .next()
         .hgetall(bench.app.cache_sizes())
         .await
@@ -1434,7 +1415,6 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
             };
             cache::fill(
                 &bench.redis,
-                &bench.scripts,
                 &bench.app,
                 &keys,
                 "t",

@@ -35,7 +35,7 @@ async fn lost_projections_are_restored_once_in_acceptance_order() {
     assert_eq!(stack.open_counts("claim").await, (4, 4, 4));
     let keys = stack.keys();
     let queue = keys.queue(stack.creds.namespace_id, "claim", &offer);
-    let client = stack.redis.next();
+    let client = stack.redis.pool().next();
     // b: committed, never projected (its reservation long expired: no counts either).
     let _: i64 = client.zrem(&queue, ids[1].to_string()).await.expect("zrem");
     let _: i64 = client

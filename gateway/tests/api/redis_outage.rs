@@ -32,7 +32,12 @@ const CONCURRENCY: usize = 4;
 /// connected again.
 async fn reconnected(stack: &Stack, within: Duration) -> bool {
     eventually(within, || async {
-        stack.redis.clients().iter().all(|c| c.is_connected())
+        stack
+            .redis
+            .pool()
+            .clients()
+            .iter()
+            .all(|c| c.is_connected())
     })
     .await
 }
@@ -41,7 +46,12 @@ async fn reconnected(stack: &Stack, within: Duration) -> bool {
 /// socket by itself, within milliseconds; a request sent before that waits for its timeout).
 async fn disconnected(stack: &Stack, within: Duration) -> bool {
     eventually(within, || async {
-        stack.redis.clients().iter().all(|c| !c.is_connected())
+        stack
+            .redis
+            .pool()
+            .clients()
+            .iter()
+            .all(|c| !c.is_connected())
     })
     .await
 }
@@ -765,6 +775,7 @@ async fn the_executor_lands_work_in_hand_starts_nothing_and_resumes_when_redis_r
     for account in ["a", "b"] {
         let leases: i64 = stack
             .redis
+            .pool()
             .next()
             .zcard(stack.keys().limit_leases(
                 stack.creds.namespace_id,
@@ -776,6 +787,7 @@ async fn the_executor_lands_work_in_hand_starts_nothing_and_resumes_when_redis_r
     }
     let application_leases: i64 = stack
         .redis
+        .pool()
         .next()
         .zcard(stack.keys().application_leases())
         .await

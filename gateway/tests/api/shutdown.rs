@@ -500,7 +500,13 @@ async fn sigterm_lets_webhook_commands_in_flight_land_once_and_claims_nothing_ne
         stack.keys().limit_leases(ns, "account:p:a"),
         stack.keys().command_leases(ns, "ocr"),
     ] {
-        let held: i64 = stack.redis.next().zcard(&leases).await.expect("zcard");
+        let held: i64 = stack
+            .redis
+            .pool()
+            .next()
+            .zcard(&leases)
+            .await
+            .expect("zcard");
         assert_eq!(held, 0, "{leases}: no permit left after the drain");
     }
     assert_eq!(

@@ -4,13 +4,15 @@ use std::process::Command;
 
 use fred::prelude::*;
 use sluice_durable::projection;
+use sluice_durable::projection::Projection;
 use sluice_testkit::{RedisServer, shared_postgres};
 
 /// `CONFIG SET name value` on the test's own server.
-async fn config_set(redis: &Pool, name: &str, value: &str) {
+async fn config_set(redis: &Projection, name: &str, value: &str) {
     let command =
         fred::types::CustomCommand::new_static("CONFIG", fred::types::ClusterHash::Random, false);
     let _: Value = redis
+        .pool()
         .next()
         .custom(
             command,

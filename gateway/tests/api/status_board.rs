@@ -30,6 +30,7 @@ use crate::lua_fixture;
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{ACCOUNT_LIMIT, complete, enqueue_ocr, ocr_declaration, stack_with};
+use sluice_durable::projection::Projection;
 
 const TERMINAL: [&str; 5] = ["succeeded", "rejected", "failed", "expired", "cancelled"];
 
@@ -171,16 +172,17 @@ fn now_ms() -> f64 {
 }
 
 /// Live members (expiry after now) of a lease zset.
-async fn live(redis: &Pool, key: &str) -> i64 {
+async fn live(redis: &Projection, key: &str) -> i64 {
     redis
+        .pool()
         .next()
         .zcount(key, now_ms() + 1.0, f64::INFINITY)
         .await
         .expect("zcount")
 }
 
-async fn zcard(redis: &Pool, key: &str) -> i64 {
-    redis.next().zcard(key).await.expect("zcard")
+async fn zcard(redis: &Projection, key: &str) -> i64 {
+    redis.pool().next().zcard(key).await.expect("zcard")
 }
 
 /// An executor in this process, and the task to await once its token is cancelled (so the
@@ -807,7 +809,12 @@ async fn without_redis_the_board_answers_from_postgres() {
     let redis = kill_redis(redis).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
-            stack.redis.clients().iter().all(|c| !c.is_connected())
+            stack
+                .redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| !c.is_connected())
         })
         .await,
         "the gateway notices that Redis is gone"
@@ -1105,7 +1112,6 @@ impl LuaBench {
     ) -> status::ProjectionFigures {
         status::projection(
             &self.redis,
-            &self.scripts,
             &self.keys,
             self.namespace,
             commands,
@@ -1119,6 +1125,7 @@ impl LuaBench {
     async fn zadd(&self, key: &str, score: f64, member: &str) {
         let _: i64 = self
             .redis
+            .pool()
             .next()
             .zadd(key, None, None, false, false, (score, member))
             .await
@@ -1417,7 +1424,6 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
             for _ in 0..2 {
                 land(
                     &bench.redis,
-                    &bench.scripts,
                     &bench.keys,
                     &command.landed(ns, "needs_review"),
                 )
@@ -1456,7 +1462,7 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
                 let (command, ending) = &jobs[j];
                 let _ = k;
                 let done = command.landed(ns, ending.status());
-                land(&bench.redis, &bench.scripts, &bench.keys, &done)
+                land(&bench.redis, &bench.keys, &done)
                     .await
                     .expect("land.lua")
                     .expect("the projection is ready");
@@ -1535,19 +1541,14 @@ async fn a_late_needs_review_mirror_never_reopens_a_final_status() {
     };
     let mirror = |status| command.landed(ns, status);
     for status in ["succeeded", "needs_review"] {
-        land(&bench.redis, &bench.scripts, &bench.keys, &mirror(status))
+        land(&bench.redis, &bench.keys, &mirror(status))
             .await
             .expect("land.lua");
     }
     let after_late = bench.status(id).await;
-    land(
-        &bench.redis,
-        &bench.scripts,
-        &bench.keys,
-        &mirror("succeeded"),
-    )
-    .await
-    .expect("land.lua");
+    land(&bench.redis, &bench.keys, &mirror("succeeded"))
+        .await
+        .expect("land.lua");
     assert_eq!(
         (after_late.as_deref(), bench.counter("unfinished").await),
         (Some("succeeded"), 0),

@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
+use sluice_durable::projection::Projection;
 use sluice_durable::projection::{self, AppKeys};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, secrets};
@@ -70,7 +71,7 @@ impl Default for StackOptions {
 pub struct Stack {
     pub base: String,
     pub pg: PgPool,
-    pub redis: Pool,
+    pub redis: Projection,
     pub gateway: Arc<Gateway>,
     pub creds: BootstrapOutput,
     pub database_url: String,
@@ -188,6 +189,7 @@ impl Stack {
         );
         let _: i64 = self
             .redis
+            .pool()
             .next()
             .del(doomed)
             .await
@@ -328,6 +330,7 @@ impl Stack {
     /// The application's Redis counters (`unfinished`, `waiting:…`, `queued:…`).
     pub async fn counters(&self) -> std::collections::HashMap<String, i64> {
         self.redis
+            .pool()
             .next()
             .hgetall(self.keys().count())
             .await
@@ -337,6 +340,7 @@ impl Stack {
     /// Live reservations of a command (the intake in-flight set).
     pub async fn reservations(&self, command: &str) -> i64 {
         self.redis
+            .pool()
             .next()
             .zcard(self.keys().reservations(self.creds.namespace_id, command))
             .await
@@ -500,8 +504,8 @@ where
 }
 
 /// Every Redis key matching `pattern` (SCAN, so it is safe on a busy server).
-pub async fn scan_keys(redis: &Pool, pattern: &str) -> Vec<String> {
-    let client = redis.next();
+pub async fn scan_keys(redis: &Projection, pattern: &str) -> Vec<String> {
+    let client = redis.pool().next();
     let mut cursor = "0".to_string();
     let mut found = Vec::new();
     loop {

@@ -55,7 +55,7 @@ impl Versions {
                 .await
         };
         let info: String = fred::interfaces::ClientLike::custom(
-            tenant.redis.next(),
+            tenant.redis.pool().next(),
             fred::types::CustomCommand::new_static("INFO", None, false),
             vec!["server"],
         )

@@ -13,7 +13,7 @@ use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
-use sluice_durable::projection::{self, AppKeys, Scripts, request_key_field};
+use sluice_durable::projection::{self, AppKeys, request_key_field};
 use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;
 
@@ -85,7 +85,7 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         )
         .into());
     }
-    let _ = fred::interfaces::ClientLike::quit(&raw.pool).await;
+    let _ = fred::interfaces::ClientLike::quit(raw.pool.pool()).await;
     Ok(Comparison::new(
         "intake decisions/s (HTTP 429 RATE_LIMITED vs raw EVALSHA intake.lua)",
         sluice,
@@ -103,8 +103,7 @@ fn decide_request(path: &str, bearer: &str) -> Request<Full<Bytes>> {
 /// the same way (`enqueue.rs`: `Attempt::intake`), without HTTP, auth or JSON.
 #[derive(Clone)]
 struct RawIntake {
-    pool: fred::prelude::Pool,
-    scripts: Scripts,
+    pool: projection::Projection,
     namespace: Arc<NamespaceConfig>,
     digest_hex: Arc<str>,
     reservation_ttl_ms: u64,
@@ -137,7 +136,6 @@ impl RawIntake {
         content.extend_from_slice(input.as_bytes());
         Ok(Self {
             pool,
-            scripts: Scripts::new(),
             namespace: bench.namespace.clone(),
             digest_hex: lower_hex(&sha256(&content)).into(),
             reservation_ttl_ms: bench.gateway.gateway.config.reservation_ttl_ms,
@@ -193,7 +191,7 @@ impl RawIntake {
                 intake: &decl.intake,
                 reservation_ttl_ms: self.reservation_ttl_ms,
             };
-            match intake(&self.pool, &self.scripts, &request).await? {
+            match intake(&self.pool, &request).await? {
                 IntakeVerdict::Limited(Limit::RateLimited { .. }) => limited += 1,
                 IntakeVerdict::Reserved { .. } => {
                     self.give_back(&keys, command_id, &field).await?;
@@ -219,7 +217,7 @@ impl RawIntake {
             request_key_field: field,
             existing: None,
         };
-        release(&self.pool, &self.scripts, keys, &give).await?;
+        release(&self.pool, keys, &give).await?;
         Ok(())
     }
 }

@@ -267,7 +267,10 @@ async fn rounds(
             .pattern()
             .trim_end_matches('*')
     );
-    let pool = projection::connect_redis(&args.servers.redis_url, args.redis_pool).await?;
+    let pool = projection::connect_redis(&args.servers.redis_url, args.redis_pool)
+        .await?
+        .pool()
+        .clone();
     pool.next()
         .set::<(), _, _>(&baseline_key, value.clone(), None, None, false)
         .await?;
@@ -460,6 +463,7 @@ async fn entry_key(tenant: &Tenant) -> Result<String, BoxError> {
     );
     let (_, keys): (String, Vec<String>) = tenant
         .redis
+        .pool()
         .next()
         .scan_page("0", format!("{prefix}*"), Some(10_000), None)
         .await?;
@@ -572,11 +576,7 @@ async fn in_process_round(
                     keys.clone(),
                     url.clone(),
                 );
-                match gateway
-                    .reads
-                    .get(&gateway.redis, &gateway.scripts, call)
-                    .await
-                {
+                match gateway.reads.get(&gateway.redis, call).await {
                     Ok(view) if !view.entry.body.is_empty() => ok += 1,
                     _ => failed += 1,
                 }

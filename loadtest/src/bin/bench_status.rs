@@ -25,7 +25,7 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use serde_json::Value;
-use sluice_durable::projection::{AppKeys, Scripts};
+use sluice_durable::projection::AppKeys;
 use sluice_durable::status;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
@@ -314,7 +314,6 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
     let mut counts = Vec::with_capacity(args.calls);
     let mut script = Vec::with_capacity(args.calls);
     let keys = AppKeys::new(tenant.creds.application_id);
-    let scripts = Scripts::new();
     for _ in 0..args.calls {
         let started = Instant::now();
         sqlx::query(status::COUNTS_SQL)
@@ -325,7 +324,6 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
         let started = Instant::now();
         status::projection(
             &tenant.redis,
-            &scripts,
             &keys,
             ns,
             &["claim"],

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use fred::prelude::Pool;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +35,8 @@ use crate::lifecycle::held::{self, Running};
 use crate::lifecycle::redis::{RateKey, Retake, retake};
 use crate::metrics::{self, HandlerKind};
 use crate::outbox::rfc3339;
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// How old a request's start tokens may be when it goes out. A provider therefore sees at most
 /// `burst + per_second × (window + TOKEN_FRESHNESS)` requests in any window.
@@ -61,8 +61,7 @@ pub struct Target {
 /// What the executor lends the handler.
 pub struct Deps<'a> {
     pub pg: &'a PgPool,
-    pub redis: &'a Pool,
-    pub scripts: &'a Scripts,
+    pub redis: &'a Projection,
     pub client: &'a WebhookClient,
     pub keys: AppKeys,
     pub retention_seconds: i64,
@@ -77,7 +76,6 @@ impl Deps<'_> {
         Stores {
             pg: self.pg,
             redis: self.redis,
-            scripts: self.scripts,
         }
     }
 }
@@ -244,7 +242,7 @@ async fn take_tokens(
     shutdown: &CancellationToken,
 ) -> Result<Tokens, DurableError> {
     loop {
-        let more = match retake(deps.redis, deps.scripts, &deps.keys, &target.rate_keys).await? {
+        let more = match retake(deps.redis, &deps.keys, &target.rate_keys).await? {
             Retake::Taken => return Ok(Tokens::Taken),
             Retake::Wait(more) => more,
             // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
@@ -359,7 +357,6 @@ async fn land(
     metrics::execution_landed(outcome.status);
     if let Err(error) = crate::projection::cache::invalidate(
         deps.redis,
-        deps.scripts,
         deps.keys.application_id(),
         row.namespace_id,
         invalidate,

@@ -9,7 +9,8 @@ use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// A started command that PostgreSQL moved back to waiting.
 #[derive(Debug, Clone)]
@@ -36,8 +37,7 @@ pub enum Requeue {
 
 /// `requeue.lua`.
 pub async fn requeue(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     back: &Requeued<'_>,
 ) -> Result<Requeue, DurableError> {
@@ -64,7 +64,7 @@ pub async fn requeue(
         back.status.as_str().into(),
         back.updated_at.clone().into(),
     ];
-    let answer: Value = scripts.requeue.call(redis, script_keys, args).await?;
+    let answer: Value = redis.requeue(script_keys, args).await?;
     match answer.as_str().as_deref() {
         Some("OK") => Ok(Requeue::Done),
         Some("STALE") => Ok(Requeue::Stale),
@@ -77,8 +77,7 @@ pub async fn requeue(
 /// Returns None when the projection is not trusted, else whether each attempt still holds every
 /// permit (false: lost; stop it).
 pub async fn renew(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     attempts: &[(CommandId, AttemptId)],
     lease_ms: u64,
@@ -95,7 +94,7 @@ pub async fn renew(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer: Value = scripts.renew.call(redis, script_keys, args).await?;
+    let answer: Value = redis.renew(script_keys, args).await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }
@@ -130,8 +129,7 @@ pub enum Extend {
 /// `mark.lua`: shows `status` for a started attempt, after extending its permits if asked.
 #[allow(clippy::too_many_arguments)]
 pub async fn mark(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     command_id: CommandId,
     attempt: AttemptId,
@@ -153,9 +151,8 @@ pub async fn mark(
         extend_ms.into(),
         mode.into(),
     ];
-    let answer: Value = scripts
-        .mark
-        .call(redis, vec![keys.meta(), keys.command(command_id)], args)
+    let answer: Value = redis
+        .mark(vec![keys.meta(), keys.command(command_id)], args)
         .await?;
     if is_not_ready(&answer) {
         return Ok(Mark::NotReady);
@@ -185,8 +182,7 @@ pub enum Retake {
 
 /// `retake.lua`: one start token from every bucket, or none.
 pub async fn retake(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     buckets: &[RateKey],
 ) -> Result<Retake, DurableError> {
@@ -199,7 +195,7 @@ pub async fn retake(
         .iter()
         .flat_map(|b| [i64::from(b.per_second).into(), i64::from(b.burst).into()])
         .collect();
-    let answer: Value = scripts.retake.call(redis, script_keys, args).await?;
+    let answer: Value = redis.retake(script_keys, args).await?;
     if is_not_ready(&answer) {
         return Ok(Retake::NotReady);
     }
@@ -212,8 +208,7 @@ pub async fn retake(
 /// `holding.lua`: whether each `(command, attempt)` is still held — the attempt on record with
 /// every permit live. None when the projection is not trusted (nothing can be told).
 pub async fn holding(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     attempts: &[(CommandId, AttemptId)],
 ) -> Result<Option<Vec<bool>>, DurableError> {
@@ -227,7 +222,7 @@ pub async fn holding(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer: Value = scripts.holding.call(redis, script_keys, args).await?;
+    let answer: Value = redis.holding(script_keys, args).await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }

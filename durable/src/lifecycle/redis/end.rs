@@ -6,7 +6,8 @@ use super::is_not_ready;
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// A command's end that PostgreSQL committed, to project.
 #[derive(Debug, Clone)]
@@ -27,8 +28,7 @@ pub struct Ending<'a> {
 /// `land.lua`: Some(true) when this call counted the command out of `unfinished`, None when the
 /// projection is not trusted (land again once it is).
 pub async fn land(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     end: &Ending<'_>,
 ) -> Result<Option<bool>, DurableError> {
@@ -50,7 +50,7 @@ pub async fn land(
         message.into(),
         end.retention_ms.into(),
     ];
-    let answer: Value = scripts.land.call(redis, script_keys, args).await?;
+    let answer: Value = redis.land(script_keys, args).await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }

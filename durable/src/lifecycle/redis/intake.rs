@@ -6,7 +6,8 @@ use super::clamp_i64;
 use crate::DurableError;
 use crate::declaration::IntakeBudget;
 use crate::ids::{CommandId, NamespaceId};
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// What the gateway knows when it asks Redis to admit one enqueue.
 #[derive(Debug)]
@@ -62,8 +63,7 @@ pub enum Limit {
 
 /// `intake.lua` (transition `reserve`).
 pub async fn reserve(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     req: &IntakeRequest<'_>,
 ) -> Result<IntakeVerdict, DurableError> {
     let keys = vec![
@@ -89,7 +89,7 @@ pub async fn reserve(
         i64::from(req.intake.max_in_flight).into(),
         clamp_i64(req.reservation_ttl_ms).into(),
     ];
-    let answer: Vec<Value> = scripts.intake.call(redis, keys, args).await?;
+    let answer: Vec<Value> = redis.intake(keys, args).await?;
     parse_verdict(&answer)
 }
 
@@ -168,8 +168,7 @@ pub enum Acceptance {
 
 /// `accept.lua`: projects a batch of one application's commands committed under `generation`.
 pub async fn accept(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     generation: i64,
     batch: &[Accepted],
@@ -196,7 +195,7 @@ pub async fn accept(
             a.limit_keys.clone().into(),
         ]);
     }
-    let answer: Vec<Value> = scripts.accept.call(redis, script_keys, args).await?;
+    let answer: Vec<Value> = redis.accept(script_keys, args).await?;
     match answer.first().and_then(Value::as_str).as_deref() {
         Some("NOT_READY") => return Ok(Acceptance::NotReady),
         Some("STALE") => return Ok(Acceptance::Stale),
@@ -225,8 +224,7 @@ pub struct Release<'a> {
 /// `release.lua`: true if this call released the reservation (false: it had already expired,
 /// or the projection is not trusted and a rebuild clears it anyway).
 pub async fn release(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     release: &Release<'_>,
 ) -> Result<bool, DurableError> {
@@ -248,6 +246,6 @@ pub async fn release(
         release.command.into(),
         existing.into(),
     ];
-    let released: Value = scripts.release.call(redis, script_keys, args).await?;
+    let released: Value = redis.release(script_keys, args).await?;
     Ok(released.as_i64() == Some(1))
 }

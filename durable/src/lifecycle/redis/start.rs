@@ -7,7 +7,8 @@ use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
-use crate::projection::{AppKeys, Scripts};
+use crate::projection::AppKeys;
+use crate::projection::Projection;
 
 /// One waiting command whose permits `admit.lua` took, and the attempt it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,8 +42,7 @@ pub struct AdmitLimits {
 
 /// `admit.lua`: starts up to `max_heads` commands, each under a fresh attempt token.
 pub async fn admit(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     limits: AdmitLimits,
 ) -> Result<Admission, DurableError> {
@@ -61,7 +61,7 @@ pub async fn admit(
         i64::from(limits.lookahead.max(1)).into(),
     ];
     args.extend((0..limits.max_heads).map(|_| Value::from(AttemptId::mint().to_string())));
-    let answer: Vec<Value> = scripts.admit.call(redis, script_keys, args).await?;
+    let answer: Vec<Value> = redis.admit(script_keys, args).await?;
     let bad = |detail: &str| DurableError::script("admit.lua", detail.to_string());
     match answer.first().and_then(Value::as_str).as_deref() {
         Some("NOT_READY") => Ok(Admission::NotReady),
@@ -112,17 +112,14 @@ pub struct Holder {
 
 /// `holders.lua`: up to `limit` members of a command's lease zset, oldest expiry first.
 pub async fn holders(
-    redis: &Pool,
-    scripts: &Scripts,
+    redis: &Projection,
     keys: &AppKeys,
     namespace_id: NamespaceId,
     command: &str,
     limit: i64,
 ) -> Result<Vec<Holder>, DurableError> {
-    let answer: Vec<Value> = scripts
-        .holders
-        .call(
-            redis,
+    let answer: Vec<Value> = redis
+        .holders(
             vec![
                 keys.command_leases(namespace_id, command),
                 keys.command_prefix(),

@@ -14,6 +14,7 @@ use super::*;
 async fn redis_limits(stack: &Stack) -> Vec<Option<String>> {
     stack
         .redis
+        .pool()
         .next()
         .hmget(
             stack.keys().meta(),

@@ -63,7 +63,7 @@ struct Traces {
 
 async fn traces(stack: &Stack) -> Traces {
     let ns = stack.creds.namespace_id;
-    let client = stack.redis.next();
+    let client = stack.redis.pool().next();
     Traces {
         counters: stack.counters().await,
         reservations: client
@@ -350,6 +350,7 @@ async fn the_outermost_exhausted_limit_wins() {
     assert_eq!(before.counters.get(&format!("queued:{ns}:claim")), Some(&1));
     let tokens: Option<String> = stack
         .redis
+        .pool()
         .next()
         .hget(stack.keys().intake_bucket(ns, "claim"), "tokens")
         .await

@@ -36,6 +36,7 @@ async fn unfinished_rows(stack: &Stack) -> i64 {
 async fn meta_field(stack: &Stack, field: &str) -> Option<String> {
     stack
         .redis
+        .pool()
         .next()
         .hget(stack.keys().meta(), field)
         .await
@@ -460,6 +461,7 @@ async fn all_succeeded_once(
     );
     let permits: i64 = stack
         .redis
+        .pool()
         .next()
         .zcard(stack.keys().application_leases())
         .await

@@ -29,7 +29,13 @@ impl Stack {
         let target = planned.target;
         let (effective, note) = match planned.kind {
             FaultKind::FlushAll => {
-                let _: () = self.redis.next().flushall(false).await.expect("FLUSHALL");
+                let _: () = self
+                    .redis
+                    .pool()
+                    .next()
+                    .flushall(false)
+                    .await
+                    .expect("FLUSHALL");
                 (shared.now(), String::new())
             }
             FaultKind::RedisRestart => {

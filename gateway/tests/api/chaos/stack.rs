@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use fred::prelude::*;
 use sluice_durable::projection;
 use sluice_durable::tenancy::BootstrapOutput;
 use sluice_gateway::ticket::TicketKeys;
@@ -15,6 +14,7 @@ use uuid::Uuid;
 use super::config::ChaosConfig;
 use super::http::Client;
 use super::processes::{Env, ExecutorProcess, GatewayProcess, run_cli};
+use sluice_durable::projection::Projection;
 
 pub(super) struct Stack {
     pub(super) gateways: Vec<GatewayProcess>,
@@ -22,7 +22,7 @@ pub(super) struct Stack {
     pub(super) creds: BootstrapOutput,
     pub(super) pg: PgPool,
     /// Used only to inject `FLUSHALL`: the checks never read Redis.
-    pub(super) redis: Pool,
+    pub(super) redis: Projection,
     pub(super) redis_server: Option<RedisServer>,
     pub(super) pg_server: Option<PgServer>,
 }

@@ -235,6 +235,7 @@ pub(crate) async fn pool_allocated(stack: &Stack, code: &str) -> i64 {
 pub(crate) async fn held_permits(stack: &Stack, command: &str) -> i64 {
     stack
         .redis
+        .pool()
         .next()
         .zcard(
             stack

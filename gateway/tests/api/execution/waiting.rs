@@ -219,6 +219,7 @@ async fn a_command_that_ends_waiting_keeps_its_status_for_the_retention() {
     assert_eq!(answer.data()["status"], "cancelled");
     let ttl_ms: i64 = stack
         .redis
+        .pool()
         .next()
         .pttl(stack.keys().command(id.parse().expect("uuid")))
         .await

@@ -135,6 +135,7 @@ end
 return 1"#;
     let _: i64 = stack
         .redis
+        .pool()
         .next()
         .eval(
             BACKDATE_IF_ATTEMPT,
@@ -174,7 +175,6 @@ impl Bench {
     ) -> Requeue {
         requeue(
             &self.redis,
-            &self.scripts,
             &self.keys,
             &Requeued {
                 command_id: CommandId::from_uuid(id),
@@ -199,7 +199,6 @@ impl Bench {
     ) -> Mark {
         mark(
             &self.redis,
-            &self.scripts,
             &self.keys,
             CommandId::from_uuid(id),
             attempt,
@@ -257,15 +256,9 @@ async fn late_writes_never_resurrect_an_ended_command() {
         bench.mark(id.as_uuid(), head.attempt, "running").await,
         Mark::Lost
     );
-    let renewed = renew(
-        &bench.redis,
-        &bench.scripts,
-        &bench.keys,
-        &[(id, head.attempt)],
-        60_000,
-    )
-    .await
-    .expect("renew.lua");
+    let renewed = renew(&bench.redis, &bench.keys, &[(id, head.attempt)], 60_000)
+        .await
+        .expect("renew.lua");
     assert_eq!(
         renewed,
         Some(vec![false]),
@@ -277,7 +270,6 @@ async fn late_writes_never_resurrect_an_ended_command() {
     );
     let late = accept(
         &bench.redis,
-        &bench.scripts,
         &bench.keys,
         1,
         &[Accepted {
@@ -352,7 +344,6 @@ async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
     assert_eq!(
         renew(
             &bench.redis,
-            &bench.scripts,
             &bench.keys,
             &[(id, first.attempt), (id, second.attempt)],
             60_000,

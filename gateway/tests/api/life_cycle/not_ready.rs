@@ -41,7 +41,6 @@ impl Bench {
         let budget = budget();
         reserve(
             &self.redis,
-            &self.scripts,
             &IntakeRequest {
                 keys: &self.keys,
                 min_generation: 1,
@@ -89,11 +88,11 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         IntakeVerdict::Reserved { .. }
     ));
 
-    fence(&bench.redis, &bench.scripts, &bench.keys)
+    fence(&bench.redis, &bench.keys)
         .await
         .expect("fence the projection");
     let before = bench.snapshot().await;
-    let (redis, scripts, keys) = (&bench.redis, &bench.scripts, &bench.keys);
+    let (redis, keys) = (&bench.redis, &bench.keys);
     let ns = bench.namespace;
 
     assert_eq!(
@@ -114,7 +113,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         limit_keys: String::new(),
     };
     assert_eq!(
-        accept(redis, scripts, keys, 1, &[committed])
+        accept(redis, keys, 1, &[committed])
             .await
             .expect("accept.lua"),
         Acceptance::NotReady,
@@ -122,7 +121,6 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
     );
     let released = release(
         redis,
-        scripts,
         keys,
         &Release {
             command_id: CommandId::from_uuid(reserved),
@@ -137,14 +135,14 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
     assert!(!released, "release");
     assert_eq!(bench.admission(LIMITS).await, Admission::NotReady, "admit");
     assert_eq!(
-        renew(redis, scripts, keys, &[(started, attempt)], 60_000)
+        renew(redis, keys, &[(started, attempt)], 60_000)
             .await
             .expect("renew.lua"),
         None,
         "renew"
     );
     assert_eq!(
-        holding(redis, scripts, keys, &[(started, attempt)])
+        holding(redis, keys, &[(started, attempt)])
             .await
             .expect("holding.lua"),
         None,
@@ -158,7 +156,6 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         assert_eq!(
             mark(
                 redis,
-                scripts,
                 keys,
                 started,
                 attempt,
@@ -178,9 +175,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         burst: 1_000,
     };
     assert_eq!(
-        retake(redis, scripts, keys, &[bucket])
-            .await
-            .expect("retake.lua"),
+        retake(redis, keys, &[bucket]).await.expect("retake.lua"),
         Retake::NotReady,
         "retake"
     );
@@ -195,9 +190,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         updated_at: "2026-12-01T00:00:02.000Z".into(),
     };
     assert_eq!(
-        requeue(redis, scripts, keys, &back)
-            .await
-            .expect("requeue.lua"),
+        requeue(redis, keys, &back).await.expect("requeue.lua"),
         Requeue::NotReady,
         "requeue"
     );
@@ -213,7 +206,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         retention_ms: 600_000,
     };
     assert_eq!(
-        land(redis, scripts, keys, &end).await.expect("land.lua"),
+        land(redis, keys, &end).await.expect("land.lua"),
         None,
         "land"
     );

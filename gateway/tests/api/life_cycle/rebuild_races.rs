@@ -383,6 +383,7 @@ async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
             .expect("the second command's attempt");
     let projected: (Option<String>, Option<String>) = stack
         .redis
+        .pool()
         .next()
         .hmget(
             AppKeys::new(application).command(CommandId::from_uuid(second_id)),
@@ -444,6 +445,7 @@ async fn a_rebuild_the_gateway_stopped_waiting_for_runs_to_its_end() {
     let opened = eventually(Duration::from_secs(10), || async {
         let meta: (Option<String>, Option<i64>) = stack
             .redis
+            .pool()
             .next()
             .hmget(stack.keys().meta(), vec!["ready", "generation"])
             .await

@@ -92,6 +92,7 @@ async fn the_permit_sweeper_restores_running_permits_and_frees_ended_ones() {
     let soon = chrono::Utc::now().timestamp_millis() + 1_000;
     let _: i64 = stack
         .redis
+        .pool()
         .next()
         .zadd(
             account_lease(&stack),
@@ -106,6 +107,7 @@ async fn the_permit_sweeper_restores_running_permits_and_frees_ended_ones() {
     let restored = eventually(Duration::from_secs(5), || async {
         let score: Option<f64> = stack
             .redis
+            .pool()
             .next()
             .zscore(account_lease(&stack), &first)
             .await

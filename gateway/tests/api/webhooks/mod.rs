@@ -166,6 +166,7 @@ pub async fn holds_limit(stack: &Stack, key: &str, id: &str) -> bool {
     use fred::interfaces::SortedSetsInterface;
     let score: Option<f64> = stack
         .redis
+        .pool()
         .next()
         .zscore(stack.keys().limit_leases(stack.creds.namespace_id, key), id)
         .await

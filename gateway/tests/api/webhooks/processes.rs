@@ -239,7 +239,7 @@ async fn two_executors_keep_account_concurrency_and_provider_rate_at_the_backend
         }
     }
     for lease in &permits {
-        let held: i64 = stack.redis.next().zcard(lease).await.expect("zcard");
+        let held: i64 = stack.redis.pool().next().zcard(lease).await.expect("zcard");
         assert_eq!(held, 0, "{lease}: no permit outlives its command");
     }
     assert!(first.is_running(), "{}", first.log_text());
@@ -374,7 +374,13 @@ async fn a_request_cut_off_by_a_sigkill_is_resent_once_under_the_same_idempotenc
         stack.keys().command_leases(ns, "ocr"),
         stack.keys().limit_leases(ns, "account:p1:a"),
     ] {
-        let held: i64 = stack.redis.next().zcard(&lease).await.expect("zcard");
+        let held: i64 = stack
+            .redis
+            .pool()
+            .next()
+            .zcard(&lease)
+            .await
+            .expect("zcard");
         assert_eq!(held, 0, "{lease}: no permit outlives the command");
     }
     assert!(heir.is_running(), "{}", heir.log_text());
