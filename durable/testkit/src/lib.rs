@@ -7,6 +7,11 @@
 
 use std::sync::OnceLock;
 
+mod poll;
+mod redis_keys;
+
+pub use poll::eventually;
+pub use redis_keys::scan_keys;
 pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer};
 
 /// One redis-server per test binary, started on first use and shared by

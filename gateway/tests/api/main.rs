@@ -1,5 +1,7 @@
 //! Integration tests of the gateway against real Redis and PostgreSQL servers (one binary, so it
-//! builds once; the servers are started once per binary by `sluice_durable::testkit`).
+//! builds once; the servers are started once per binary by `sluice_testkit`). The Lua scripts'
+//! own tests, which need no gateway, are in `durable/tests/lua/`; their fixture is shared with
+//! the life-cycle and status tests here.
 
 mod support;
 
@@ -20,10 +22,8 @@ mod gateway_process;
 mod idempotency;
 mod life_cycle;
 mod logs;
-mod lua_admit;
+#[path = "../../../durable/tests/lua/lua_fixture.rs"]
 mod lua_fixture;
-mod lua_limits;
-mod lua_scripts;
 mod metrics;
 mod openapi;
 mod postgres_outage;

@@ -23,6 +23,7 @@ use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::TicketKeys;
+pub use sluice_testkit::eventually;
 use sluice_testkit::{RedisServer, shared_postgres, shared_redis};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -485,40 +486,9 @@ pub fn key() -> String {
     format!("k-{}", hex::encode(secrets::random_bytes::<8>()))
 }
 
-/// Polls `check` until it is true or `within` passes.
-pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Every Redis key matching `pattern` (SCAN, so it is safe on a busy server).
+/// Every Redis key matching `pattern`.
 pub async fn scan_keys(redis: &Projection, pattern: &str) -> Vec<String> {
-    let client = redis.pool().next();
-    let mut cursor = "0".to_string();
-    let mut found = Vec::new();
-    loop {
-        let (next, page): (String, Vec<String>) = client
-            .scan_page(cursor.as_str(), pattern, Some(1_000), None)
-            .await
-            .expect("scan");
-        found.extend(page);
-        if next == "0" {
-            return found;
-        }
-        cursor = next;
-    }
+    sluice_testkit::scan_keys(redis.pool(), pattern).await
 }
 
 /// A Redis of the test's own (one it may kill), started off the async runtime.

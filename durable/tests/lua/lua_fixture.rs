@@ -2,6 +2,14 @@
 //! `lua_limits`): one application's keys in the shared Redis, opened at generation 1 (as a rebuild
 //! leaves it: ready, and verified in this Redis process), with the `cfg` hash, queues and status
 //! hashes written by the test itself the way the gateway's scripts would leave them.
+//!
+//! Two test crates compile this file (`durable/tests/lua` and, for the life-cycle and status
+//! tests, `gateway/tests/api`), each using part of it.
+
+#![allow(
+    dead_code,
+    reason = "each of the two test crates that include it uses part of it"
+)]
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -306,7 +314,7 @@ impl LuaFixture {
     /// the epoch prelude's own bookkeeping in `meta`: when it last verified the Redis process).
     pub(crate) async fn snapshot(&self) -> Vec<(String, String)> {
         let client = self.redis.pool().next();
-        let mut keys = crate::support::scan_keys(&self.redis, &self.keys.pattern()).await;
+        let mut keys = sluice_testkit::scan_keys(self.redis.pool(), &self.keys.pattern()).await;
         keys.sort();
         let mut out = Vec::new();
         for key in keys {

@@ -331,7 +331,7 @@ async fn expired_reservations_are_given_back() {
     assert!(matches!(verdict, IntakeVerdict::Reserved { .. }));
     assert_eq!(bench.counter("unfinished").await, 1);
     // Wait (bounded) until Redis time has passed the 1 ms expiry; the next call then purges it.
-    let purged = crate::support::eventually(Duration::from_secs(2), || async {
+    let purged = sluice_testkit::eventually(Duration::from_secs(2), || async {
         let (second, verdict) = bench.call(Limits::default(), &field, &digest).await;
         matches!(verdict, IntakeVerdict::Reserved { .. }) && second != first
     })

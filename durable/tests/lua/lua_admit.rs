@@ -11,7 +11,7 @@ use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead};
 use sluice_durable::projection::AppKeys;
 
 use crate::lua_fixture;
-use crate::support::eventually;
+use sluice_testkit::eventually;
 
 /// A long lease: nothing lapses during a test unless it asks for it.
 const LONG_LEASE_MS: u64 = 60_000;
