@@ -214,6 +214,65 @@ impl ScratchDatabase {
     }
 }
 
+/// Runs `rounds` against a tenant of its own on a scratch database: both are created for it and
+/// removed afterwards whatever `rounds` returned, so a failed benchmark leaves neither a database
+/// nor Redis keys behind on shared servers.
+pub async fn with_scratch_tenant<T>(
+    servers: &Servers,
+    pool_size: u32,
+    declaration: &str,
+    rounds: impl AsyncFnOnce(&Tenant) -> Result<T, BoxError>,
+) -> Result<T, BoxError> {
+    let scratch = ScratchDatabase::create(&servers.database_url).await?;
+    let result: Result<T, BoxError> = async {
+        let tenant =
+            Tenant::create(&scratch.url, &servers.redis_url, pool_size, declaration).await?;
+        let result = rounds(&tenant).await;
+        let closed = tenant.close().await;
+        let outcome = result?;
+        closed?;
+        Ok(outcome)
+    }
+    .await;
+    let dropped = scratch.drop_now().await;
+    let outcome = result?;
+    dropped?;
+    Ok(outcome)
+}
+
+/// The PostgreSQL settings a durable figure depends on, printed in a benchmark's header.
+pub struct PostgresSettings {
+    pub version: String,
+    pub fsync: String,
+    pub synchronous_commit: String,
+}
+
+impl PostgresSettings {
+    pub async fn read(pg: &PgPool) -> Result<Self, BoxError> {
+        let (version, fsync, synchronous_commit): (String, String, String) = sqlx::query_as(
+            "SELECT current_setting('server_version'), current_setting('fsync'),
+                    current_setting('synchronous_commit')",
+        )
+        .fetch_one(pg)
+        .await?;
+        Ok(Self {
+            version,
+            fsync,
+            synchronous_commit,
+        })
+    }
+}
+
+impl std::fmt::Display for PostgresSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PostgreSQL {} (fsync={}, synchronous_commit={})",
+            self.version, self.fsync, self.synchronous_commit
+        )
+    }
+}
+
 /// A namespace with a declaration, ready for load.
 pub struct Tenant {
     pub pg: PgPool,

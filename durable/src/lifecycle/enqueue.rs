@@ -19,7 +19,9 @@ use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::{ExistingCommand, GroupCommitter, InsertOutcome, NewCommand, rfc3339};
+use crate::outbox::{
+    ExistingCommand, GroupCommitter, IdempotencyKey, InsertOutcome, NewCommand, rfc3339,
+};
 use crate::projection::AppKeys;
 
 /// Reservations refused by the commit because a rebuild began meanwhile, before the enqueue
@@ -193,10 +195,12 @@ async fn commit(
     let new = NewCommand {
         id: reservation.command_id,
         application_id: intent.application_id,
-        namespace_id: intent.namespace_id,
-        command: intent.decl.code.clone(),
-        subject: intent.subject.to_string(),
-        request_key: intent.request_key.to_string(),
+        key: IdempotencyKey {
+            namespace_id: intent.namespace_id,
+            command: intent.decl.code.clone(),
+            subject: intent.subject.to_string(),
+            request_key: intent.request_key.to_string(),
+        },
         content_sha256: intent.digest,
         input: Value::Object(intent.input.clone()),
         resource_key: intent.resource_key.to_string(),

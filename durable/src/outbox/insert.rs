@@ -12,15 +12,22 @@ use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 
+/// What makes two enqueues the same intent: the unique key of `commands`. A second enqueue with
+/// the same key is a replay (or a conflict when its content differs), never a second command.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
+pub struct IdempotencyKey {
+    pub namespace_id: NamespaceId,
+    pub command: String,
+    pub subject: String,
+    pub request_key: String,
+}
+
 /// A command the gateway has reserved and wants committed.
 #[derive(Debug, Clone)]
 pub struct NewCommand {
     pub id: CommandId,
     pub application_id: ApplicationId,
-    pub namespace_id: NamespaceId,
-    pub command: String,
-    pub subject: String,
-    pub request_key: String,
+    pub key: IdempotencyKey,
     pub content_sha256: [u8; 32],
     pub input: serde_json::Value,
     pub resource_key: String,
@@ -35,7 +42,7 @@ pub struct NewCommand {
 }
 
 /// The row PostgreSQL already holds for a request key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ExistingCommand {
     pub id: CommandId,
     pub content_sha256: Vec<u8>,
@@ -60,17 +67,6 @@ pub enum InsertOutcome {
     Stale,
 }
 
-type Key = (NamespaceId, String, String, String);
-
-fn key_of(c: &NewCommand) -> Key {
-    (
-        c.namespace_id,
-        c.command.clone(),
-        c.subject.clone(),
-        c.request_key.clone(),
-    )
-}
-
 /// Takes, in one statement of its own before the INSERT, the two locks a batch commits under:
 /// each namespace's control lock shared (a pause waits for the batches that began before it,
 /// and the INSERT's snapshot sees every pause that held the lock) and each application's epoch
@@ -79,7 +75,7 @@ fn key_of(c: &NewCommand) -> Key {
 /// takes its locks in the same order, so two batches never wait on each other through a pause
 /// or a rebuild queued between them.
 pub async fn lock_batch(conn: &mut PgConnection, batch: &[NewCommand]) -> Result<(), DurableError> {
-    let mut namespaces: Vec<NamespaceId> = batch.iter().map(|c| c.namespace_id).collect();
+    let mut namespaces: Vec<NamespaceId> = batch.iter().map(|c| c.key.namespace_id).collect();
     namespaces.sort_unstable();
     namespaces.dedup();
     let mut applications: Vec<ApplicationId> = batch.iter().map(|c| c.application_id).collect();
@@ -176,7 +172,7 @@ pub async fn insert_batch(
         .iter()
         .map(|c| match by_id.remove(&c.id) {
             Some(outcome) => outcome,
-            None => match existing.get(&key_of(c)) {
+            None => match existing.get(&c.key) {
                 Some(row) => InsertOutcome::Existing(row.clone()),
                 None if generations.get(&c.application_id) != Some(&c.generation) => {
                     InsertOutcome::Stale
@@ -207,12 +203,12 @@ async fn generations(
 async fn find_existing(
     conn: &mut PgConnection,
     missing: &[&NewCommand],
-) -> Result<HashMap<Key, ExistingCommand>, DurableError> {
-    let namespaces: Vec<NamespaceId> = missing.iter().map(|c| c.namespace_id).collect();
-    let commands: Vec<&str> = missing.iter().map(|c| c.command.as_str()).collect();
-    let subjects: Vec<&str> = missing.iter().map(|c| c.subject.as_str()).collect();
-    let keys: Vec<&str> = missing.iter().map(|c| c.request_key.as_str()).collect();
-    let rows = sqlx::query(
+) -> Result<HashMap<IdempotencyKey, ExistingCommand>, DurableError> {
+    let namespaces: Vec<NamespaceId> = missing.iter().map(|c| c.key.namespace_id).collect();
+    let commands: Vec<&str> = missing.iter().map(|c| c.key.command.as_str()).collect();
+    let subjects: Vec<&str> = missing.iter().map(|c| c.key.subject.as_str()).collect();
+    let keys: Vec<&str> = missing.iter().map(|c| c.key.request_key.as_str()).collect();
+    let rows: Vec<Found> = sqlx::query_as(
         "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
                 c.status, c.accepted_at, c.deadline_at, c.resource_key
            FROM commands c
@@ -226,27 +222,16 @@ async fn find_existing(
     .bind(&keys)
     .fetch_all(&mut *conn)
     .await?;
-    let mut found = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let key: Key = (
-            row.try_get("namespace_id")?,
-            row.try_get("command")?,
-            row.try_get("subject")?,
-            row.try_get("request_key")?,
-        );
-        found.insert(
-            key,
-            ExistingCommand {
-                id: row.try_get("id")?,
-                content_sha256: row.try_get("content_sha256")?,
-                status: row.try_get("status")?,
-                accepted_at: row.try_get("accepted_at")?,
-                deadline_at: row.try_get("deadline_at")?,
-                resource_key: row.try_get("resource_key")?,
-            },
-        );
-    }
-    Ok(found)
+    Ok(rows.into_iter().map(|f| (f.key, f.row)).collect())
+}
+
+/// A row [`find_existing`] found, with the key it was found under.
+#[derive(sqlx::FromRow)]
+struct Found {
+    #[sqlx(flatten)]
+    key: IdempotencyKey,
+    #[sqlx(flatten)]
+    row: ExistingCommand,
 }
 
 /// The batch as column arrays, the shape `unnest` takes.
@@ -272,10 +257,10 @@ impl Columns {
         Self {
             id: batch.iter().map(|c| c.id).collect(),
             application_id: batch.iter().map(|c| c.application_id).collect(),
-            namespace_id: batch.iter().map(|c| c.namespace_id).collect(),
-            command: batch.iter().map(|c| c.command.clone()).collect(),
-            subject: batch.iter().map(|c| c.subject.clone()).collect(),
-            request_key: batch.iter().map(|c| c.request_key.clone()).collect(),
+            namespace_id: batch.iter().map(|c| c.key.namespace_id).collect(),
+            command: batch.iter().map(|c| c.key.command.clone()).collect(),
+            subject: batch.iter().map(|c| c.key.subject.clone()).collect(),
+            request_key: batch.iter().map(|c| c.key.request_key.clone()).collect(),
             content_sha256: batch.iter().map(|c| c.content_sha256.to_vec()).collect(),
             input: batch.iter().map(|c| c.input.clone()).collect(),
             resource_key: batch.iter().map(|c| c.resource_key.clone()).collect(),

@@ -15,7 +15,7 @@ pub mod row;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 pub use group_commit::{GroupCommitConfig, GroupCommitter};
-pub use insert::{ExistingCommand, InsertOutcome, NewCommand};
+pub use insert::{ExistingCommand, IdempotencyKey, InsertOutcome, NewCommand};
 pub use queries::CommandRecord;
 pub use row::CommandRow;
 

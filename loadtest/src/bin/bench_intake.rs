@@ -19,7 +19,7 @@ use hyper::Request;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, CLAIM_DECLARATION, RunningGateway, ScratchDatabase, Servers, Tenant,
+    BoxError, CLAIM_DECLARATION, RunningGateway, Servers, Tenant, with_scratch_tenant,
 };
 use sluice_loadtest::driver::{RunReport, http_client, run};
 
@@ -46,23 +46,13 @@ struct Args {
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     args.servers.check()?;
-    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
-    let result = measure(&args, &scratch.url).await;
-    scratch.drop_now().await?;
-    result
-}
-
-async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
-    let tenant = Tenant::create(
-        database_url,
-        &args.servers.redis_url,
+    with_scratch_tenant(
+        &args.servers,
         args.connections,
         CLAIM_DECLARATION,
+        async |tenant| rounds(&args, tenant).await,
     )
-    .await?;
-    let result = rounds(args, &tenant).await;
-    tenant.close().await?;
-    result
+    .await
 }
 
 async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {

@@ -25,8 +25,8 @@ use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, RoundOptions, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
-    median, open_commands, rates_cell,
+    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, enqueue_waiting,
+    median, open_commands, rates_cell, with_scratch_tenant,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -66,10 +66,13 @@ async fn main() -> Result<(), BoxError> {
     if args.rounds == 0 || args.commands == 0 || args.resources == 0 {
         return Err("--rounds, --commands and --resources must be at least 1".into());
     }
-    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
-    let result = measure(&args, &scratch.url).await;
-    scratch.drop_now().await?;
-    result
+    with_scratch_tenant(
+        &args.servers,
+        args.run.connections,
+        &declaration(&args),
+        async |tenant| rounds(&args, tenant).await,
+    )
+    .await
 }
 
 /// One command and one pool per round (round 0 is the warm-up), identical but for their codes.
@@ -96,26 +99,8 @@ capacity = {capacity}
     toml
 }
 
-async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
-    let tenant = Tenant::create(
-        database_url,
-        &args.servers.redis_url,
-        args.run.connections,
-        &declaration(args),
-    )
-    .await?;
-    let result = rounds(args, &tenant).await;
-    tenant.close().await?;
-    result
-}
-
 async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
-    let (fsync, synchronous_commit, version): (String, String, String) = sqlx::query_as(
-        "SELECT current_setting('fsync'), current_setting('synchronous_commit'),
-                current_setting('server_version')",
-    )
-    .fetch_one(&tenant.pg)
-    .await?;
+    let postgres = PostgresSettings::read(&tenant.pg).await?;
     let gateway = RunningGateway::start(
         tenant,
         GatewayConfig {
@@ -126,8 +111,7 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
     .await?;
     println!(
         "quota benchmark: {} commands per round over {} resources, pool capacity {}, batch size {}, \
-         {} parallel batches, {} rounds per mode; PostgreSQL {version} (fsync={fsync}, \
-         synchronous_commit={synchronous_commit})",
+         {} parallel batches, {} rounds per mode; {postgres}",
         args.commands,
         args.resources,
         args.capacity,

@@ -33,7 +33,7 @@ use sluice_durable::projection::{self, AppKeys};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheStats, ReadCall};
 use sluice_loadtest::bench_stack::{
-    BoxError, RunningGateway, ScratchDatabase, Servers, Tenant, median, rates_cell,
+    BoxError, RunningGateway, Servers, Tenant, median, rates_cell, with_scratch_tenant,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
@@ -84,26 +84,13 @@ async fn main() -> Result<(), BoxError> {
     if args.rounds == 0 || args.concurrency == 0 || args.redis_pool == 0 || args.seconds <= 0.0 {
         return Err("--rounds, --concurrency, --redis-pool and --seconds must be positive".into());
     }
-    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
-    let result = measure(&args, &scratch.url).await;
-    scratch.drop_now().await?;
-    result
-}
-
-async fn measure(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let origin_calls = Arc::new(AtomicU64::new(0));
     let floor = Arc::new(OnceLock::new());
     let origin = start_origin(origin_calls.clone(), floor.clone()).await?;
-    let tenant = Tenant::create(
-        database_url,
-        &args.servers.redis_url,
-        8,
-        &declaration(origin),
-    )
-    .await?;
-    let result = rounds(args, &tenant, origin, &origin_calls, &floor).await;
-    tenant.close().await?;
-    result
+    with_scratch_tenant(&args.servers, 8, &declaration(origin), async |tenant| {
+        rounds(&args, tenant, origin, &origin_calls, &floor).await
+    })
+    .await
 }
 
 /// The origin: `/offers/…` answers [`ORIGIN_BODY`] and is counted; any other path (the HTTP

@@ -29,7 +29,8 @@ use sluice_durable::projection::AppKeys;
 use sluice_durable::status;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, CLAIM_DECLARATION, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
+    BoxError, CLAIM_DECLARATION, RunningGateway, Servers, Tenant, enqueue_waiting,
+    with_scratch_tenant,
 };
 use sluice_loadtest::driver::http_client;
 
@@ -74,18 +75,10 @@ async fn main() -> Result<(), BoxError> {
                 .into(),
         );
     }
-    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
-    let result = measure(&args, &scratch.url, history).await;
-    scratch.drop_now().await?;
-    result
-}
-
-async fn measure(args: &Args, database_url: &str, history: i64) -> Result<(), BoxError> {
-    let tenant =
-        Tenant::create(database_url, &args.servers.redis_url, 16, CLAIM_DECLARATION).await?;
-    let result = rounds(args, &tenant, history).await;
-    tenant.close().await?;
-    result
+    with_scratch_tenant(&args.servers, 16, CLAIM_DECLARATION, async |tenant| {
+        rounds(&args, tenant, history).await
+    })
+    .await
 }
 
 /// Inserts `n` rows numbered from `from`, `status` and `finished` chosen per row by SQL

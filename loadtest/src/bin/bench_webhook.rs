@@ -56,8 +56,8 @@ use sluice_durable::executor::Executor;
 use sluice_durable::executor::webhook::sign;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, RoundOptions, RunningGateway, ScratchDatabase, Servers, Tenant, enqueue_waiting,
-    median, open_commands, rates_cell,
+    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, enqueue_waiting,
+    median, open_commands, rates_cell, with_scratch_tenant,
 };
 use sluice_loadtest::driver::{http_client, run};
 use sluice_loadtest::servers::signature_valid;
@@ -123,10 +123,13 @@ async fn main() -> Result<(), BoxError> {
         return Err(format!("--in-flight must be at most {OPEN_IN_FLIGHT}").into());
     }
     let backend = Backend::start().await?;
-    let scratch = ScratchDatabase::create(&args.servers.database_url).await?;
-    let result = measure(&args, &scratch.url, &backend).await;
-    scratch.drop_now().await?;
-    result
+    with_scratch_tenant(
+        &args.servers,
+        args.run.connections,
+        &declaration(&args, &backend.url),
+        async |tenant| rounds(&args, tenant, &backend).await,
+    )
+    .await
 }
 
 /// One webhook command per sluice round (round 0 is the warm-up), identical but for their
@@ -152,37 +155,18 @@ limits = [ {{ key = "provider:{{provider}}", per_second = {OPEN_RATE} }}, {{ key
     toml
 }
 
-async fn measure(args: &Args, database_url: &str, backend: &Backend) -> Result<(), BoxError> {
-    let tenant = Tenant::create(
-        database_url,
-        &args.servers.redis_url,
-        args.run.connections,
-        &declaration(args, &backend.url),
-    )
-    .await?;
-    let result = rounds(args, &tenant, backend).await;
-    tenant.close().await?;
-    result
-}
-
 async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), BoxError> {
     backend
         .state
         .secret
         .set(tenant.creds.webhook_secret.clone())
         .map_err(|_| "the backend's secret was already set")?;
-    let (fsync, synchronous_commit, version): (String, String, String) = sqlx::query_as(
-        "SELECT current_setting('fsync'), current_setting('synchronous_commit'),
-                current_setting('server_version')",
-    )
-    .fetch_one(&tenant.pg)
-    .await?;
+    let postgres = PostgresSettings::read(&tenant.pg).await?;
     let gateway = RunningGateway::start(tenant, GatewayConfig::default()).await?;
     println!(
         "webhook benchmark: {} commands per round over {} accounts of {} providers, \
          admission max_in_flight {} (= direct concurrency), batch size {}, {} parallel batches, \
-         {} rounds per mode; PostgreSQL {version} (fsync={fsync}, \
-         synchronous_commit={synchronous_commit})",
+         {} rounds per mode; {postgres}",
         args.commands,
         args.accounts,
         args.providers,
