@@ -1,7 +1,6 @@
 //! The `sluice` command line: thin wrappers that parse, connect and call the libraries.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,10 +10,10 @@ use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, projection};
 use tokio_util::sync::CancellationToken;
 
-use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::executor::Executor;
 use sluice_durable::ids::ApplicationId;
 
-use crate::config::GatewayConfig;
+use crate::settings::{Flag, Settings, SettingsError};
 use crate::state::Gateway;
 use crate::ticket::TicketKeys;
 
@@ -35,7 +34,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply the PostgreSQL migrations (idempotent).
-    Migrate(Database),
+    Migrate(ConfigArgs),
     /// Create (or join) an application and a namespace with a credential; writes FILE (0600).
     Bootstrap(BootstrapArgs),
     /// Apply a TOML declaration to the credential's namespace as a new revision.
@@ -52,35 +51,57 @@ pub enum Command {
     SubjectKey(SubjectKeyCommand),
     /// Rebuild an application's Redis projection from PostgreSQL.
     Rebuild(RebuildArgs),
+    /// Print the effective settings as TOML (defaults, file, environment and flags applied; the
+    /// ticket keys not shown).
+    Config(ConfigArgs),
     /// Print a fresh ticket signing key spec for SLUICE_TICKET_KEYS.
     Keygen,
 }
 
+/// Where the settings come from (see [`crate::settings`]): every command that connects takes
+/// these.
 #[derive(Debug, Clone, Args)]
-pub struct Database {
-    #[arg(
-        long,
-        env = "SLUICE_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/sluice"
-    )]
-    pub database_url: String,
+pub struct ConfigArgs {
+    /// A TOML file of settings (docs/configuration.md); the environment and flags override it.
+    #[arg(long, env = "SLUICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// PostgreSQL (`database_url`, `SLUICE_DATABASE_URL`).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Redis (`redis_url`, `SLUICE_REDIS_URL`): a `redis://` URL, or cluster nodes separated by
+    /// commas.
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// One setting as `PATH=VALUE` (for example `executor.lease_ms=1500`); repeatable, applied
+    /// after the file, the environment and the other flags.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct Redis {
-    /// A `redis://` URL, or a comma-separated list of cluster nodes.
-    #[arg(
-        long,
-        env = "SLUICE_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
+impl ConfigArgs {
+    /// The settings, with `flags` (a command's own) above the environment.
+    pub fn load(&self, flags: Vec<Flag>) -> Result<Settings, SettingsError> {
+        let mut all = vec![
+            Flag {
+                path: "database_url",
+                name: "database-url",
+                value: self.database_url.clone(),
+            },
+            Flag {
+                path: "redis_url",
+                name: "redis-url",
+                value: self.redis_url.clone(),
+            },
+        ];
+        all.extend(flags);
+        Settings::load(self.config.as_deref(), std::env::vars(), &all, &self.set)
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct BootstrapArgs {
     #[command(flatten)]
-    pub database: Database,
+    pub settings: ConfigArgs,
     #[arg(long)]
     pub application: String,
     #[arg(long)]
@@ -101,7 +122,7 @@ pub struct BootstrapArgs {
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     #[command(flatten)]
-    pub database: Database,
+    pub settings: ConfigArgs,
     /// The credentials file written by `sluice bootstrap`.
     #[arg(long)]
     pub credentials: PathBuf,
@@ -113,100 +134,80 @@ pub struct ApplyArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub database: Database,
-    #[command(flatten)]
-    pub redis: Redis,
-    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
-    /// Ticket signing keys, `kid:secret,kid:secret` (the first signs; all verify).
-    #[arg(long, env = "SLUICE_TICKET_KEYS", hide_env_values = true)]
+    pub settings: ConfigArgs,
+    /// The gateway's address (`listen`).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Ticket signing keys (`ticket_keys`), `kid:secret,kid:secret`: the first signs; all verify.
+    #[arg(long)]
     pub ticket_keys: Option<String>,
-    /// Commands per group-commit transaction at most (1 = one transaction per request).
-    #[arg(long, env = "SLUICE_GROUP_COMMIT_MAX_BATCH", default_value_t = 256)]
-    pub group_commit_max_batch: usize,
-    /// Concurrent group-commit transactions.
-    #[arg(long, env = "SLUICE_GROUP_COMMIT_COMMITTERS", default_value_t = 4)]
-    pub group_commit_committers: usize,
-    #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
-    pub pg_pool_size: u32,
-    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
-    pub redis_pool_size: usize,
-    /// Ticket polls and look-ups answered from PostgreSQL when Redis cannot answer, per second
-    /// per process at most (the rest get `503` with `Retry-After`).
-    #[arg(long, env = "SLUICE_FALLBACK_PER_SECOND", default_value_t = 4)]
-    pub fallback_per_second: u32,
-    /// Such PostgreSQL look-ups in progress at once, per process at most.
-    #[arg(long, env = "SLUICE_FALLBACK_CONCURRENCY", default_value_t = 4)]
-    pub fallback_concurrency: usize,
-    /// Calls to read origins in progress at once in this process, at most.
-    #[arg(long, env = "SLUICE_ORIGIN_PER_PROCESS", default_value_t = 2)]
-    pub origin_per_process: usize,
-    /// Calls to read origins in progress at once per application, across every gateway.
-    #[arg(long, env = "SLUICE_ORIGIN_PER_APPLICATION", default_value_t = 2)]
-    pub origin_per_application: i64,
+    /// PostgreSQL connections (`pg_pool_size`).
+    #[arg(long)]
+    pub pg_pool_size: Option<String>,
+    /// Redis connections (`redis_pool_size`).
+    #[arg(long)]
+    pub redis_pool_size: Option<String>,
+}
+
+impl ServeArgs {
+    fn load(&self) -> Result<Settings, SettingsError> {
+        self.settings.load(vec![
+            flag("listen", "listen", &self.listen),
+            flag("ticket_keys", "ticket-keys", &self.ticket_keys),
+            flag("pg_pool_size", "pg-pool-size", &self.pg_pool_size),
+            flag("redis_pool_size", "redis-pool-size", &self.redis_pool_size),
+        ])
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct ExecuteArgs {
     #[command(flatten)]
-    pub database: Database,
-    #[command(flatten)]
-    pub redis: Redis,
-    /// Heads admitted per batch.
-    #[arg(long, env = "SLUICE_EXECUTOR_BATCH_SIZE", default_value_t = 64)]
-    pub batch_size: u32,
-    /// Batches handled at once.
-    #[arg(long, env = "SLUICE_EXECUTOR_PARALLEL_BATCHES", default_value_t = 4)]
-    pub parallel_batches: usize,
-    /// Permit and row lease, renewed every third of it while a handler works.
-    #[arg(long, env = "SLUICE_EXECUTOR_LEASE_MS", default_value_t = 30_000)]
-    pub lease_ms: u64,
-    /// Wake-up when no NOTIFY arrives.
-    #[arg(long, env = "SLUICE_EXECUTOR_TICK_MS", default_value_t = 100)]
-    pub tick_ms: u64,
-    /// How long terminal commands are kept.
-    #[arg(long, env = "SLUICE_RETENTION_SECONDS", default_value_t = 7 * 86_400)]
-    pub retention_seconds: i64,
-    /// Commands of one queue looked at when its head waits only on its own limit keys.
-    #[arg(long, env = "SLUICE_EXECUTOR_LOOKAHEAD", default_value_t = 16)]
-    pub lookahead: u32,
-    /// First webhook retry delay; doubles per attempt, with jitter, up to the maximum.
-    #[arg(long, env = "SLUICE_WEBHOOK_RETRY_BASE_MS", default_value_t = 500)]
-    pub retry_base_ms: u64,
-    #[arg(long, env = "SLUICE_WEBHOOK_RETRY_MAX_MS", default_value_t = 30_000)]
-    pub retry_max_ms: u64,
-    #[arg(long, env = "SLUICE_PG_POOL_SIZE", default_value_t = 16)]
-    pub pg_pool_size: u32,
-    /// Serve `GET /metrics` (Prometheus text) and `GET /healthz` on this address; off unless
-    /// set (the executor serves no HTTP otherwise).
-    #[arg(long, env = "SLUICE_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    pub settings: ConfigArgs,
+    /// Permit and row lease (`executor.lease_ms`), renewed every third of it.
+    #[arg(long)]
+    pub lease_ms: Option<String>,
+    /// Wake-up when no NOTIFY arrives (`executor.tick_ms`).
+    #[arg(long)]
+    pub tick_ms: Option<String>,
+    /// PostgreSQL connections (`pg_pool_size`).
+    #[arg(long)]
+    pub pg_pool_size: Option<String>,
+    /// Redis connections (`redis_pool_size`).
+    #[arg(long)]
+    pub redis_pool_size: Option<String>,
+    /// Serve `GET /metrics` and `GET /healthz` here (`metrics_listen`); off unless set.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
 }
 
 impl ExecuteArgs {
-    pub fn config(&self) -> ExecutorConfig {
-        ExecutorConfig {
-            batch_size: self.batch_size,
-            parallel_batches: self.parallel_batches,
-            lease_ms: self.lease_ms,
-            tick_ms: self.tick_ms,
-            retention_seconds: self.retention_seconds,
-            lookahead: self.lookahead,
-            retry_base_ms: self.retry_base_ms,
-            retry_max_ms: self.retry_max_ms,
-            ..ExecutorConfig::default()
-        }
+    fn load(&self) -> Result<Settings, SettingsError> {
+        self.settings.load(vec![
+            flag("executor.lease_ms", "lease-ms", &self.lease_ms),
+            flag("executor.tick_ms", "tick-ms", &self.tick_ms),
+            flag("pg_pool_size", "pg-pool-size", &self.pg_pool_size),
+            flag("redis_pool_size", "redis-pool-size", &self.redis_pool_size),
+            flag("metrics_listen", "metrics-listen", &self.metrics_listen),
+        ])
+    }
+}
+
+fn flag(path: &'static str, name: &'static str, value: &Option<String>) -> Flag {
+    Flag {
+        path,
+        name,
+        value: value.clone(),
     }
 }
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
     #[command(flatten)]
-    pub database: Database,
-    #[command(flatten)]
-    pub redis: Redis,
-    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    pub settings: ConfigArgs,
+    /// The gateway's address (`listen`).
+    #[arg(long)]
+    pub listen: Option<String>,
     /// Where the credentials file is written.
     #[arg(long, default_value = ".sluice-dev")]
     pub dir: PathBuf,
@@ -228,7 +229,7 @@ pub enum SubjectKeyCommand {
 #[derive(Debug, Args)]
 pub struct SubjectKeyArgs {
     #[command(flatten)]
-    pub database: Database,
+    pub settings: ConfigArgs,
     /// The credentials file written by `sluice bootstrap` (needs `declarations:manage`).
     #[arg(long)]
     pub credentials: PathBuf,
@@ -237,9 +238,7 @@ pub struct SubjectKeyArgs {
 #[derive(Debug, Args)]
 pub struct RebuildArgs {
     #[command(flatten)]
-    pub database: Database,
-    #[command(flatten)]
-    pub redis: Redis,
+    pub settings: ConfigArgs,
     #[arg(long)]
     pub application_id: ApplicationId,
 }
@@ -248,8 +247,8 @@ pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 pub async fn run(cli: Cli) -> CliResult {
     match cli.command {
-        Command::Migrate(database) => {
-            let pg = db::connect(&database.database_url, 2).await?;
+        Command::Migrate(config) => {
+            let pg = db::connect(&config.load(vec![])?.database_url, 2).await?;
             db::run_migrations(&pg).await?;
             println!("migrations applied");
             Ok(())
@@ -260,9 +259,14 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Execute(args) => execute(args).await,
         Command::Dev(args) => crate::dev::run(args).await,
         Command::SubjectKey(command) => subject_key(command).await,
+        Command::Config(config) => {
+            print!("{}", config.load(vec![])?.to_redacted_toml()?);
+            Ok(())
+        }
         Command::Rebuild(args) => {
-            let pg = db::connect(&args.database.database_url, 2).await?;
-            let redis = projection::connect_redis(&args.redis.redis_url, 1).await?;
+            let settings = args.settings.load(vec![])?;
+            let pg = db::connect(&settings.database_url, 2).await?;
+            let redis = projection::connect_redis(&settings.redis_url, 1).await?;
             let report = projection::rebuild::rebuild(&pg, &redis, args.application_id).await?;
             println!(
                 "rebuilt application {} at generation {}: {} unfinished, {} waiting",
@@ -279,7 +283,7 @@ pub async fn run(cli: Cli) -> CliResult {
 }
 
 async fn bootstrap(args: BootstrapArgs) -> CliResult {
-    let pg = db::connect(&args.database.database_url, 2).await?;
+    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
     let output = tenancy::bootstrap(
         &pg,
         &BootstrapRequest {
@@ -348,7 +352,7 @@ async fn subject_key(command: SubjectKeyCommand) -> CliResult {
         SubjectKeyCommand::Create(args) => (args, None),
         SubjectKeyCommand::Revoke { key, kid } => (key, Some(kid.as_str())),
     };
-    let pg = db::connect(&args.database.database_url, 2).await?;
+    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
     let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let actor = format!("credential:{}", record.id);
     match kid {
@@ -367,7 +371,7 @@ async fn subject_key(command: SubjectKeyCommand) -> CliResult {
 async fn apply(args: ApplyArgs) -> CliResult {
     let source = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let pg = db::connect(&args.database.database_url, 2).await?;
+    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
     let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let revision = tenancy::apply_declaration(
         &pg,
@@ -382,26 +386,19 @@ async fn apply(args: ApplyArgs) -> CliResult {
 }
 
 async fn serve(args: ServeArgs) -> CliResult {
-    let spec = args.ticket_keys.ok_or(
+    let settings = args.load()?;
+    let spec = settings.ticket_keys.as_deref().ok_or(
         "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
     )?;
-    let tickets = TicketKeys::parse(&spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
-    let mut config = GatewayConfig::default();
-    config.group_commit.max_batch = args.group_commit_max_batch;
-    config.group_commit.committers = args.group_commit_committers;
-    config.fallback_per_second = args.fallback_per_second;
-    config.fallback_concurrency = args.fallback_concurrency;
-    config.cache.origin_per_process = args.origin_per_process;
-    config.cache.origin_per_application = args.origin_per_application;
-    config.validate()?;
-    let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
-    let redis = projection::connect_redis(&args.redis.redis_url, args.redis_pool_size).await?;
+    let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
+    let pg = db::connect(&settings.database_url, settings.pg_pool_size).await?;
+    let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
-    let listener = crate::server::bind(args.listen)?;
-    let gateway = Arc::new(Gateway::new(pg, redis, tickets, config));
+    let listener = crate::server::bind(settings.listen)?;
+    let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
-    tracing::info!(listen = %args.listen, "gateway serving");
+    tracing::info!(listen = %settings.listen, "gateway serving");
     crate::server::run(listener, gateway.clone(), shutdown).await;
     crate::server::flush_committer(&gateway).await;
     tracing::info!("gateway stopped");
@@ -409,13 +406,12 @@ async fn serve(args: ServeArgs) -> CliResult {
 }
 
 async fn execute(args: ExecuteArgs) -> CliResult {
-    let config = args.config();
-    config.validate()?;
-    let pg = db::connect(&args.database.database_url, args.pg_pool_size).await?;
-    let redis = projection::connect_redis(&args.redis.redis_url, 4).await?;
+    let settings = args.load()?;
+    let pg = db::connect(&settings.database_url, settings.pg_pool_size).await?;
+    let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
     // Bound before the executor starts, so a taken address fails the start, not a scrape later.
-    let metrics = match args.metrics_listen {
+    let metrics = match settings.metrics_listen {
         Some(address) => Some((tokio::net::TcpListener::bind(address).await?, address)),
         None => None,
     };
@@ -425,7 +421,9 @@ async fn execute(args: ExecuteArgs) -> CliResult {
         tracing::info!(listen = %address, "executor metrics serving");
         tokio::spawn(crate::metrics_server::serve(listener, shutdown.clone()))
     });
-    Executor::new(pg, redis, config).run(shutdown).await;
+    Executor::new(pg, redis, settings.executor_config())
+        .run(shutdown)
+        .await;
     if let Some(server) = metrics {
         let _ = server.await;
     }

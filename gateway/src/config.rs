@@ -1,9 +1,11 @@
 //! Gateway settings: one struct with units in the field names and defaults that suit a single
-//! machine. The CLI fills it from flags and the environment; tests build it directly.
+//! machine. It is the `[gateway]` table of the configuration ([`crate::settings`]); tests build
+//! it directly.
 
 use sluice_durable::outbox::GroupCommitConfig;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Request bodies above this are `413 PAYLOAD_TOO_LARGE`.
     pub max_body_bytes: usize,
@@ -21,7 +23,9 @@ pub struct GatewayConfig {
     /// How long namespace configuration and credentials are cached. Applies, revocations and
     /// new keys take effect within this time.
     pub config_cache_ttl_ms: u64,
-    /// Tickets stay valid this long after the command's deadline.
+    /// Tickets stay valid this long after the command's deadline: as long as the executor keeps
+    /// the row, so both follow the configuration's one `retention_seconds`.
+    #[serde(skip)]
     pub ticket_retention_seconds: i64,
     /// Ticket polls and result look-ups that fall back to PostgreSQL (Redis down or the command
     /// not projected): at most this many per second per process...
@@ -42,7 +46,7 @@ impl Default for GatewayConfig {
             replay_wait_ms: 5_000,
             rebuild_wait_ms: 3_000,
             config_cache_ttl_ms: 1_000,
-            ticket_retention_seconds: 7 * 86_400,
+            ticket_retention_seconds: sluice_durable::outbox::DEFAULT_RETENTION_SECONDS,
             fallback_per_second: 4,
             fallback_concurrency: 4,
             group_commit: GroupCommitConfig::default(),

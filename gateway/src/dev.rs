@@ -7,14 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::executor::Executor;
 use sluice_durable::tenancy::{self, BootstrapRequest};
 use sluice_durable::{db, projection};
 use sluice_servers::{PgServer, RedisServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{CliResult, DevArgs, read_credentials, watch_signals};
-use crate::config::GatewayConfig;
+use crate::settings::Flag;
 use crate::state::Gateway;
 use crate::ticket::TicketKeys;
 
@@ -22,11 +22,16 @@ use crate::ticket::TicketKeys;
 pub const DEMO_DECLARATION: &str = include_str!("../../deploy/demo.toml");
 
 pub async fn run(args: DevArgs) -> CliResult {
+    let settings = args.settings.load(vec![Flag {
+        path: "listen",
+        name: "listen",
+        value: args.listen.clone(),
+    }])?;
     let mut _servers: (Option<RedisServer>, Option<PgServer>) = (None, None);
-    let redis_url = match projection::connect_redis(&args.redis.redis_url, 1).await {
-        Ok(_) => args.redis.redis_url.clone(),
+    let redis_url = match projection::connect_redis(&settings.redis_url, 1).await {
+        Ok(_) => settings.redis_url.clone(),
         Err(_) => {
-            println!("no Redis at {}: starting one", args.redis.redis_url);
+            println!("no Redis at {}: starting one", settings.redis_url);
             let server = tokio::task::spawn_blocking(RedisServer::start).await?;
             let url = server.url();
             _servers.0 = Some(server);
@@ -35,16 +40,13 @@ pub async fn run(args: DevArgs) -> CliResult {
     };
     let database_url = match tokio::time::timeout(
         Duration::from_secs(3),
-        db::connect(&args.database.database_url, 1),
+        db::connect(&settings.database_url, 1),
     )
     .await
     {
-        Ok(Ok(_)) => args.database.database_url.clone(),
+        Ok(Ok(_)) => settings.database_url.clone(),
         _ => {
-            println!(
-                "no PostgreSQL at {}: starting one",
-                args.database.database_url
-            );
+            println!("no PostgreSQL at {}: starting one", settings.database_url);
             let server = tokio::task::spawn_blocking(PgServer::start).await?;
             let url = server.fresh_database().await;
             _servers.1 = Some(server);
@@ -88,21 +90,21 @@ pub async fn run(args: DevArgs) -> CliResult {
     // Ready before the port opens: the first enqueue must not find the projection missing.
     sluice_durable::projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
 
-    let tickets = match std::env::var("SLUICE_TICKET_KEYS") {
-        Ok(spec) => TicketKeys::parse(&spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,
-        Err(_) => TicketKeys::generate().1,
+    let tickets = match &settings.ticket_keys {
+        Some(spec) => TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,
+        None => TicketKeys::generate().1,
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
-    let executor = Executor::new(pg.clone(), redis.clone(), ExecutorConfig::default());
+    let executor = Executor::new(pg.clone(), redis.clone(), settings.executor_config());
     let executor_task = tokio::spawn(executor.run(shutdown.clone()));
-    let listener = crate::server::bind(args.listen)?;
-    let gateway = Arc::new(Gateway::new(pg, redis, tickets, GatewayConfig::default()));
+    let listener = crate::server::bind(settings.listen)?;
+    let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
     println!(
         "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{}/metrics\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
-        args.listen,
-        args.listen,
-        args.listen,
+        settings.listen,
+        settings.listen,
+        settings.listen,
         path.display(),
         creds.namespace
     );

@@ -34,6 +34,7 @@ pub mod reads;
 pub mod response;
 pub mod router;
 pub mod server;
+pub mod settings;
 pub mod state;
 pub mod strict_json;
 pub mod subject_token;

@@ -1,6 +1,7 @@
 //! Executor settings, with units in the names.
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ExecutorConfig {
     /// Heads taken by one `admit.lua` call.
     pub batch_size: u32,
@@ -15,7 +16,9 @@ pub struct ExecutorConfig {
     pub tick_ms: u64,
     /// How often the sweepers run.
     pub sweep_interval_ms: u64,
-    /// How long terminal commands are kept before pruning.
+    /// How long terminal commands are kept before pruning. Not a setting of its own: the
+    /// configuration's one `retention_seconds` sets it and the tickets' validity together.
+    #[serde(skip)]
     pub retention_seconds: i64,
     /// How often declarations are re-read into the admission specs.
     pub catalog_refresh_ms: u64,
@@ -44,7 +47,7 @@ impl Default for ExecutorConfig {
             lease_ms: 30_000,
             tick_ms: 100,
             sweep_interval_ms: 1_000,
-            retention_seconds: 7 * 86_400,
+            retention_seconds: crate::outbox::DEFAULT_RETENTION_SECONDS,
             catalog_refresh_ms: 2_000,
             batch_quota: true,
             lookahead: 16,

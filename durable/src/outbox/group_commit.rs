@@ -23,7 +23,8 @@ use crate::DurableError;
 /// The channel the executor listens on; a hint only, never needed for correctness.
 pub const OUTBOX_CHANNEL: &str = "sluice_outbox";
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct GroupCommitConfig {
     /// Commands per transaction at most. 1 means one transaction per request (the baseline).
     pub max_batch: usize,

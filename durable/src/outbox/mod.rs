@@ -19,6 +19,10 @@ pub use insert::{ExistingCommand, IdempotencyKey, InsertOutcome, NewCommand};
 pub use queries::CommandRecord;
 pub use row::CommandRow;
 
+/// How long a finished command is kept (and its ticket stays valid) unless configured: a week,
+/// long enough for a person to come back to a receipt.
+pub const DEFAULT_RETENTION_SECONDS: i64 = 7 * 86_400;
+
 /// Times in the API are RFC 3339 UTC with milliseconds.
 pub fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)

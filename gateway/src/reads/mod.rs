@@ -41,8 +41,9 @@ use crate::error::ApiError;
 use origin::{Fetched, OriginClient};
 use sluice_durable::projection::Projection;
 
-/// Cache settings of a gateway (flags of `sluice serve`).
-#[derive(Debug, Clone)]
+/// Settings of a gateway's read-through cache (`[gateway.cache]`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// L1 entries at most.
     pub l1_entries: u64,

@@ -359,8 +359,8 @@ async fn two_thousand_cold_reads_through_two_gateways_cost_one_origin_call() {
     // Budgets that would let every reader's gateway call the origin: only the fill lease and
     // single flight keep it to one call.
     let budgets = [
-        ("SLUICE_ORIGIN_PER_PROCESS", "8"),
-        ("SLUICE_ORIGIN_PER_APPLICATION", "8"),
+        ("SLUICE_GATEWAY_CACHE_ORIGIN_PER_PROCESS", "8"),
+        ("SLUICE_GATEWAY_CACHE_ORIGIN_PER_APPLICATION", "8"),
     ];
     let (a, b) = tokio::join!(
         GatewayProcess::start_with(&stack, dir.path(), "a", &budgets),

@@ -277,8 +277,8 @@ async fn sigterm_commits_the_jobs_of_callers_that_went_away() {
     let stack = Stack::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let env = [
-        ("SLUICE_GROUP_COMMIT_MAX_BATCH", "1"),
-        ("SLUICE_GROUP_COMMIT_COMMITTERS", "12"),
+        ("SLUICE_GATEWAY_GROUP_COMMIT_MAX_BATCH", "1"),
+        ("SLUICE_GATEWAY_GROUP_COMMIT_COMMITTERS", "12"),
     ];
     let mut gateway = GatewayProcess::start_with(&stack, dir.path(), "flushed", &env).await;
     let addr = gateway.addr();

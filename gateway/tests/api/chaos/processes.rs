@@ -296,8 +296,8 @@ impl ExecutorProcess {
                 "8",
             ],
             &[
-                ("SLUICE_WEBHOOK_RETRY_BASE_MS", "100"),
-                ("SLUICE_WEBHOOK_RETRY_MAX_MS", "2000"),
+                ("SLUICE_EXECUTOR_RETRY_BASE_MS", "100"),
+                ("SLUICE_EXECUTOR_RETRY_MAX_MS", "2000"),
             ],
             log,
         );
