@@ -64,4 +64,8 @@ export SLUICE_CHAOS_SEED="$seed"
 if [ -n "$minutes" ]; then
   export SLUICE_CHAOS_MINUTES="$minutes"
 fi
+# The run is the `api` test binary in release: it needs the fault-injection points, which no
+# shipped binary has, so Sluice's own two crates are built again with them; every dependency is
+# the same build as deploy/lib.sh's build_release (the features unify alike), so after
+# deploy/local.sh or loadtest/bench.sh this compiles only those two crates.
 cargo test --release --locked -p sluice-gateway --test api chaos::table -- --ignored --nocapture
