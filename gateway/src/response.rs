@@ -5,7 +5,8 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 
@@ -16,31 +17,54 @@ pub fn new_request_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// The envelope of a success.
+#[derive(Serialize)]
+struct Success<'a> {
+    request_id: &'a str,
+    data: &'a Value,
+}
+
+/// The envelope of a refusal, and the error it carries (API.md, Errors).
+#[derive(Serialize)]
+struct Failure<'a> {
+    request_id: &'a str,
+    error: ErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: &'a str,
+    retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a Map<String, Value>>,
+}
+
 pub fn success(request_id: &str, status: StatusCode, data: Value) -> HttpResponse {
     json_response(
         request_id,
         status,
-        &json!({ "request_id": request_id, "data": data }),
+        &Success {
+            request_id,
+            data: &data,
+        },
     )
 }
 
 pub fn failure(request_id: &str, error: &ApiError) -> HttpResponse {
-    let mut body = json!({
-        "code": error.code.as_str(),
-        "message": error.message,
-        "retryable": error.code.retryable(),
-    });
-    if let Some(ms) = error.retry_after_ms {
-        body["retry_after_ms"] = json!(ms);
-    }
-    if let Some(details) = &error.details {
-        body["details"] = Value::Object(details.clone());
-    }
-    let mut response = json_response(
+    let body = Failure {
         request_id,
-        error.code.status(),
-        &json!({ "request_id": request_id, "error": body }),
-    );
+        error: ErrorBody {
+            code: error.code.as_str(),
+            message: &error.message,
+            retryable: error.code.retryable(),
+            retry_after_ms: error.retry_after_ms,
+            details: error.details.as_ref(),
+        },
+    };
+    let mut response = json_response(request_id, error.code.status(), &body);
     if let Some(ms) = error.retry_after_ms {
         // Retry-After is in whole seconds: round up so a client never retries too early.
         let seconds = ms.div_ceil(1_000).max(1);
@@ -51,8 +75,14 @@ pub fn failure(request_id: &str, error: &ApiError) -> HttpResponse {
     response
 }
 
-fn json_response(request_id: &str, status: StatusCode, body: &Value) -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+fn json_response(request_id: &str, status: StatusCode, body: &impl Serialize) -> HttpResponse {
+    // The envelopes hold only string keys and plain values: encoding cannot fail. Were it to,
+    // the caller still gets a well-formed refusal rather than a truncated body.
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|error| {
+        tracing::error!(%error, "an answer could not be encoded");
+        br#"{"error":{"code":"UNAVAILABLE","message":"the gateway cannot serve this request right now","retryable":true}}"#.to_vec()
+    });
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

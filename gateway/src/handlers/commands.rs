@@ -76,7 +76,7 @@ async fn readable_record(gateway: &Gateway, caller: &Caller, record: &CommandRec
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
         StatusCode::OK,
-        command_json(gateway, record, namespace.generation),
+        command_json(gateway, record, namespace.generation)?,
     ))
 }
 
@@ -124,7 +124,7 @@ pub async fn mine(
     let items: Vec<Value> = records
         .iter()
         .map(|r| command_json(gateway, r, namespace.generation))
-        .collect();
+        .collect::<Result<_, _>>()?;
     Ok((
         StatusCode::OK,
         json!({ "items": items, "next_cursor": next_cursor }),
@@ -161,6 +161,6 @@ pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: CommandId) -
     let namespace = gateway.namespace(caller.namespace_id).await?;
     Ok((
         StatusCode::OK,
-        command_json(gateway, &cancelled.record, namespace.generation),
+        command_json(gateway, &cancelled.record, namespace.generation)?,
     ))
 }

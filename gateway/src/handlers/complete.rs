@@ -73,7 +73,7 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: CommandId, body: B
     };
     Ok((
         StatusCode::OK,
-        command_json(gateway, &record, namespace.generation),
+        command_json(gateway, &record, namespace.generation)?,
     ))
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
 use sluice_durable::ids::CommandId;
@@ -22,6 +22,7 @@ use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;
 
 use super::Handled;
+use super::answers::{QueuePlace, Receipt, to_data};
 use super::record::sign_ticket;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
@@ -185,13 +186,13 @@ impl Attempt<'_> {
                         &rfc3339(deadline_at),
                         queue,
                         false,
-                    ),
+                    )?,
                 ))
             }
             Enqueued::Replayed { command_id } => self.answer_replay(command_id).await,
             Enqueued::Existing { row, generation } => {
                 if row.content_sha256 == digest {
-                    Ok((StatusCode::OK, self.receipt_from_row(&row, generation)))
+                    Ok((StatusCode::OK, self.receipt_from_row(&row, generation)?))
                 } else {
                     Err(idempotency_conflict())
                 }
@@ -246,7 +247,7 @@ impl Attempt<'_> {
                     deadline_at,
                     queue,
                     true,
-                ),
+                )?,
             ));
         }
         let _permit = self.gateway.fallback_permit()?;
@@ -271,11 +272,15 @@ impl Attempt<'_> {
         };
         Ok((
             StatusCode::OK,
-            self.receipt_from_row(&existing, self.namespace.generation),
+            self.receipt_from_row(&existing, self.namespace.generation)?,
         ))
     }
 
-    fn receipt_from_row(&self, existing: &ExistingCommand, generation: i64) -> Value {
+    fn receipt_from_row(
+        &self,
+        existing: &ExistingCommand,
+        generation: i64,
+    ) -> Result<Value, ApiError> {
         let ticket = self.ticket(existing.id, generation, existing.deadline_at.timestamp());
         receipt_json(
             self,
@@ -311,36 +316,35 @@ fn receipt_json(
     deadline_at: &str,
     queue: Option<(u64, i64)>,
     deduplicated: bool,
-) -> Value {
+) -> Result<Value, ApiError> {
     let position = queue.map(|(p, _)| p);
-    json!({
-        "command_id": command_id,
-        "ticket": ticket,
-        "command": attempt.decl.code,
-        "resource_key": attempt.resource_key,
-        "status": status,
-        "accepted_at": accepted_at,
-        "deadline_at": deadline_at,
-        "queue": queue.map(|(position, observed_ms)| json!({
-            "position": position,
-            "observed_at": millis_rfc3339(observed_ms),
-        })),
+    to_data(&Receipt {
+        command_id,
+        ticket,
+        command: &attempt.decl.code,
+        resource_key: &attempt.resource_key,
+        status,
+        accepted_at,
+        deadline_at,
+        queue: queue.map(|(position, observed_ms)| QueuePlace {
+            position,
+            observed_at: millis_rfc3339(observed_ms),
+        }),
         // No drain has been measured for a fresh acceptance; the declared start rate is the
         // fastest its queue can drain, so the first hint is never later than the turn can come
         // (a 10,000-subject drop measured 15 s hints for turns that came within 8 s).
-        "poll_after_ms": poll_policy::poll_after_ms(
+        poll_after_ms: poll_policy::poll_after_ms(
             position,
             Some(f64::from(attempt.decl.admission.per_second)),
             rand::random::<f64>(),
         ),
-        "deduplicated": deduplicated,
+        deduplicated,
     })
 }
 
-pub fn millis_rfc3339(ms: i64) -> Value {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|at| Value::from(rfc3339(at)))
-        .unwrap_or(Value::Null)
+/// A Redis time in Unix milliseconds as the API writes times (none if out of range).
+pub fn millis_rfc3339(ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms).map(rfc3339)
 }
 
 fn not_ready() -> ApiError {

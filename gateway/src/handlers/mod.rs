@@ -1,6 +1,7 @@
 //! One module per group of endpoints. Each handler returns `(status, data)` or an [`ApiError`];
 //! the router wraps both in the envelope.
 
+pub mod answers;
 pub mod application;
 pub mod commands;
 pub mod complete;

@@ -1,10 +1,10 @@
 //! The JSON shapes of a command shared by several endpoints.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
-use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{CommandRecord, queries, rfc3339};
 
+use super::answers::{CommandAnswer, shown_error, shown_result, to_data};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -24,23 +24,32 @@ pub async fn caller_command(
 
 /// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
 /// ticket so a browser can resume polling after a refresh.
-pub fn command_json(gateway: &Gateway, record: &CommandRecord, generation: i64) -> Value {
-    json!({
-        "command_id": record.row.id,
-        "ticket": ticket_for(gateway, record, generation),
-        "command": record.row.command,
-        "subject": record.row.subject,
-        "request_key": record.row.request_key,
-        "resource_key": record.row.resource_key,
-        "status": record.row.status,
-        "accepted_at": rfc3339(record.row.accepted_at),
-        "deadline_at": rfc3339(record.row.deadline_at),
-        "updated_at": rfc3339(record.row.updated_at),
-        "finished_at": record.finished_at.map(rfc3339),
-        "attempts": record.attempts,
-        "cancel_requested": record.cancel_requested,
-        "result": result_json(record.row.status, record.result.clone()),
-        "error": error_json(record.row.status, record.error_code.as_deref(), record.error_message.as_deref()),
+pub fn command_json(
+    gateway: &Gateway,
+    record: &CommandRecord,
+    generation: i64,
+) -> Result<Value, ApiError> {
+    let row = &record.row;
+    to_data(&CommandAnswer {
+        command_id: row.id,
+        ticket: ticket_for(gateway, record, generation),
+        command: &row.command,
+        subject: &row.subject,
+        request_key: &row.request_key,
+        resource_key: &row.resource_key,
+        status: row.status,
+        accepted_at: rfc3339(row.accepted_at),
+        deadline_at: rfc3339(row.deadline_at),
+        updated_at: rfc3339(row.updated_at),
+        finished_at: record.finished_at.map(rfc3339),
+        attempts: record.attempts,
+        cancel_requested: record.cancel_requested,
+        result: shown_result(row.status, record.result.as_ref()),
+        error: shown_error(
+            row.status,
+            record.error_code.as_deref(),
+            record.error_message.as_deref(),
+        ),
     })
 }
 
@@ -71,27 +80,5 @@ pub fn sign_ticket(
         command_id,
         generation: u64::try_from(generation).unwrap_or(0),
         expires_at_unix: deadline_unix + gateway.config.ticket_retention_seconds,
-    })
-}
-
-/// `result` is shown only for `succeeded`.
-pub fn result_json(status: CommandStatus, result: Option<Value>) -> Value {
-    match (status, result) {
-        (CommandStatus::Succeeded, Some(result)) => result,
-        _ => Value::Null,
-    }
-}
-
-/// `error` is shown for `rejected`, `failed` and `expired`.
-pub fn error_json(status: CommandStatus, code: Option<&str>, message: Option<&str>) -> Value {
-    if !matches!(
-        status,
-        CommandStatus::Rejected | CommandStatus::Failed | CommandStatus::Expired
-    ) {
-        return Value::Null;
-    }
-    json!({
-        "code": code.unwrap_or("UNKNOWN"),
-        "message": message.unwrap_or(""),
     })
 }

@@ -3,15 +3,15 @@
 //! and then only within the per-process fallback budget.
 
 use hyper::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{queries, rfc3339};
 use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::ticket::{ProjectedStatus, read_status};
 
 use super::Handled;
+use super::answers::{QueuePlace, TicketAnswer, shown_error, shown_result, to_data};
 use super::enqueue::millis_rfc3339;
-use super::record::{error_json, result_json};
 use crate::auth::now_unix;
 use crate::error::ApiError;
 use crate::poll_policy;
@@ -30,7 +30,7 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let keys = AppKeys::new(claims.application_id);
     match read_status(&gateway.redis, &keys, claims.command_id).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
-            Ok((StatusCode::OK, from_projection(claims, &projected)))
+            from_projection(claims, &projected)
         }
         Ok(_) => from_postgres(gateway, claims).await,
         Err(error) => {
@@ -40,24 +40,39 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     }
 }
 
-fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Value {
+fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Handled {
     let status = projected.status.unwrap_or(CommandStatus::Accepted);
     let position = projected.position;
-    let result = projected
+    let result: Option<Value> = projected
         .result
         .as_deref()
         .and_then(|text| serde_json::from_str(text).ok());
-    json!({
-        "command_id": claims.command_id,
-        "status": status,
-        "queue": position.map(|p| json!({"position": p, "observed_at": millis_rfc3339(projected.observed_at_ms)})),
-        "eta_seconds": poll_policy::eta_seconds(position, projected.drain_per_second),
-        "poll_after_ms": poll_policy::poll_after_ms(position, projected.drain_per_second, rand::random::<f64>()),
-        "generation": projected.generation.unwrap_or(claims.generation as i64).to_string(),
-        "updated_at": projected.updated_at,
-        "result": result_json(status, result),
-        "error": error_json(status, projected.error_code.as_deref(), projected.error_message.as_deref()),
-    })
+    let answer = TicketAnswer {
+        command_id: claims.command_id,
+        status,
+        queue: position.map(|position| QueuePlace {
+            position,
+            observed_at: millis_rfc3339(projected.observed_at_ms),
+        }),
+        eta_seconds: poll_policy::eta_seconds(position, projected.drain_per_second),
+        poll_after_ms: poll_policy::poll_after_ms(
+            position,
+            projected.drain_per_second,
+            rand::random::<f64>(),
+        ),
+        generation: projected
+            .generation
+            .unwrap_or(claims.generation as i64)
+            .to_string(),
+        updated_at: projected.updated_at.clone(),
+        result: shown_result(status, result.as_ref()),
+        error: shown_error(
+            status,
+            projected.error_code.as_deref(),
+            projected.error_message.as_deref(),
+        ),
+    };
+    Ok((StatusCode::OK, to_data(&answer)?))
 }
 
 async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
@@ -65,18 +80,21 @@ async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
         .await?
         .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
-    Ok((
-        StatusCode::OK,
-        json!({
-            "command_id": record.row.id,
-            "status": record.row.status,
-            "queue": null,
-            "eta_seconds": null,
-            "poll_after_ms": poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
-            "generation": claims.generation.to_string(),
-            "updated_at": rfc3339(record.row.updated_at),
-            "result": result_json(record.row.status, record.result.clone()),
-            "error": error_json(record.row.status, record.error_code.as_deref(), record.error_message.as_deref()),
-        }),
-    ))
+    let status = record.row.status;
+    let answer = TicketAnswer {
+        command_id: record.row.id,
+        status,
+        queue: None,
+        eta_seconds: None,
+        poll_after_ms: poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
+        generation: claims.generation.to_string(),
+        updated_at: Some(rfc3339(record.row.updated_at)),
+        result: shown_result(status, record.result.as_ref()),
+        error: shown_error(
+            status,
+            record.error_code.as_deref(),
+            record.error_message.as_deref(),
+        ),
+    };
+    Ok((StatusCode::OK, to_data(&answer)?))
 }
