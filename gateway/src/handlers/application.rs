@@ -7,13 +7,15 @@
 //! application nothing was enqueued to yet, Redis that lost its data) is rebuilt here, once, as
 //! intake does, instead of answering `503` until some enqueue or executor rebuilds it.
 
+use crate::handlers::answers::to_data;
 use hyper::{HeaderMap, StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
 use sluice_durable::DurableError;
 use sluice_durable::application::{
     self, Budgets, Configure, MAX_CONCURRENCY_RANGE, MAX_UNFINISHED_RANGE, RATE_PER_SECOND_RANGE,
     Snapshot,
 };
+use sluice_durable::ids::ApplicationId;
 
 use super::{Handled, require_json, validate_reason};
 use crate::auth::Caller;
@@ -35,7 +37,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
         }
         other => other?,
     };
-    Ok((StatusCode::OK, snapshot_json(&snapshot)))
+    Ok((StatusCode::OK, to_data(&ResourcesAnswer::of(&snapshot))?))
 }
 
 pub async fn configure(
@@ -71,25 +73,47 @@ pub async fn configure(
     };
     Ok((
         StatusCode::OK,
-        json!({
-            "resources": snapshot_json(&configured.snapshot),
-            "deduplicated": configured.deduplicated,
-        }),
+        to_data(&Configured {
+            resources: ResourcesAnswer::of(&configured.snapshot),
+            deduplicated: configured.deduplicated,
+        })?,
     ))
 }
 
-/// Limits are JSON integers; revisions and usage decimal strings (they may pass 2^53).
-fn snapshot_json(snapshot: &Snapshot) -> Value {
-    json!({
-        "application_id": snapshot.application_id,
-        "revision": snapshot.revision.to_string(),
-        "max_unfinished_tasks": snapshot.budgets.max_unfinished_tasks,
-        "unfinished_tasks": snapshot.usage.unfinished_tasks.to_string(),
-        "max_concurrency": snapshot.budgets.max_concurrency,
-        "active_attempts": snapshot.usage.active_attempts.to_string(),
-        "pending_starts": snapshot.usage.pending_starts.to_string(),
-        "rate_per_second": snapshot.budgets.rate_per_second,
-    })
+/// `GET /v1/application/resources`. Limits are JSON integers; revisions and usage decimal
+/// strings (they may pass 2^53).
+#[derive(Serialize)]
+struct ResourcesAnswer {
+    application_id: ApplicationId,
+    revision: String,
+    max_unfinished_tasks: u32,
+    unfinished_tasks: String,
+    max_concurrency: u32,
+    active_attempts: String,
+    pending_starts: String,
+    rate_per_second: u32,
+}
+
+impl ResourcesAnswer {
+    fn of(snapshot: &Snapshot) -> Self {
+        Self {
+            application_id: snapshot.application_id,
+            revision: snapshot.revision.to_string(),
+            max_unfinished_tasks: snapshot.budgets.max_unfinished_tasks,
+            unfinished_tasks: snapshot.usage.unfinished_tasks.to_string(),
+            max_concurrency: snapshot.budgets.max_concurrency,
+            active_attempts: snapshot.usage.active_attempts.to_string(),
+            pending_starts: snapshot.usage.pending_starts.to_string(),
+            rate_per_second: snapshot.budgets.rate_per_second,
+        }
+    }
+}
+
+/// `POST /v1/application/resources:configure`.
+#[derive(Serialize)]
+struct Configured {
+    resources: ResourcesAnswer,
+    deduplicated: bool,
 }
 
 /// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.

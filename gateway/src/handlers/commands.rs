@@ -4,19 +4,21 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
 use uuid::Uuid;
 
 use super::Handled;
+use super::answers::to_data;
 use super::record::{caller_command, command_json};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::strict_json::{validate_request_key, validate_subject};
 use crate::url::query_value;
+use serde::Serialize;
 
 pub fn parse_command_id(text: &str) -> Result<CommandId, ApiError> {
     text.parse()
@@ -125,10 +127,7 @@ pub async fn mine(
         .iter()
         .map(|r| command_json(gateway, r, namespace.generation))
         .collect::<Result<_, _>>()?;
-    Ok((
-        StatusCode::OK,
-        json!({ "items": items, "next_cursor": next_cursor }),
-    ))
+    Ok((StatusCode::OK, to_data(&Page { items, next_cursor })?))
 }
 
 fn encode_cursor(id: CommandId) -> String {
@@ -163,4 +162,11 @@ pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: CommandId) -
         StatusCode::OK,
         command_json(gateway, &cancelled.record, namespace.generation)?,
     ))
+}
+
+/// A page of `GET /v1/commands/mine`: the records, and the cursor of the next page if any.
+#[derive(Serialize)]
+struct Page {
+    items: Vec<Value>,
+    next_cursor: Option<String>,
 }

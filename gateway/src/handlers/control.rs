@@ -2,9 +2,11 @@
 //! of its commands. The value is absolute, so a repeat (after a timeout or a `503`) is safe and
 //! changes nothing. Polls, results and execution of accepted work go on while intake is paused.
 
+use crate::handlers::answers::to_data;
 use hyper::{HeaderMap, StatusCode};
-use serde_json::json;
+use serde::Serialize;
 use sluice_durable::control::{self, SetPause};
+use sluice_durable::ids::NamespaceId;
 
 use super::{Handled, require_json, validate_reason};
 use crate::auth::Caller;
@@ -57,13 +59,22 @@ pub async fn control(
     );
     Ok((
         StatusCode::OK,
-        json!({
-            "namespace": state.namespace_id,
-            "command": state.command,
-            "paused": state.paused,
-            "revision": state.revision.to_string(),
-        }),
+        to_data(&ControlAnswer {
+            namespace: state.namespace_id,
+            command: state.command.as_deref(),
+            paused: state.paused,
+            revision: state.revision.to_string(),
+        })?,
     ))
+}
+
+/// The pause state after `POST /v1/control`.
+#[derive(Serialize)]
+struct ControlAnswer<'a> {
+    namespace: NamespaceId,
+    command: Option<&'a str>,
+    paused: bool,
+    revision: String,
 }
 
 /// `{"paused": bool, "reason": "…", "command": "…"?}`, strictly.

@@ -5,8 +5,10 @@
 //! subject-scoped read names the subject with `?subject=`. Subject-scoped values are keyed by
 //! the subject, so one subject never sees another's.
 
+use crate::handlers::answers::to_data;
 use hyper::{HeaderMap, StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sluice_durable::declaration::{ReadDecl, ReadScope, parse_read_params};
 use sluice_durable::outbox::rfc3339;
@@ -91,15 +93,38 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
     let time = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(rfc3339);
     Ok((
         StatusCode::OK,
-        json!({
-            "items": items,
-            "generated_at": time(view.entry.generated_ms),
-            "fresh_until": time(view.entry.fresh_until_ms),
-            "stale_until": time(view.entry.stale_until_ms),
-            "version": version(view.entry.generated_ms, &view.entry.versions),
-            "freshness": if view.stale { "stale" } else { "fresh" },
-        }),
+        to_data(&ReadAnswer {
+            items,
+            generated_at: time(view.entry.generated_ms),
+            fresh_until: time(view.entry.fresh_until_ms),
+            stale_until: time(view.entry.stale_until_ms),
+            version: version(view.entry.generated_ms, &view.entry.versions),
+            freshness: if view.stale { "stale" } else { "fresh" },
+        })?,
     ))
+}
+
+/// `GET /v1/reads/{name}`: the value and how fresh it is.
+#[derive(Serialize)]
+struct ReadAnswer {
+    items: Value,
+    generated_at: Option<String>,
+    fresh_until: Option<String>,
+    stale_until: Option<String>,
+    version: String,
+    freshness: &'static str,
+}
+
+/// `POST /v1/reads:invalidate`: each dependency's new version.
+#[derive(Serialize)]
+struct Invalidated<'a> {
+    dependencies: Vec<DependencyVersion<'a>>,
+}
+
+#[derive(Serialize)]
+struct DependencyVersion<'a> {
+    dependency: &'a str,
+    version: String,
 }
 
 /// An opaque version of a served value: its generation time and the dependency versions it was
@@ -188,11 +213,15 @@ pub async fn invalidate(
         .forget_namespace(namespace.application_id, caller.namespace_id);
     Ok((
         StatusCode::OK,
-        json!({
-            "dependencies": dependencies.iter().zip(versions).map(|(d, v)| json!({
-                "dependency": d,
-                "version": v.to_string(),
-            })).collect::<Vec<_>>(),
-        }),
+        to_data(&Invalidated {
+            dependencies: dependencies
+                .iter()
+                .zip(versions)
+                .map(|(dependency, version)| DependencyVersion {
+                    dependency,
+                    version: version.to_string(),
+                })
+                .collect(),
+        })?,
     ))
 }

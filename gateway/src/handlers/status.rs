@@ -2,15 +2,18 @@
 //! always there; the projection's part (live permits, busiest queues, outcomes per second) is
 //! `null` while Redis cannot be read, so an operator still sees the truth during an outage.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use hyper::StatusCode;
-use serde_json::{Value, json};
+use serde::Serialize;
+use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::status::{self, Board};
+use sluice_durable::tenancy::NamespaceConfig;
 
 use super::Handled;
+use super::answers::to_data;
 use crate::auth::Caller;
 use crate::state::Gateway;
 
@@ -34,138 +37,240 @@ pub async fn status(gateway: &Gateway, caller: &Caller) -> Handled {
         &namespace.declaration,
     )
     .await?;
-    let mut data = board_json(&board);
-    data["namespace"] = json!(caller.namespace_id);
-    data["namespace_name"] = json!(namespace.namespace);
-    data["application_id"] = json!(namespace.application_id);
     // This gateway process's read-cache figures (each process has its own L1 and counters).
-    data["cache"] = gateway
+    let cache: BTreeMap<&str, String> = gateway
         .reads
         .figures()
         .iter()
-        .map(|(event, count)| (event.to_string(), json!(count.to_string())))
-        .collect::<serde_json::Map<_, _>>()
-        .into();
-    Ok((StatusCode::OK, data))
+        .map(|(event, count)| (*event, count.to_string()))
+        .collect();
+    let answer = StatusBoard::of(&board, caller.namespace_id, &namespace, cache);
+    Ok((StatusCode::OK, to_data(&answer)?))
 }
 
-/// Counts that may grow large are decimal strings (API conventions); limits and live permits,
-/// bounded by their limits, are integers.
-fn board_json(board: &Board) -> Value {
-    let projection = board.projection.as_ref();
-    let paused_namespace = board.pauses.iter().any(|p| p.command.is_none() && p.paused);
-    let paused_commands: Vec<&str> = board
-        .pauses
-        .iter()
-        .filter(|p| p.paused)
-        .filter_map(|p| p.command.as_deref())
-        .collect();
-    let mut by_command: HashMap<&str, Vec<Value>> = HashMap::new();
-    for status in UNFINISHED {
-        for count in board.counts.iter().filter(|c| c.status == status) {
-            by_command
-                .entry(count.command.as_str())
-                .or_default()
-                .push(json!({
-                    "status": count.status,
-                    "count": count.count.to_string(),
-                    "oldest_accepted_at": rfc3339(count.oldest_accepted_at),
-                }));
+/// `GET /v1/status`. Counts that may grow large are decimal strings (API conventions); limits
+/// and live permits, bounded by their limits, are integers. The projection's parts are `null`
+/// while Redis cannot be read.
+#[derive(Serialize)]
+struct StatusBoard<'a> {
+    namespace: NamespaceId,
+    namespace_name: &'a str,
+    application_id: ApplicationId,
+    generated_at: String,
+    generation: String,
+    ready: bool,
+    projection_reachable: bool,
+    paused: Paused<'a>,
+    commands: Vec<CommandBoard<'a>>,
+    queues: Option<Queues<'a>>,
+    in_flight: InFlight<'a>,
+    outcomes: Vec<OutcomeSecond>,
+    quota_pools: Vec<PoolBoard<'a>>,
+    cache: BTreeMap<&'a str, String>,
+}
+
+#[derive(Serialize)]
+struct Paused<'a> {
+    namespace: bool,
+    commands: Vec<&'a str>,
+}
+
+#[derive(Serialize)]
+struct CommandBoard<'a> {
+    command: &'a str,
+    handler: Option<&'static str>,
+    paused: bool,
+    statuses: Vec<StatusLine>,
+    waiting: String,
+    in_flight: Option<i64>,
+    max_in_flight: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct StatusLine {
+    status: CommandStatus,
+    count: String,
+    oldest_accepted_at: String,
+}
+
+#[derive(Serialize)]
+struct Queues<'a> {
+    resources_waiting: i64,
+    scanned: i64,
+    busiest: Vec<Busiest<'a>>,
+}
+
+#[derive(Serialize)]
+struct Busiest<'a> {
+    command: &'a str,
+    resource_key: &'a str,
+    waiting: i64,
+    in_flight: i64,
+}
+
+#[derive(Serialize)]
+struct InFlight<'a> {
+    application: ApplicationInFlight,
+    limit_keys: Vec<LimitKeyBoard<'a>>,
+}
+
+#[derive(Serialize)]
+struct ApplicationInFlight {
+    in_flight: Option<i64>,
+    max_concurrency: i64,
+}
+
+#[derive(Serialize)]
+struct LimitKeyBoard<'a> {
+    key: &'a str,
+    holders: i64,
+    in_flight: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct OutcomeSecond {
+    second: Option<String>,
+    succeeded: i64,
+    rejected: i64,
+    failed: i64,
+    expired: i64,
+    cancelled: i64,
+}
+
+#[derive(Serialize)]
+struct PoolBoard<'a> {
+    code: &'a str,
+    capacity: i64,
+    allocated: i64,
+    reserved: i64,
+    available: i64,
+}
+
+impl<'a> StatusBoard<'a> {
+    fn of(
+        board: &'a Board,
+        namespace_id: NamespaceId,
+        namespace: &'a NamespaceConfig,
+        cache: BTreeMap<&'a str, String>,
+    ) -> Self {
+        let projection = board.projection.as_ref();
+        let paused_commands: Vec<&str> = board
+            .pauses
+            .iter()
+            .filter(|p| p.paused)
+            .filter_map(|p| p.command.as_deref())
+            .collect();
+        let mut by_command: HashMap<&str, Vec<StatusLine>> = HashMap::new();
+        for status in UNFINISHED {
+            for count in board.counts.iter().filter(|c| c.status == status) {
+                by_command
+                    .entry(count.command.as_str())
+                    .or_default()
+                    .push(StatusLine {
+                        status: count.status,
+                        count: count.count.to_string(),
+                        oldest_accepted_at: rfc3339(count.oldest_accepted_at),
+                    });
+            }
+        }
+        let commands = board
+            .commands
+            .iter()
+            .enumerate()
+            .map(|(i, command)| {
+                let waiting: i64 = board
+                    .counts
+                    .iter()
+                    .filter(|c| c.command == command.code && c.status == CommandStatus::Accepted)
+                    .map(|c| c.count)
+                    .sum();
+                CommandBoard {
+                    command: &command.code,
+                    handler: command.handler,
+                    paused: paused_commands.contains(&command.code.as_str()),
+                    statuses: by_command.remove(command.code.as_str()).unwrap_or_default(),
+                    waiting: waiting.to_string(),
+                    in_flight: projection.and_then(|p| p.command_in_flight.get(i).copied()),
+                    max_in_flight: command.max_in_flight,
+                }
+            })
+            .collect();
+        let queues = projection.map(|p| Queues {
+            resources_waiting: p.resources_waiting,
+            scanned: p.resources_scanned,
+            busiest: p
+                .busiest
+                .iter()
+                .map(|b| Busiest {
+                    command: &b.command,
+                    resource_key: &b.resource_key,
+                    waiting: b.waiting,
+                    in_flight: b.in_flight,
+                })
+                .collect(),
+        });
+        let limit_keys = board
+            .limit_keys
+            .iter()
+            .enumerate()
+            .map(|(i, (key, holders))| LimitKeyBoard {
+                key,
+                holders: *holders,
+                in_flight: projection.and_then(|p| p.limit_key_in_flight.get(i).copied()),
+            })
+            .collect();
+        let outcomes = projection
+            .map(|p| {
+                p.outcomes
+                    .iter()
+                    .map(|o| OutcomeSecond {
+                        second: chrono::DateTime::from_timestamp(o.unix_second, 0).map(rfc3339),
+                        succeeded: o.succeeded,
+                        rejected: o.rejected,
+                        failed: o.failed,
+                        expired: o.expired,
+                        cancelled: o.cancelled,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let quota_pools = board
+            .quota_pools
+            .iter()
+            .map(|q| PoolBoard {
+                code: &q.code,
+                capacity: q.capacity,
+                allocated: q.allocated,
+                reserved: q.reserved,
+                available: (q.capacity - q.allocated - q.reserved).max(0),
+            })
+            .collect();
+        let generation = projection.and_then(|p| p.generation);
+        Self {
+            namespace: namespace_id,
+            namespace_name: &namespace.namespace,
+            application_id: namespace.application_id,
+            generated_at: rfc3339(board.generated_at),
+            generation: board.expected_generation.to_string(),
+            ready: projection.is_some_and(|p| p.ready)
+                && generation == Some(board.expected_generation),
+            projection_reachable: projection.is_some(),
+            paused: Paused {
+                namespace: board.pauses.iter().any(|p| p.command.is_none() && p.paused),
+                commands: paused_commands,
+            },
+            commands,
+            queues,
+            in_flight: InFlight {
+                application: ApplicationInFlight {
+                    in_flight: projection.map(|p| p.application_in_flight),
+                    max_concurrency: board.max_concurrency,
+                },
+                limit_keys,
+            },
+            outcomes,
+            quota_pools,
+            cache,
         }
     }
-    let commands: Vec<Value> = board
-        .commands
-        .iter()
-        .enumerate()
-        .map(|(i, command)| {
-            let waiting: i64 = board
-                .counts
-                .iter()
-                .filter(|c| c.command == command.code && c.status == CommandStatus::Accepted)
-                .map(|c| c.count)
-                .sum();
-            json!({
-                "command": command.code,
-                "handler": command.handler,
-                "paused": paused_commands.contains(&command.code.as_str()),
-                "statuses": by_command.remove(command.code.as_str()).unwrap_or_default(),
-                "waiting": waiting.to_string(),
-                "in_flight": projection.and_then(|p| p.command_in_flight.get(i)),
-                "max_in_flight": command.max_in_flight,
-            })
-        })
-        .collect();
-    let queues = projection.map(|p| {
-        json!({
-            "resources_waiting": p.resources_waiting,
-            "scanned": p.resources_scanned,
-            "busiest": p.busiest.iter().map(|b| json!({
-                "command": b.command,
-                "resource_key": b.resource_key,
-                "waiting": b.waiting,
-                "in_flight": b.in_flight,
-            })).collect::<Vec<_>>(),
-        })
-    });
-    let limit_keys: Vec<Value> = board
-        .limit_keys
-        .iter()
-        .enumerate()
-        .map(|(i, (key, holders))| {
-            json!({
-                "key": key,
-                "holders": holders,
-                "in_flight": projection.and_then(|p| p.limit_key_in_flight.get(i)),
-            })
-        })
-        .collect();
-    let outcomes: Vec<Value> = projection
-        .map(|p| {
-            p.outcomes
-                .iter()
-                .map(|o| {
-                    json!({
-                        "second": chrono::DateTime::from_timestamp(o.unix_second, 0).map(rfc3339),
-                        "succeeded": o.succeeded,
-                        "rejected": o.rejected,
-                        "failed": o.failed,
-                        "expired": o.expired,
-                        "cancelled": o.cancelled,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let quota_pools: Vec<Value> = board
-        .quota_pools
-        .iter()
-        .map(|q| {
-            json!({
-                "code": q.code,
-                "capacity": q.capacity,
-                "allocated": q.allocated,
-                "reserved": q.reserved,
-                "available": (q.capacity - q.allocated - q.reserved).max(0),
-            })
-        })
-        .collect();
-    let generation = projection.and_then(|p| p.generation);
-    json!({
-        "generated_at": rfc3339(board.generated_at),
-        "generation": board.expected_generation.to_string(),
-        "ready": projection.is_some_and(|p| p.ready) && generation == Some(board.expected_generation),
-        "projection_reachable": projection.is_some(),
-        "paused": {"namespace": paused_namespace, "commands": paused_commands},
-        "commands": commands,
-        "queues": queues,
-        "in_flight": {
-            "application": {
-                "in_flight": projection.map(|p| p.application_in_flight),
-                "max_concurrency": board.max_concurrency,
-            },
-            "limit_keys": limit_keys,
-        },
-        "outcomes": outcomes,
-        "quota_pools": quota_pools,
-    })
 }
