@@ -16,6 +16,7 @@
 //! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
 //!   script side by side, fenced by epoch and attempt.
 //! - [`executor`]: drains the outbox under permits: the loop, renewals, the handlers.
+//! - [`http_client`]: the one outbound HTTP client type (webhooks and read origins).
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod executor;
 pub mod faults;
 pub mod field_error;
+pub mod http_client;
 pub mod ids;
 pub mod lifecycle;
 pub mod metrics;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::StatusCode;
 use serde_json::Value;
-use sluice_durable::executor::webhook::{HttpsClient, https_client};
+use sluice_durable::http_client::{HttpsClient, https_client};
 use sluice_durable::projection::cache::Origin;
 
 /// What an origin answered.

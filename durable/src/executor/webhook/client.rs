@@ -7,16 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::{Method, Request, StatusCode};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::sign;
 use crate::executor::fence::Fence;
+use crate::http_client::{HttpsClient, https_client};
 use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::end::Reported;
@@ -51,26 +48,6 @@ pub struct Delivery<'a> {
     pub timeout: Duration,
     /// The attempt's fence: the request goes out only while it is open.
     pub fence: &'a Fence,
-}
-
-/// A pooled HTTP/1.1 client for `http://` and `https://` (rustls, Mozilla's roots): what the
-/// webhook handler and the gateway's read origins both call out with.
-pub type HttpsClient<B> = Client<HttpsConnector<HttpConnector>, B>;
-
-/// A new [`HttpsClient`]; idle connections are kept 30 s.
-pub fn https_client<B>() -> HttpsClient<B>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-{
-    let connector = HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
 }
 
 #[derive(Clone)]

@@ -21,7 +21,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-pub use client::{Answer, Delivery, HttpsClient, WebhookClient, https_client};
+pub use client::{Answer, Delivery, WebhookClient};
 pub use fenced_body::{FenceClosed, FencedBody};
 pub use signature::sign;
 
