@@ -1,6 +1,10 @@
 # Shared by deploy/local.sh and deploy/test.sh: make sure the machine has what Sluice needs.
 # Installs with apt only what is missing, so a prepared machine is left untouched.
 
+# The checked queries compile from the committed descriptions in .sqlx/ (deploy/sqlx.sh), never
+# from whatever database a DATABASE_URL in the caller's environment names.
+export SQLX_OFFLINE=true
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 as_root() {
@@ -66,4 +70,41 @@ require_ui_test_deps() {
     log "npm ci in $dir"
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi
+}
+
+# A throwaway PostgreSQL for one script: initdb in a temporary directory, on a free loopback
+# port, stopped and removed when the script exits. Sets SCRATCH_PG_URL. PostgreSQL refuses to
+# run as root, so as root it runs as the `postgres` user (with a directory that user owns).
+start_scratch_postgres() {
+  local bin port
+  bin=$(pg_bindir)
+  SCRATCH_PG_DIR=$(mktemp -d /tmp/sluice-pg.XXXXXX)
+  local as_pg=()
+  if [ "$(id -u)" -eq 0 ]; then
+    chown postgres:postgres "$SCRATCH_PG_DIR"
+    as_pg=(setpriv --reuid postgres --regid postgres --init-groups)
+  fi
+  trap stop_scratch_postgres EXIT
+  (cd "$SCRATCH_PG_DIR" && "${as_pg[@]}" "$bin/initdb" -D data -A trust -U postgres --no-sync >/dev/null)
+  for _ in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 20000))
+    # A port something answers on is taken; pg_ctl's own failure covers the rest of the race.
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+    if (cd "$SCRATCH_PG_DIR" && "${as_pg[@]}" "$bin/pg_ctl" -D data -l log -w -s \
+          -o "-p $port -k $SCRATCH_PG_DIR -c listen_addresses=127.0.0.1 -c fsync=off" start); then
+      SCRATCH_PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
+      SCRATCH_PG_AS=("${as_pg[@]}")
+      return 0
+    fi
+  done
+  echo "could not start a throwaway PostgreSQL (log: $SCRATCH_PG_DIR/log)" >&2
+  return 1
+}
+
+stop_scratch_postgres() {
+  if [ -n "${SCRATCH_PG_DIR:-}" ] && [ -d "$SCRATCH_PG_DIR/data" ]; then
+    (cd "$SCRATCH_PG_DIR" && "${SCRATCH_PG_AS[@]}" "$(pg_bindir)/pg_ctl" -D data -m immediate -s stop) || true
+  fi
+  [ -n "${SCRATCH_PG_DIR:-}" ] && rm -rf "$SCRATCH_PG_DIR"
+  return 0
 }

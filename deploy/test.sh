@@ -18,6 +18,9 @@ log "cargo fmt --check"
 cargo fmt --all --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# deploy/lib.sh builds every query from .sqlx/ (SQLX_OFFLINE=true); this proves .sqlx/ is current.
+log "sqlx offline data"
+deploy/sqlx.sh check
 log "cargo test"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

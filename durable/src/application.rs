@@ -124,11 +124,11 @@ pub async fn usage(
             "the application's projection is being rebuilt".into(),
         ));
     }
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM commands
-          WHERE application_id = $1 AND status = 'retry_wait' AND lease_owner IS NOT NULL",
+    let pending: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "pending!" FROM commands
+            WHERE application_id = $1 AND status = 'retry_wait' AND lease_owner IS NOT NULL"#,
+        application_id as ApplicationId,
     )
-    .bind(application_id)
     .fetch_one(pg)
     .await?;
     Ok(Usage {
@@ -172,14 +172,15 @@ pub async fn configure(
     // The application row is locked first, so two calls with one key serialise here and the
     // second finds the first one's receipt.
     let (revision, before) = budgets_of(&mut tx, call.application_id, true).await?;
-    let receipt: Option<(Vec<u8>, serde_json::Value)> = sqlx::query_as(
+    let receipt: Option<(Vec<u8>, serde_json::Value)> = sqlx::query!(
         "SELECT request_sha256, snapshot FROM application_resource_receipts
           WHERE namespace_id = $1 AND idempotency_key = $2",
+        call.namespace_id as NamespaceId,
+        call.idempotency_key,
     )
-    .bind(call.namespace_id)
-    .bind(call.idempotency_key)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await?
+    .map(|row| (row.request_sha256, row.snapshot));
     if let Some((stored_digest, snapshot)) = receipt {
         if stored_digest != digest {
             return Err(DurableError::IdempotencyConflict(
@@ -202,17 +203,17 @@ pub async fn configure(
         )));
     }
     let next = revision + 1;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE applications
             SET max_unfinished = $2, max_concurrency = $3, rate_per_second = $4,
                 resources_revision = $5
           WHERE id = $1",
+        call.application_id as ApplicationId,
+        i64::from(call.budgets.max_unfinished_tasks),
+        i64::from(call.budgets.max_concurrency),
+        i64::from(call.budgets.rate_per_second),
+        next,
     )
-    .bind(call.application_id)
-    .bind(i64::from(call.budgets.max_unfinished_tasks))
-    .bind(i64::from(call.budgets.max_concurrency))
-    .bind(i64::from(call.budgets.rate_per_second))
-    .bind(next)
     .execute(&mut *tx)
     .await?;
     audit(
@@ -236,15 +237,15 @@ pub async fn configure(
         budgets: call.budgets,
         usage,
     };
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO application_resource_receipts
              (namespace_id, idempotency_key, request_sha256, snapshot)
          VALUES ($1, $2, $3, $4)",
+        call.namespace_id as NamespaceId,
+        call.idempotency_key,
+        &digest[..],
+        serde_json::to_value(&snapshot).unwrap_or_default(),
     )
-    .bind(call.namespace_id)
-    .bind(call.idempotency_key)
-    .bind(&digest)
-    .bind(serde_json::to_value(&snapshot).unwrap_or_default())
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -14,7 +14,7 @@
 //!   write converges within seconds and an old value never overwrites a newer one.
 
 use fred::prelude::*;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
@@ -67,18 +67,21 @@ pub async fn set_pause(
     require_redis(redis).await?;
     let mut tx = pg.begin().await?;
     // The namespace's control lock, exclusive: `outbox::insert::lock_batch` is its other side.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:control:' || $1::text, 0))")
-        .bind(change.namespace_id)
-        .execute(&mut *tx)
-        .await?;
-    let command = change.command.unwrap_or("");
-    let before: Option<(bool, i64)> = sqlx::query_as(
-        "SELECT paused, revision FROM controls WHERE namespace_id = $1 AND command = $2",
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('sluice:control:' || $1::text, 0))",
+        change.namespace_id as NamespaceId,
     )
-    .bind(change.namespace_id)
-    .bind(command)
-    .fetch_optional(&mut *tx)
+    .execute(&mut *tx)
     .await?;
+    let command = change.command.unwrap_or("");
+    let before: Option<(bool, i64)> = sqlx::query!(
+        "SELECT paused, revision FROM controls WHERE namespace_id = $1 AND command = $2",
+        change.namespace_id as NamespaceId,
+        command,
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .map(|row| (row.paused, row.revision));
     let revision = match before {
         Some((paused, revision)) if paused == change.paused => revision,
         // Resuming a scope that was never paused: there is nothing to change or audit.
@@ -86,18 +89,18 @@ pub async fn set_pause(
         _ => {
             // clock_timestamp(), not now(): the moment the lock was held, after every batch
             // that was inserting had committed.
-            let revision: i64 = sqlx::query_scalar(
+            let revision: i64 = sqlx::query_scalar!(
                 "INSERT INTO controls (namespace_id, command, paused, reason, revision, updated_at)
                  VALUES ($1, $2, $3, $4, 1, clock_timestamp())
                  ON CONFLICT (namespace_id, command) DO UPDATE
                     SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
                         revision = controls.revision + 1, updated_at = clock_timestamp()
                  RETURNING revision",
+                change.namespace_id as NamespaceId,
+                command,
+                change.paused,
+                change.reason,
             )
-            .bind(change.namespace_id)
-            .bind(command)
-            .bind(change.paused)
-            .bind(change.reason)
             .fetch_one(&mut *tx)
             .await?;
             audit(
@@ -156,24 +159,34 @@ pub async fn namespace_pauses(
     pg: &PgPool,
     namespace_id: NamespaceId,
 ) -> Result<Vec<PauseState>, DurableError> {
-    let rows = sqlx::query(
-        "SELECT namespace_id, command, paused, revision FROM controls
-          WHERE namespace_id = $1 ORDER BY command",
+    let rows = sqlx::query_as!(
+        PauseRow,
+        r#"SELECT namespace_id AS "namespace_id: NamespaceId", command, paused, revision
+             FROM controls WHERE namespace_id = $1 ORDER BY command"#,
+        namespace_id as NamespaceId,
     )
-    .bind(namespace_id)
     .fetch_all(pg)
     .await?;
-    rows.iter().map(pause_from_row).collect()
+    Ok(rows.into_iter().map(PauseState::from).collect())
 }
 
-fn pause_from_row(row: &sqlx::postgres::PgRow) -> Result<PauseState, DurableError> {
-    let command: String = row.try_get("command")?;
-    Ok(PauseState {
-        namespace_id: row.try_get("namespace_id")?,
-        command: (!command.is_empty()).then_some(command),
-        paused: row.try_get("paused")?,
-        revision: row.try_get("revision")?,
-    })
+/// A `controls` row as stored: the whole namespace's scope has the command `''`.
+struct PauseRow {
+    namespace_id: NamespaceId,
+    command: String,
+    paused: bool,
+    revision: i64,
+}
+
+impl From<PauseRow> for PauseState {
+    fn from(row: PauseRow) -> Self {
+        Self {
+            namespace_id: row.namespace_id,
+            command: (!row.command.is_empty()).then_some(row.command),
+            paused: row.paused,
+            revision: row.revision,
+        }
+    }
 }
 
 /// Writes pause states where `intake.lua` reads them; an older revision never overwrites a
@@ -203,13 +216,14 @@ pub async fn pauses_of(
     pg: &PgPool,
     application_id: ApplicationId,
 ) -> Result<Vec<PauseState>, DurableError> {
-    let rows = sqlx::query(
-        "SELECT c.namespace_id, c.command, c.paused, c.revision FROM controls c
-           JOIN namespaces n ON n.id = c.namespace_id
-          WHERE n.application_id = $1",
+    let rows = sqlx::query_as!(
+        PauseRow,
+        r#"SELECT c.namespace_id AS "namespace_id: NamespaceId", c.command, c.paused, c.revision
+             FROM controls c JOIN namespaces n ON n.id = c.namespace_id
+            WHERE n.application_id = $1"#,
+        application_id as ApplicationId,
     )
-    .bind(application_id)
     .fetch_all(pg)
     .await?;
-    rows.iter().map(pause_from_row).collect()
+    Ok(rows.into_iter().map(PauseState::from).collect())
 }

@@ -2,7 +2,7 @@
 //! request, the namespace configuration a gateway caches, and applying declarations.
 
 use serde::Serialize;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::DurableError;
@@ -107,11 +107,12 @@ pub async fn bootstrap(
     let mut tx = pg.begin().await?;
     let application_id = match req.application_id {
         Some(id) => {
-            let found: Option<String> =
-                sqlx::query_scalar("SELECT name FROM applications WHERE id = $1 FOR UPDATE")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+            let found: Option<String> = sqlx::query_scalar!(
+                "SELECT name FROM applications WHERE id = $1 FOR UPDATE",
+                id as _
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
             let name =
                 found.ok_or_else(|| DurableError::NotFound(format!("no application {id}")))?;
             // The name must agree: a mistyped id never silently joins someone else's application.
@@ -129,28 +130,32 @@ pub async fn bootstrap(
         }
         None => {
             let id = ApplicationId::new_v7();
-            sqlx::query("INSERT INTO applications (id, name) VALUES ($1, $2)")
-                .bind(id)
-                .bind(&req.application)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("INSERT INTO projections (application_id) VALUES ($1)")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "INSERT INTO applications (id, name) VALUES ($1, $2)",
+                id as _,
+                &req.application
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query!(
+                "INSERT INTO projections (application_id) VALUES ($1)",
+                id as _
+            )
+            .execute(&mut *tx)
+            .await?;
             id
         }
     };
     let namespace_id = NamespaceId::new_v7();
     let webhook_secret = secrets::encode_secret(&secrets::random_bytes::<32>());
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "INSERT INTO namespaces (id, application_id, name, webhook_secret) VALUES ($1, $2, $3, $4)
          ON CONFLICT (application_id, name) DO NOTHING",
+        namespace_id as _,
+        application_id as _,
+        &req.namespace,
+        &webhook_secret
     )
-    .bind(namespace_id)
-    .bind(application_id)
-    .bind(&req.namespace)
-    .bind(&webhook_secret)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -160,14 +165,14 @@ pub async fn bootstrap(
         )));
     }
     let credential = secrets::new_credential_secret();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO credentials (id, namespace_id, secret_sha256, scopes, label)
          VALUES ($1, $2, $3, $4, 'bootstrap')",
+        Uuid::now_v7(),
+        namespace_id as _,
+        secrets::credential_hash(&credential).to_vec(),
+        &scopes
     )
-    .bind(Uuid::now_v7())
-    .bind(namespace_id)
-    .bind(secrets::credential_hash(&credential).to_vec())
-    .bind(&scopes)
     .execute(&mut *tx)
     .await?;
     let subject_key = insert_subject_key(&mut tx, namespace_id).await?;
@@ -200,15 +205,15 @@ pub async fn audit(
     action: &str,
     details: serde_json::Value,
 ) -> Result<(), DurableError> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO audit (application_id, namespace_id, actor, action, details)
          VALUES ($1, $2, $3, $4, $5)",
+        application_id as _,
+        namespace_id as _,
+        actor,
+        action,
+        details
     )
-    .bind(application_id)
-    .bind(namespace_id)
-    .bind(actor)
-    .bind(action)
-    .bind(details)
     .execute(conn)
     .await?;
     Ok(())
@@ -227,21 +232,14 @@ pub async fn credential_by_secret(
     pg: &PgPool,
     secret: &str,
 ) -> Result<Option<CredentialRecord>, DurableError> {
-    let row = sqlx::query(
-        "SELECT id, namespace_id, scopes FROM credentials
-          WHERE secret_sha256 = $1 AND revoked_at IS NULL",
+    Ok(sqlx::query_as!(
+        CredentialRecord,
+        r#"SELECT id AS "id: CredentialId", namespace_id AS "namespace_id: NamespaceId", scopes
+             FROM credentials WHERE secret_sha256 = $1 AND revoked_at IS NULL"#,
+        &secrets::credential_hash(secret)[..],
     )
-    .bind(secrets::credential_hash(secret).to_vec())
     .fetch_optional(pg)
-    .await?;
-    row.map(|row| {
-        Ok(CredentialRecord {
-            id: row.try_get("id")?,
-            namespace_id: row.try_get("namespace_id")?,
-            scopes: row.try_get("scopes")?,
-        })
-    })
-    .transpose()
+    .await?)
 }
 
 /// A live subject key: the namespace it belongs to and its HS256 secret.
@@ -249,12 +247,14 @@ pub async fn subject_key(
     pg: &PgPool,
     kid: &str,
 ) -> Result<Option<(NamespaceId, Vec<u8>)>, DurableError> {
-    Ok(sqlx::query_as(
-        "SELECT namespace_id, secret FROM subject_keys WHERE kid = $1 AND revoked_at IS NULL",
+    Ok(sqlx::query!(
+        r#"SELECT namespace_id AS "namespace_id: NamespaceId", secret FROM subject_keys
+            WHERE kid = $1 AND revoked_at IS NULL"#,
+        kid,
     )
-    .bind(kid)
     .fetch_optional(pg)
-    .await?)
+    .await?
+    .map(|row| (row.namespace_id, row.secret)))
 }
 
 /// Everything a gateway needs to decide an enqueue of a namespace, cached for a short while.
@@ -274,36 +274,36 @@ pub async fn namespace_config(
     pg: &PgPool,
     namespace_id: NamespaceId,
 ) -> Result<Option<NamespaceConfig>, DurableError> {
-    let row = sqlx::query(
-        "SELECT n.id, n.name, n.application_id, a.max_unfinished,
-                coalesce(p.generation, 0) AS generation,
-                coalesce(d.revision, 0) AS revision, d.document
-           FROM namespaces n
-           JOIN applications a ON a.id = n.application_id
-           LEFT JOIN projections p ON p.application_id = n.application_id
-           LEFT JOIN LATERAL (
-                SELECT revision, document FROM declarations
-                 WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true
-          WHERE n.id = $1",
+    let row = sqlx::query!(
+        r#"SELECT n.id AS "id: NamespaceId", n.name,
+                  n.application_id AS "application_id: ApplicationId", a.max_unfinished,
+                  coalesce(p.generation, 0) AS "generation!",
+                  coalesce(d.revision, 0) AS "revision!", d.document AS "document?"
+             FROM namespaces n
+             JOIN applications a ON a.id = n.application_id
+             LEFT JOIN projections p ON p.application_id = n.application_id
+             LEFT JOIN LATERAL (
+                  SELECT revision, document FROM declarations
+                   WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true
+            WHERE n.id = $1"#,
+        namespace_id as _,
     )
-    .bind(namespace_id)
     .fetch_optional(pg)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    let document: Option<serde_json::Value> = row.try_get("document")?;
-    let declaration = match document {
+    let declaration = match row.document {
         Some(doc) => serde_json::from_value(doc).map_err(|e| {
             DurableError::StateConflict(format!("stored declaration does not load: {e}"))
         })?,
         None => Declaration::default(),
     };
     Ok(Some(NamespaceConfig {
-        application_id: row.try_get("application_id")?,
-        namespace_id: row.try_get("id")?,
-        namespace: row.try_get("name")?,
-        max_unfinished: row.try_get("max_unfinished")?,
-        generation: row.try_get("generation")?,
-        declaration_revision: row.try_get("revision")?,
+        application_id: row.application_id,
+        namespace_id: row.id,
+        namespace: row.name,
+        max_unfinished: row.max_unfinished,
+        generation: row.generation,
+        declaration_revision: row.revision,
         declaration,
     }))
 }
@@ -320,17 +320,19 @@ pub async fn apply_declaration(
 ) -> Result<i64, DurableError> {
     let declaration = declaration::parse(source)?;
     let mut tx = pg.begin().await?;
-    let application_id: Option<ApplicationId> =
-        sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1 FOR UPDATE")
-            .bind(namespace_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let application_id: Option<ApplicationId> = sqlx::query_scalar!(
+        r#"SELECT application_id AS "application_id: ApplicationId" FROM namespaces
+            WHERE id = $1 FOR UPDATE"#,
+        namespace_id as _
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     let application_id =
         application_id.ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
-    let current: i64 = sqlx::query_scalar(
-        "SELECT coalesce(max(revision), 0) FROM declarations WHERE namespace_id = $1",
+    let current: i64 = sqlx::query_scalar!(
+        r#"SELECT coalesce(max(revision), 0) AS "current!" FROM declarations WHERE namespace_id = $1"#,
+        namespace_id as _
     )
-    .bind(namespace_id)
     .fetch_one(&mut *tx)
     .await?;
     if let Some(expected) = expected_revision.filter(|e| *e != current) {
@@ -342,15 +344,15 @@ pub async fn apply_declaration(
     let revision = current + 1;
     let document = serde_json::to_value(&declaration)
         .map_err(|e| DurableError::StateConflict(format!("declaration does not serialise: {e}")))?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO declarations (namespace_id, revision, document, source, applied_by)
          VALUES ($1, $2, $3, $4, $5)",
+        namespace_id as _,
+        revision,
+        &document,
+        source,
+        actor
     )
-    .bind(namespace_id)
-    .bind(revision)
-    .bind(&document)
-    .bind(source)
-    .bind(actor)
     .execute(&mut *tx)
     .await?;
     audit(
@@ -381,12 +383,12 @@ async fn apply_quota_pools(
         let capacity = i64::try_from(pool.capacity).map_err(|_| {
             FieldError::new(format!("quota_pool[{index}].capacity"), "is too large")
         })?;
-        let used: Option<i64> = sqlx::query_scalar(
-            "SELECT allocated + reserved FROM quota_pools
-              WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        let used: Option<i64> = sqlx::query_scalar!(
+            r#"SELECT allocated + reserved AS "used!" FROM quota_pools
+                WHERE namespace_id = $1 AND code = $2 FOR UPDATE"#,
+            namespace_id as _,
+            &pool.code
         )
-        .bind(namespace_id)
-        .bind(&pool.code)
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(used) = used.filter(|used| *used > capacity) {
@@ -396,15 +398,15 @@ async fn apply_quota_pools(
             )
             .into());
         }
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO quota_pools (namespace_id, code, capacity) VALUES ($1, $2, $3)
              ON CONFLICT (namespace_id, code) DO UPDATE
                 SET capacity = EXCLUDED.capacity, revision = quota_pools.revision + 1
               WHERE quota_pools.capacity <> EXCLUDED.capacity",
+            namespace_id as _,
+            &pool.code,
+            capacity
         )
-        .bind(namespace_id)
-        .bind(&pool.code)
-        .bind(capacity)
         .execute(&mut *tx)
         .await?;
     }
@@ -414,14 +416,12 @@ async fn apply_quota_pools(
 /// Every browser origin that some namespace allows, for CORS preflights (which carry no
 /// credential, so the namespace is not known yet; the real request is checked per namespace).
 pub async fn all_allowed_origins(pg: &PgPool) -> Result<Vec<String>, DurableError> {
-    Ok(sqlx::query_scalar(
-        "SELECT DISTINCT origin
+    Ok(sqlx::query_scalar!(r#"SELECT DISTINCT origin AS "origin!"
            FROM namespaces n
            JOIN LATERAL (
                 SELECT document FROM declarations
                  WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true
-           CROSS JOIN LATERAL jsonb_array_elements_text(d.document -> 'namespace' -> 'allowed_origins') AS origin",
-    )
+           CROSS JOIN LATERAL jsonb_array_elements_text(d.document -> 'namespace' -> 'allowed_origins') AS origin"#)
     .fetch_all(pg)
     .await?)
 }
@@ -433,12 +433,13 @@ pub async fn create_subject_key(
     actor: &str,
 ) -> Result<SubjectKeyOutput, DurableError> {
     let mut tx = pg.begin().await?;
-    let application_id: ApplicationId =
-        sqlx::query_scalar("SELECT application_id FROM namespaces WHERE id = $1")
-            .bind(namespace_id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
+    let application_id: ApplicationId = sqlx::query_scalar!(
+        r#"SELECT application_id AS "application_id: ApplicationId" FROM namespaces WHERE id = $1"#,
+        namespace_id as _
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| DurableError::NotFound("no such namespace".into()))?;
     let key = insert_subject_key(&mut tx, namespace_id).await?;
     audit(
         &mut tx,
@@ -460,12 +461,14 @@ async fn insert_subject_key(
 ) -> Result<SubjectKeyOutput, DurableError> {
     let kid = secrets::new_key_id();
     let key = secrets::random_bytes::<32>();
-    sqlx::query("INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)")
-        .bind(&kid)
-        .bind(namespace_id)
-        .bind(key.to_vec())
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO subject_keys (kid, namespace_id, secret) VALUES ($1, $2, $3)",
+        &kid,
+        namespace_id as _,
+        key.to_vec()
+    )
+    .execute(conn)
+    .await?;
     Ok(SubjectKeyOutput {
         id: kid,
         secret: secrets::encode_secret(&key),
@@ -481,13 +484,9 @@ pub async fn revoke_subject_key(
     actor: &str,
 ) -> Result<(), DurableError> {
     let mut tx = pg.begin().await?;
-    let application_id: Option<ApplicationId> = sqlx::query_scalar(
-        "UPDATE subject_keys k SET revoked_at = now() FROM namespaces n
+    let application_id: Option<ApplicationId> = sqlx::query_scalar!(r#"UPDATE subject_keys k SET revoked_at = now() FROM namespaces n
           WHERE k.kid = $1 AND k.namespace_id = $2 AND n.id = k.namespace_id AND k.revoked_at IS NULL
-          RETURNING n.application_id",
-    )
-    .bind(kid)
-    .bind(namespace_id)
+          RETURNING n.application_id AS "application_id: ApplicationId""#, kid, namespace_id as _)
     .fetch_optional(&mut *tx)
     .await?;
     let application_id = application_id.ok_or_else(|| {

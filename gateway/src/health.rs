@@ -21,14 +21,18 @@ const MAX_REBUILDS: usize = 4;
 
 pub async fn readiness(gateway: &Gateway) -> HttpResponse {
     let unavailable = |why: String| plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
-    let projections: Vec<(ApplicationId, i64)> = match sqlx::query_as(
-        "SELECT application_id, generation FROM projections ORDER BY application_id LIMIT $1",
+    let projections: Vec<(ApplicationId, i64)> = match sqlx::query!(
+        r#"SELECT application_id AS "application_id: ApplicationId", generation FROM projections
+            ORDER BY application_id LIMIT $1"#,
+        MAX_APPLICATIONS,
     )
-    .bind(MAX_APPLICATIONS)
     .fetch_all(&gateway.pg)
     .await
     {
-        Ok(rows) => rows,
+        Ok(rows) => rows
+            .into_iter()
+            .map(|row| (row.application_id, row.generation))
+            .collect(),
         Err(error) => return unavailable(format!("PostgreSQL unavailable: {error}")),
     };
     // Fails at once while no connection is up, instead of waiting out the command timeout.

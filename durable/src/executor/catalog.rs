@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
@@ -46,36 +46,37 @@ pub fn runnable(decl: &CommandDecl) -> bool {
 /// Loads every application and its newest declarations, and writes the admission specs, the
 /// pauses and the shared budgets.
 pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, DurableError> {
-    let rows = sqlx::query(
-        "SELECT p.application_id, p.generation, n.id AS namespace_id, n.name, n.webhook_secret,
-                d.document
-           FROM projections p
-           JOIN namespaces n ON n.application_id = p.application_id
-           LEFT JOIN LATERAL (
-                SELECT document FROM declarations
-                 WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true",
+    let rows = sqlx::query!(
+        r#"SELECT p.application_id AS "application_id: ApplicationId", p.generation,
+                  n.id AS "namespace_id: NamespaceId", n.name, n.webhook_secret,
+                  d.document AS "document?"
+             FROM projections p
+             JOIN namespaces n ON n.application_id = p.application_id
+             LEFT JOIN LATERAL (
+                  SELECT document FROM declarations
+                   WHERE namespace_id = n.id ORDER BY revision DESC LIMIT 1) d ON true"#,
     )
     .fetch_all(pg)
     .await?;
     let mut apps: HashMap<ApplicationId, Application> = HashMap::new();
     for row in rows {
-        let id: ApplicationId = row.try_get("application_id")?;
+        let id = row.application_id;
         let app = apps.entry(id).or_insert_with(|| Application {
             id,
             generation: 0,
             commands: HashMap::new(),
             namespaces: HashMap::new(),
         });
-        app.generation = row.try_get("generation")?;
-        let namespace_id: NamespaceId = row.try_get("namespace_id")?;
+        app.generation = row.generation;
+        let namespace_id = row.namespace_id;
         app.namespaces.insert(
             namespace_id,
             NamespaceInfo {
-                name: row.try_get("name")?,
-                webhook_secret: row.try_get("webhook_secret")?,
+                name: row.name,
+                webhook_secret: row.webhook_secret,
             },
         );
-        let Some(document) = row.try_get::<Option<serde_json::Value>, _>("document")? else {
+        let Some(document) = row.document else {
             continue;
         };
         let declaration: Declaration = match serde_json::from_value(document) {

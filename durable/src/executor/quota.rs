@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::DurableError;
@@ -89,40 +89,44 @@ async fn allocate_in_one_transaction(
     let ids: Vec<CommandId> = batch.iter().map(|c| c.id).collect();
     let attempts: Vec<Uuid> = batch.iter().map(|c| c.attempt.as_uuid()).collect();
     let mut tx = pg.begin().await?;
-    let held: Vec<(CommandId, String)> = sqlx::query_as(
-        "SELECT c.id, c.subject FROM commands c
-           JOIN unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
-             ON c.id = a.id AND c.attempt_id = a.attempt_id
-          WHERE c.status = 'executing'
-          ORDER BY c.queue_seq
-          FOR UPDATE OF c",
+    let held: Vec<(CommandId, String)> = sqlx::query!(
+        r#"SELECT c.id AS "id: CommandId", c.subject FROM commands c
+             JOIN unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
+               ON c.id = a.id AND c.attempt_id = a.attempt_id
+            WHERE c.status = 'executing'
+            ORDER BY c.queue_seq
+            FOR UPDATE OF c"#,
+        &ids as _,
+        &attempts,
     )
-    .bind(&ids)
-    .bind(&attempts)
     .fetch_all(&mut *tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.id, row.subject))
+    .collect();
     if held.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: Option<(i64, i64, i64)> = sqlx::query_as(
+    let counts: Option<(i64, i64, i64)> = sqlx::query!(
         "SELECT capacity, allocated, reserved FROM quota_pools
           WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        namespace_id as _,
+        pool,
     )
-    .bind(namespace_id)
-    .bind(pool)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await?
+    .map(|row| (row.capacity, row.allocated, row.reserved));
     let subjects: Vec<&str> = held.iter().map(|(_, s)| s.as_str()).collect();
     let decisions = match counts {
         None => None,
         Some((capacity, allocated, reserved)) => {
-            let already: HashSet<String> = sqlx::query_scalar(
+            let already: HashSet<String> = sqlx::query_scalar!(
                 "SELECT subject FROM allocations
                   WHERE namespace_id = $1 AND pool = $2 AND subject = ANY($3)",
+                namespace_id as _,
+                pool,
+                &subjects as _
             )
-            .bind(namespace_id)
-            .bind(pool)
-            .bind(&subjects)
             .fetch_all(&mut *tx)
             .await?
             .into_iter()
@@ -199,24 +203,24 @@ async fn insert_allocations(
     if allocation_ids.is_empty() {
         return Ok(());
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO allocations (id, namespace_id, pool, subject, command_id, state)
          SELECT a.id, $1, $2, a.subject, a.command_id, 'confirmed'
            FROM unnest($3::uuid[], $4::text[], $5::uuid[]) AS a(id, subject, command_id)",
+        namespace_id as _,
+        pool,
+        &allocation_ids,
+        &subjects as _,
+        &command_ids as _
     )
-    .bind(namespace_id)
-    .bind(pool)
-    .bind(&allocation_ids)
-    .bind(&subjects)
-    .bind(&command_ids)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE quota_pools SET allocated = allocated + $3 WHERE namespace_id = $1 AND code = $2",
+        namespace_id as _,
+        pool,
+        allocation_ids.len() as i64
     )
-    .bind(namespace_id)
-    .bind(pool)
-    .bind(allocation_ids.len() as i64)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -254,28 +258,28 @@ pub async fn write_outcomes(
         .iter()
         .map(|o| o.3.as_ref().map(|e| e.1.as_str()))
         .collect();
-    let rows = sqlx::query(
-        "UPDATE commands c
-            SET status = o.status, result = o.result, error_code = o.code,
-                error_message = o.message, finished_at = now(), updated_at = now(),
-                lease_owner = NULL, lease_expires_at = NULL, attempt_id = NULL
-           FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::uuid[])
-                AS o(id, status, result, code, message, attempt_id)
-          WHERE c.id = o.id AND c.attempt_id = o.attempt_id AND c.status = 'executing'
-         RETURNING c.id, c.updated_at",
+    let rows = sqlx::query!(
+        r#"UPDATE commands c
+              SET status = o.status, result = o.result, error_code = o.code,
+                  error_message = o.message, finished_at = now(), updated_at = now(),
+                  lease_owner = NULL, lease_expires_at = NULL, attempt_id = NULL
+             FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::uuid[])
+                  AS o(id, status, result, code, message, attempt_id)
+            WHERE c.id = o.id AND c.attempt_id = o.attempt_id AND c.status = 'executing'
+           RETURNING c.id AS "id: CommandId", c.updated_at"#,
+        &ids as _,
+        &statuses as _,
+        &results as _,
+        &codes as _,
+        &messages as _,
+        &attempts as _,
     )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&results)
-    .bind(&codes)
-    .bind(&messages)
-    .bind(&attempts)
     .fetch_all(&mut *tx)
     .await?;
     let mut landed = Vec::with_capacity(rows.len());
     for row in rows {
-        let id: CommandId = row.try_get("id")?;
-        let updated_at: DateTime<Utc> = row.try_get("updated_at")?;
+        let id = row.id;
+        let updated_at: DateTime<Utc> = row.updated_at;
         if let Some(outcome) = outcomes.iter().find(|o| o.0 == id) {
             landed.push(Landed {
                 id,

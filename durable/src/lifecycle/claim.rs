@@ -253,13 +253,13 @@ async fn generation(
     stores: Stores<'_>,
     application_id: ApplicationId,
 ) -> Result<i64, DurableError> {
-    Ok(
-        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
-            .bind(application_id)
-            .fetch_optional(stores.pg)
-            .await?
-            .unwrap_or(0),
+    Ok(sqlx::query_scalar!(
+        "SELECT generation FROM projections WHERE application_id = $1",
+        application_id as _
     )
+    .fetch_optional(stores.pg)
+    .await?
+    .unwrap_or(0))
 }
 
 /// Heads admitted but not claimed (cancelled, ended or taken meanwhile): their Redis side follows

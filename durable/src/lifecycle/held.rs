@@ -107,13 +107,13 @@ pub async fn start_retry(
 
 /// Whether a cancel was asked for while the attempt ran.
 pub async fn cancel_requested(stores: Stores<'_>, id: CommandId) -> Result<bool, DurableError> {
-    Ok(
-        sqlx::query_scalar("SELECT cancel_requested FROM commands WHERE id = $1")
-            .bind(id)
-            .fetch_optional(stores.pg)
-            .await?
-            .unwrap_or(false),
+    Ok(sqlx::query_scalar!(
+        "SELECT cancel_requested FROM commands WHERE id = $1",
+        id as _
     )
+    .fetch_optional(stores.pg)
+    .await?
+    .unwrap_or(false))
 }
 
 /// The status a ticket poll shows while the attempt holds the command (`mark.lua`); a poll shows

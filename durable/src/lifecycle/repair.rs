@@ -47,10 +47,12 @@ pub async fn permits(
     side: SweepSide,
 ) -> Result<usize, DurableError> {
     let mut tx = stores.pg.begin().await?;
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(LOCK_PERMITS)
-        .fetch_one(&mut *tx)
-        .await?;
+    let got: bool = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
+        LOCK_PERMITS
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if !got {
         return Ok(0);
     }
@@ -130,13 +132,14 @@ async fn restore_running(
     let Some(attempt) = row.attempt.filter(|a| Some(*a) == on_record) else {
         return false;
     };
-    let deadline: Option<chrono::DateTime<Utc>> =
-        sqlx::query_scalar("SELECT deadline_at FROM commands WHERE id = $1 AND status = 'running'")
-            .bind(row.id)
-            .fetch_optional(stores.pg)
-            .await
-            .ok()
-            .flatten();
+    let deadline: Option<chrono::DateTime<Utc>> = sqlx::query_scalar!(
+        "SELECT deadline_at FROM commands WHERE id = $1 AND status = 'running'",
+        row.id as _
+    )
+    .fetch_optional(stores.pg)
+    .await
+    .ok()
+    .flatten();
     let Some(deadline) = deadline else {
         return false;
     };
@@ -175,10 +178,12 @@ pub async fn projection(
     grace: Duration,
 ) -> Result<usize, DurableError> {
     let mut tx = stores.pg.begin().await?;
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(LOCK_RECONCILE)
-        .fetch_one(&mut *tx)
-        .await?;
+    let got: bool = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
+        LOCK_RECONCILE
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if !got {
         return Ok(0);
     }

@@ -51,8 +51,7 @@ async fn locked(
     statement: &'static str,
 ) -> Result<Option<Vec<RowState>>, DurableError> {
     let mut tx = pg.begin().await?;
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(key)
+    let got: bool = sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#, key)
         .fetch_one(&mut *tx)
         .await?;
     if !got {
@@ -126,10 +125,12 @@ pub const RESCUE_SQL: &str = "WITH decided AS (
 /// attempt's request was cut at the deadline.) Without an answer from Redis nothing goes back.
 pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
     let mut tx = stores.pg.begin().await?;
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(LOCK_LEASES)
-        .fetch_one(&mut *tx)
-        .await?;
+    let got: bool = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
+        LOCK_LEASES
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if !got {
         return Ok(0);
     }
@@ -257,10 +258,12 @@ pub async fn prune(
     retention_seconds: i64,
 ) -> Result<usize, DurableError> {
     let mut tx = pg.begin().await?;
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(LOCK_RETENTION)
-        .fetch_one(&mut *tx)
-        .await?;
+    let got: bool = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
+        LOCK_RETENTION
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if !got {
         return Ok(0);
     }

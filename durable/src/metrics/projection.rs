@@ -105,10 +105,11 @@ async fn applications(pg: &PgPool) -> Arc<Vec<ApplicationId>> {
     {
         return list.clone();
     }
-    let listed: Result<Vec<ApplicationId>, sqlx::Error> = sqlx::query_scalar(
-        "SELECT application_id FROM projections ORDER BY application_id LIMIT $1",
+    let listed: Result<Vec<ApplicationId>, sqlx::Error> = sqlx::query_scalar!(
+        r#"SELECT application_id AS "application_id: ApplicationId" FROM projections
+            ORDER BY application_id LIMIT $1"#,
+        MAX_APPLICATIONS
     )
-    .bind(MAX_APPLICATIONS)
     .fetch_all(pg)
     .await;
     match listed {

@@ -227,11 +227,13 @@ async fn commit_batch(
         applications.sort_unstable();
         applications.dedup();
         applications.truncate(100);
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(OUTBOX_CHANNEL)
-            .bind(applications.join(","))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "SELECT pg_notify($1, $2)",
+            OUTBOX_CHANNEL,
+            applications.join(",")
+        )
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     Ok(outcomes)

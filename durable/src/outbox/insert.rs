@@ -14,7 +14,7 @@ use crate::lifecycle::CommandStatus;
 
 /// What makes two enqueues the same intent: the unique key of `commands`. A second enqueue with
 /// the same key is a replay (or a conflict when its content differs), never a second command.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey {
     pub namespace_id: NamespaceId,
     pub command: String,
@@ -42,7 +42,7 @@ pub struct NewCommand {
 }
 
 /// The row PostgreSQL already holds for a request key.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExistingCommand {
     pub id: CommandId,
     pub content_sha256: Vec<u8>,
@@ -81,18 +81,18 @@ pub async fn lock_batch(conn: &mut PgConnection, batch: &[NewCommand]) -> Result
     let mut applications: Vec<ApplicationId> = batch.iter().map(|c| c.application_id).collect();
     applications.sort_unstable();
     applications.dedup();
-    sqlx::query(
+    sqlx::query!(
         "WITH pauses AS (
              SELECT pg_advisory_xact_lock_shared(hashtextextended('sluice:control:' || n::text, 0))
                FROM unnest($1::uuid[]) AS n),
          epochs AS (
              SELECT application_id FROM projections
               WHERE application_id = ANY($2) ORDER BY application_id FOR SHARE)
-         SELECT (SELECT count(*) FROM pauses) + (SELECT count(*) FROM epochs)",
+         SELECT (SELECT count(*) FROM pauses) + (SELECT count(*) FROM epochs) AS locks",
+        &namespaces as _,
+        &applications as _
     )
-    .bind(&namespaces)
-    .bind(&applications)
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await?;
     Ok(())
 }
@@ -190,13 +190,17 @@ async fn generations(
     missing: &[&NewCommand],
 ) -> Result<HashMap<ApplicationId, i64>, DurableError> {
     let applications: Vec<ApplicationId> = missing.iter().map(|c| c.application_id).collect();
-    let rows: Vec<(ApplicationId, i64)> = sqlx::query_as(
-        "SELECT application_id, generation FROM projections WHERE application_id = ANY($1)",
+    let rows = sqlx::query!(
+        r#"SELECT application_id AS "application_id: ApplicationId", generation FROM projections
+            WHERE application_id = ANY($1)"#,
+        &applications as _,
     )
-    .bind(&applications)
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().collect())
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.application_id, row.generation))
+        .collect())
 }
 
 /// The rows that already hold the keys of commands that were not inserted.
@@ -208,30 +212,42 @@ async fn find_existing(
     let commands: Vec<&str> = missing.iter().map(|c| c.key.command.as_str()).collect();
     let subjects: Vec<&str> = missing.iter().map(|c| c.key.subject.as_str()).collect();
     let keys: Vec<&str> = missing.iter().map(|c| c.key.request_key.as_str()).collect();
-    let rows: Vec<Found> = sqlx::query_as(
-        "SELECT c.id, c.namespace_id, c.command, c.subject, c.request_key, c.content_sha256,
-                c.status, c.accepted_at, c.deadline_at, c.resource_key
-           FROM commands c
-           JOIN unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
-             ON c.namespace_id = k.ns AND c.command = k.cmd AND c.subject = k.sub
-            AND c.request_key = k.rk",
+    let rows = sqlx::query!(
+        r#"SELECT c.id AS "id: CommandId", c.namespace_id AS "namespace_id: NamespaceId",
+                  c.command, c.subject, c.request_key, c.content_sha256,
+                  c.status AS "status: CommandStatus", c.accepted_at, c.deadline_at,
+                  c.resource_key
+             FROM commands c
+             JOIN unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
+               ON c.namespace_id = k.ns AND c.command = k.cmd AND c.subject = k.sub
+              AND c.request_key = k.rk"#,
+        &namespaces as _,
+        &commands as _,
+        &subjects as _,
+        &keys as _,
     )
-    .bind(&namespaces)
-    .bind(&commands)
-    .bind(&subjects)
-    .bind(&keys)
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|f| (f.key, f.row)).collect())
-}
-
-/// A row [`find_existing`] found, with the key it was found under.
-#[derive(sqlx::FromRow)]
-struct Found {
-    #[sqlx(flatten)]
-    key: IdempotencyKey,
-    #[sqlx(flatten)]
-    row: ExistingCommand,
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let key = IdempotencyKey {
+                namespace_id: row.namespace_id,
+                command: row.command,
+                subject: row.subject,
+                request_key: row.request_key,
+            };
+            let existing = ExistingCommand {
+                id: row.id,
+                content_sha256: row.content_sha256,
+                status: row.status,
+                accepted_at: row.accepted_at,
+                deadline_at: row.deadline_at,
+                resource_key: row.resource_key,
+            };
+            (key, existing)
+        })
+        .collect())
 }
 
 /// The batch as column arrays, the shape `unnest` takes.

@@ -75,16 +75,18 @@ async fn rebuild_unless_ready(
 ) -> Result<Option<RebuildReport>, DurableError> {
     let keys = AppKeys::new(application_id);
     let mut lock = pg.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('sluice:rebuild:' || $1::text, 0))")
-        .bind(application_id)
-        .execute(&mut *lock)
-        .await?;
-    let generation: i64 = sqlx::query_scalar(
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('sluice:rebuild:' || $1::text, 0))",
+        application_id as _
+    )
+    .execute(&mut *lock)
+    .await?;
+    let generation: i64 = sqlx::query_scalar!(
         "INSERT INTO projections (application_id, generation) VALUES ($1, 0)
          ON CONFLICT (application_id) DO UPDATE SET generation = projections.generation
          RETURNING generation",
+        application_id as _
     )
-    .bind(application_id)
     .fetch_one(pg)
     .await?;
     let client = redis.pool().next();
@@ -95,11 +97,11 @@ async fn rebuild_unless_ready(
     // 2. Fence.
     let token = fence(redis, &keys).await?;
     // 3. Advance the epoch: waits for the commits and claims of the old one in flight.
-    let next_generation: i64 = sqlx::query_scalar(
+    let next_generation: i64 = sqlx::query_scalar!(
         "UPDATE projections SET generation = generation + 1, rebuilt_at = now()
           WHERE application_id = $1 RETURNING generation",
+        application_id as _
     )
-    .bind(application_id)
     .fetch_one(pg)
     .await?;
     faults::pass(Point::RebuildBeforeSnapshot, application_id).await?;
@@ -110,11 +112,12 @@ async fn rebuild_unless_ready(
         .execute(&mut *tx)
         .await?;
     // The first read fixes the snapshot; everything written below comes from it.
-    let max_seq: Option<i64> =
-        sqlx::query_scalar("SELECT max(queue_seq) FROM commands WHERE application_id = $1")
-            .bind(application_id)
-            .fetch_one(&mut *tx)
-            .await?;
+    let max_seq: Option<i64> = sqlx::query_scalar!(
+        "SELECT max(queue_seq) FROM commands WHERE application_id = $1",
+        application_id as _
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     faults::pass(Point::RebuildAfterSnapshot, application_id).await?;
     // The sequence handed out so far, if Redis still has it (a forced rebuild of a live
     // projection): new commands must never get a number an earlier one already holds.
@@ -296,11 +299,12 @@ pub async fn is_ready(
     redis: &Projection,
     application_id: ApplicationId,
 ) -> Result<bool, DurableError> {
-    let stored: Option<i64> =
-        sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
-            .bind(application_id)
-            .fetch_optional(pg)
-            .await?;
+    let stored: Option<i64> = sqlx::query_scalar!(
+        "SELECT generation FROM projections WHERE application_id = $1",
+        application_id as _
+    )
+    .fetch_optional(pg)
+    .await?;
     redis_is_ready(
         redis.pool().next(),
         &AppKeys::new(application_id),

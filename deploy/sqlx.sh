@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The offline data of the compile-time checked queries (`sqlx::query!` and friends), kept in
+# `.sqlx/` at the workspace root so that every build, CI's included, checks the queries without
+# a database (`SQLX_OFFLINE=true`).
+#
+#   deploy/sqlx.sh prepare   rewrite .sqlx/ (after changing a query or a migration)
+#   deploy/sqlx.sh check     fail, naming the files, when .sqlx/ is not what the queries and the
+#                            migrations give now (deploy/test.sh runs it)
+#
+# Both describe every query against a throwaway PostgreSQL of their own (started on a free
+# port with every migration applied, removed on exit): what a running server holds is never
+# read. The macros write what they describe to SQLX_OFFLINE_DIR when they run against a live
+# database, so no sqlx-cli is needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. deploy/lib.sh
+
+mode=${1:-}
+case "$mode" in
+  prepare|check) ;;
+  *) echo "usage: deploy/sqlx.sh prepare|check" >&2; exit 2 ;;
+esac
+
+require_cargo
+require_postgres
+require_setpriv
+start_scratch_postgres
+for migration in durable/migrations/*.sql; do
+  psql "$SCRATCH_PG_URL" -v ON_ERROR_STOP=1 -q -1 -f "$migration" >/dev/null
+done
+
+described=$(mktemp -d)
+trap 'rm -rf "$described"; stop_scratch_postgres' EXIT
+# The crates whose queries are checked; touching them makes cargo run their macros again (it
+# does not see the environment the macros read).
+touch durable/src/lib.rs gateway/src/lib.rs
+log "describing every query against a throwaway PostgreSQL"
+SQLX_OFFLINE=false DATABASE_URL="$SCRATCH_PG_URL" SQLX_OFFLINE_DIR="$described" \
+  cargo check --locked --quiet -p sluice-durable -p sluice-gateway --lib
+
+if [ "$mode" = prepare ]; then
+  rm -rf .sqlx
+  mkdir .sqlx
+  cp "$described"/*.json .sqlx/ 2>/dev/null || true
+  echo "wrote $(ls .sqlx | wc -l) query descriptions to .sqlx/"
+  exit 0
+fi
+if ! diff -r .sqlx "$described" >/dev/null 2>&1; then
+  echo "the offline query data in .sqlx/ is stale:" >&2
+  diff -rq .sqlx "$described" | sed "s|$described|(now)|" >&2 || true
+  echo "run deploy/sqlx.sh prepare and commit .sqlx/" >&2
+  exit 1
+fi
+echo ".sqlx/ is current ($(ls .sqlx | wc -l) queries)"
