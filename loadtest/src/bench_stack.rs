@@ -2,11 +2,12 @@
 //! measures Sluice's own code paths against real servers and leaves nothing behind.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Request;
-use sluice_durable::executor::ExecutorConfig;
+use sluice_durable::executor::{Executor, ExecutorConfig};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, projection};
 use sluice_gateway::config::GatewayConfig;
@@ -159,6 +160,42 @@ pub async fn open_commands(tenant: &Tenant, command: &str) -> Result<i64, BoxErr
     .bind(command)
     .fetch_one(&tenant.pg)
     .await?)
+}
+
+/// Runs an executor with `config` until none of the `n` commands of `command` is open, and says
+/// how long that took. `worth_asking` says when counting the open commands is worth its cost
+/// (the count visits every row of the round); the executor is stopped and joined either way,
+/// and a round still open after `timeout` is an error naming how many are left.
+pub async fn drain(
+    tenant: &Tenant,
+    config: ExecutorConfig,
+    command: &str,
+    n: u64,
+    timeout: Duration,
+    mut worth_asking: impl FnMut() -> bool,
+) -> Result<Duration, BoxError> {
+    let shutdown = CancellationToken::new();
+    let executor = Executor::new(tenant.pg.clone(), tenant.redis.clone(), config);
+    let started = Instant::now();
+    let running = tokio::spawn(executor.run(shutdown.clone()));
+    let deadline = started + timeout;
+    let outcome = loop {
+        if worth_asking() {
+            match open_commands(tenant, command).await {
+                Ok(0) => break Ok(started.elapsed()),
+                Ok(_) => {}
+                Err(error) => break Err(error),
+            }
+        }
+        if Instant::now() >= deadline {
+            let open = open_commands(tenant, command).await?;
+            break Err(format!("{open} of {n} commands still open after the timeout").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    shutdown.cancel();
+    running.await?;
+    outcome
 }
 
 /// The median of the rates of a mode's rounds.

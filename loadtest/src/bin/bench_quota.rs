@@ -18,17 +18,16 @@
 //! between the modes so drift of the shared machine hits both alike; medians are reported.
 //! Loopback only; the scratch database and the tenant's Redis keys are removed afterwards.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, enqueue_waiting,
-    median, open_commands, rates_cell, with_scratch_tenant,
+    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
+    enqueue_waiting, median, rates_cell, with_scratch_tenant,
 };
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(about = "Quota commands executed per second: batched versus one transaction each")]
@@ -197,31 +196,18 @@ async fn round(
     )
     .await?;
 
-    let shutdown = CancellationToken::new();
-    let executor = Executor::new(
-        tenant.pg.clone(),
-        tenant.redis.clone(),
+    let elapsed = drain(
+        tenant,
         ExecutorConfig {
             batch_quota,
             ..args.run.executor_config()
         },
-    );
-    let started = Instant::now();
-    let running = tokio::spawn(executor.run(shutdown.clone()));
-    let deadline = started + Duration::from_secs(args.run.round_timeout_seconds);
-    let elapsed = loop {
-        let open = open_commands(tenant, &command).await?;
-        if open == 0 {
-            break started.elapsed();
-        }
-        if Instant::now() >= deadline {
-            shutdown.cancel();
-            return Err(format!("{open} of {n} commands still open after the timeout").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    shutdown.cancel();
-    running.await?;
+        &command,
+        n,
+        Duration::from_secs(args.run.round_timeout_seconds),
+        || true,
+    )
+    .await?;
 
     let (succeeded, sold_out, other): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status = 'succeeded'),

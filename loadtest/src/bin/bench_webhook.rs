@@ -52,12 +52,11 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use sluice_durable::executor::Executor;
 use sluice_durable::executor::webhook::sign;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, enqueue_waiting,
-    median, open_commands, rates_cell, with_scratch_tenant,
+    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
+    enqueue_waiting, median, rates_cell, with_scratch_tenant,
 };
 use sluice_loadtest::driver::{http_client, run};
 use sluice_loadtest::servers::signature_valid;
@@ -278,38 +277,27 @@ async fn sluice_round(
     .await?;
     backend.expect_idle()?;
 
-    let shutdown = CancellationToken::new();
-    let executor = Executor::new(
-        tenant.pg.clone(),
-        tenant.redis.clone(),
-        args.run.executor_config(),
-    );
-    let started = Instant::now();
-    let running = tokio::spawn(executor.run(shutdown.clone()));
-    let deadline = started + Duration::from_secs(args.run.round_timeout_seconds);
     let mut asked: Option<Instant> = None;
-    let elapsed = loop {
-        // Until the backend has seen N requests, not all N commands can have succeeded: then
-        // PostgreSQL is asked only once a second (enough to stop at commands that ended some
-        // other way). Counting a round's open commands visits every row of the round (13 ms at
-        // 4,000 rows, 68 ms at 20,000): asked every 20 ms all round, it kept a PostgreSQL
-        // backend busy on the CPUs the executor needs, and cost 10-20% of the measured rate.
-        let due = backend.requests() >= n || asked.is_none_or(|at| at.elapsed().as_secs() >= 1);
-        if due {
-            asked = Some(Instant::now());
-            if open_commands(tenant, &command).await? == 0 {
-                break started.elapsed();
+    // Until the backend has seen N requests, not all N commands can have succeeded: then
+    // PostgreSQL is asked only once a second (enough to stop at commands that ended some other
+    // way). Counting a round's open commands visits every row of the round (13 ms at 4,000
+    // rows, 68 ms at 20,000): asked every 20 ms all round, it kept a PostgreSQL backend busy on
+    // the CPUs the executor needs, and cost 10-20% of the measured rate.
+    let elapsed = drain(
+        tenant,
+        args.run.executor_config(),
+        &command,
+        n,
+        Duration::from_secs(args.run.round_timeout_seconds),
+        || {
+            let due = backend.requests() >= n || asked.is_none_or(|at| at.elapsed().as_secs() >= 1);
+            if due {
+                asked = Some(Instant::now());
             }
-        }
-        if Instant::now() >= deadline {
-            shutdown.cancel();
-            let open = open_commands(tenant, &command).await?;
-            return Err(format!("{open} of {n} commands still open after the timeout").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    shutdown.cancel();
-    running.await?;
+            due
+        },
+    )
+    .await?;
 
     let (succeeded, other): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status = 'succeeded'),
