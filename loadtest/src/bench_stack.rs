@@ -198,6 +198,22 @@ pub async fn drain(
     outcome
 }
 
+/// How fast one round went: `n` commands over its elapsed time.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    pub per_second: f64,
+    pub elapsed: Duration,
+}
+
+impl Pace {
+    pub fn of(n: u64, elapsed: Duration) -> Self {
+        Self {
+            per_second: n as f64 / elapsed.as_secs_f64(),
+            elapsed,
+        }
+    }
+}
+
 /// The median of the rates of a mode's rounds.
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);

@@ -25,7 +25,7 @@ use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
+    BoxError, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
     enqueue_waiting, median, rates_cell, with_scratch_tenant,
 };
 
@@ -52,8 +52,7 @@ struct Args {
 
 /// What one round measured.
 struct Round {
-    per_second: f64,
-    elapsed: Duration,
+    pace: Pace,
     succeeded: i64,
     sold_out: i64,
 }
@@ -123,7 +122,7 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
     println!(
         "warm-up (batched, {} commands): {:.0} commands/s",
         args.commands / 5,
-        warm.per_second
+        warm.pace.per_second
     );
     let mut batched = Vec::new();
     let mut single = Vec::new();
@@ -132,21 +131,21 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
         println!(
             "round {}: batched {:.0} commands/s ({:.2} s)",
             r + 1,
-            b.per_second,
-            b.elapsed.as_secs_f64()
+            b.pace.per_second,
+            b.pace.elapsed.as_secs_f64()
         );
         batched.push(b);
         let s = round(args, tenant, &gateway, 2 * r + 2, false, args.commands).await?;
         println!(
             "round {}: one transaction each {:.0} commands/s ({:.2} s)",
             r + 1,
-            s.per_second,
-            s.elapsed.as_secs_f64()
+            s.pace.per_second,
+            s.pace.elapsed.as_secs_f64()
         );
         single.push(s);
     }
-    let b = median(batched.iter().map(|r| r.per_second).collect());
-    let s = median(single.iter().map(|r| r.per_second).collect());
+    let b = median(batched.iter().map(|r| r.pace.per_second).collect());
+    let s = median(single.iter().map(|r| r.pace.per_second).collect());
     println!();
     println!("| mode | commands/s (median) | rounds (commands/s) | succeeded | SOLD_OUT |");
     println!("| --- | ---: | --- | ---: | ---: |");
@@ -158,7 +157,7 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
 }
 
 fn print_row(name: &str, median_rate: f64, rounds: &[Round]) {
-    let each = rates_cell(rounds.iter().map(|r| r.per_second));
+    let each = rates_cell(rounds.iter().map(|r| r.pace.per_second));
     let last = &rounds[rounds.len() / 2];
     println!(
         "| {name} | {median_rate:.0} | {} | {} | {} |",
@@ -240,8 +239,7 @@ async fn round(
         .into());
     }
     Ok(Round {
-        per_second: n as f64 / elapsed.as_secs_f64(),
-        elapsed,
+        pace: Pace::of(n, elapsed),
         succeeded,
         sold_out,
     })

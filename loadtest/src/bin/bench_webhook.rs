@@ -55,7 +55,7 @@ use serde_json::json;
 use sluice_durable::executor::webhook::sign;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::{
-    BoxError, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
+    BoxError, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
     enqueue_waiting, median, rates_cell, with_scratch_tenant,
 };
 use sluice_loadtest::driver::{http_client, run};
@@ -98,8 +98,7 @@ const SOME_TIME: &str = "2030-01-01T00:00:00.000Z";
 
 /// What one round measured.
 struct Round {
-    per_second: f64,
-    elapsed: Duration,
+    pace: Pace,
     body_bytes: f64,
 }
 
@@ -180,7 +179,7 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
     let warm_direct = direct_round(args, tenant, backend, 0, warm_n, warm.body_bytes).await?;
     println!(
         "warm-up ({warm_n} commands): sluice {:.0} commands/s, direct {:.0} commands/s",
-        warm.per_second, warm_direct.per_second
+        warm.pace.per_second, warm_direct.pace.per_second
     );
     let mut sluice = Vec::new();
     let mut direct = Vec::new();
@@ -188,22 +187,22 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
         let s = sluice_round(args, tenant, &gateway, backend, r, args.commands).await?;
         println!(
             "round {r}: sluice {:.0} commands/s ({:.2} s, {:.0} body bytes/request)",
-            s.per_second,
-            s.elapsed.as_secs_f64(),
+            s.pace.per_second,
+            s.pace.elapsed.as_secs_f64(),
             s.body_bytes
         );
         let d = direct_round(args, tenant, backend, r, args.commands, s.body_bytes).await?;
         println!(
             "round {r}: direct {:.0} commands/s ({:.2} s, {:.0} body bytes/request)",
-            d.per_second,
-            d.elapsed.as_secs_f64(),
+            d.pace.per_second,
+            d.pace.elapsed.as_secs_f64(),
             d.body_bytes
         );
         sluice.push(s);
         direct.push(d);
     }
-    let s = median(sluice.iter().map(|r| r.per_second).collect());
-    let d = median(direct.iter().map(|r| r.per_second).collect());
+    let s = median(sluice.iter().map(|r| r.pace.per_second).collect());
+    let d = median(direct.iter().map(|r| r.pace.per_second).collect());
     println!();
     println!("| mode | commands/s (median) | rounds (commands/s) | body bytes/request |");
     println!("| --- | ---: | --- | ---: |");
@@ -223,7 +222,7 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
 }
 
 fn print_row(name: &str, median_rate: f64, rounds: &[Round]) {
-    let each = rates_cell(rounds.iter().map(|r| r.per_second));
+    let each = rates_cell(rounds.iter().map(|r| r.pace.per_second));
     println!(
         "| {name} | {median_rate:.0} | {} | {:.0} |",
         each, rounds[0].body_bytes
@@ -317,8 +316,7 @@ async fn sluice_round(
     }
     seen.check(n, &format!("round {command}"))?;
     Ok(Round {
-        per_second: n as f64 / elapsed.as_secs_f64(),
-        elapsed,
+        pace: Pace::of(n, elapsed),
         body_bytes: seen.body_bytes_per_request(),
     })
 }
@@ -389,8 +387,7 @@ async fn direct_round(
         .into());
     }
     Ok(Round {
-        per_second: n as f64 / report.elapsed.as_secs_f64(),
-        elapsed: report.elapsed,
+        pace: Pace::of(n, report.elapsed),
         body_bytes,
     })
 }
