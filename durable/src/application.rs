@@ -9,7 +9,7 @@
 use fred::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
@@ -73,35 +73,44 @@ async fn budgets_of(
     application_id: ApplicationId,
     lock: bool,
 ) -> Result<(i64, Budgets), DurableError> {
-    let sql = if lock {
-        "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
-           FROM applications WHERE id = $1 FOR UPDATE"
-    } else {
-        "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
-           FROM applications WHERE id = $1"
-    };
-    let row = sqlx::query(sql)
-        .bind(application_id)
+    // Two statements, not one built at run time: each is checked at compile time.
+    let row = if lock {
+        sqlx::query_as!(
+            BudgetRow,
+            "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
+               FROM applications WHERE id = $1 FOR UPDATE",
+            application_id as _,
+        )
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or_else(|| DurableError::NotFound("the application is gone".into()))?;
-    Ok(budgets_from_row(&row)?)
-}
-
-/// The revision and budgets of a row holding the `applications` columns `resources_revision`,
-/// `max_unfinished`, `max_concurrency` and `rate_per_second`.
-fn budgets_from_row(row: &sqlx::postgres::PgRow) -> Result<(i64, Budgets), sqlx::Error> {
-    let limit = |name: &str| -> Result<u32, sqlx::Error> {
-        Ok(u32::try_from(row.try_get::<i64, _>(name)?).unwrap_or(u32::MAX))
+    } else {
+        sqlx::query_as!(
+            BudgetRow,
+            "SELECT resources_revision, max_unfinished, max_concurrency, rate_per_second
+               FROM applications WHERE id = $1",
+            application_id as _,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
     };
+    let row = row.ok_or_else(|| DurableError::NotFound("the application is gone".into()))?;
+    let limit = |value: i64| u32::try_from(value).unwrap_or(u32::MAX);
     Ok((
-        row.try_get("resources_revision")?,
+        row.resources_revision,
         Budgets {
-            max_unfinished_tasks: limit("max_unfinished")?,
-            max_concurrency: limit("max_concurrency")?,
-            rate_per_second: limit("rate_per_second")?,
+            max_unfinished_tasks: limit(row.max_unfinished),
+            max_concurrency: limit(row.max_concurrency),
+            rate_per_second: limit(row.rate_per_second),
         },
     ))
+}
+
+/// The `applications` columns of the shared budgets, as stored.
+struct BudgetRow {
+    resources_revision: i64,
+    max_unfinished: i64,
+    max_concurrency: i64,
+    rate_per_second: i64,
 }
 
 /// Usage from the live projection (Redis) and, for commands between two attempts, PostgreSQL.

@@ -176,13 +176,6 @@ pub async fn read(
     })
 }
 
-/// The clock, the trusted generation and the application's concurrency budget. `$1`
-/// application.
-pub const HEAD_SQL: &str = "SELECT now() AS now, coalesce(p.generation, 0) AS generation,
-        a.max_concurrency::bigint AS max_concurrency
-   FROM applications a LEFT JOIN projections p ON p.application_id = a.id
-  WHERE a.id = $1";
-
 /// Unfinished commands per command and status with the oldest of each: one range of the
 /// partial index `commands_status_board` (whose predicate is this very `IN` list), never a
 /// visit to finished rows. `$1` namespace.
@@ -192,10 +185,6 @@ pub const COUNTS_SQL: &str = "SELECT command, status, count(*) AS count, min(acc
     AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
   GROUP BY command, status
   ORDER BY command, status";
-
-/// The namespace's quota pools, at most `$2`. `$1` namespace.
-pub const QUOTA_POOLS_SQL: &str = "SELECT code, capacity, allocated, reserved FROM quota_pools
-  WHERE namespace_id = $1 ORDER BY code LIMIT $2";
 
 /// Limit keys held by work in hand, busiest first, at most `$2`: rows of the partial index
 /// `commands_in_hand` only. `$1` namespace.
@@ -208,19 +197,21 @@ pub const LIMIT_KEYS_SQL: &str = "SELECT k.value->>1 AS key, count(*) AS holders
 /// namespace, `$2` (where there is one) a row limit. For plan checks.
 pub const COMMANDS_QUERIES: [(&str, usize); 2] = [(COUNTS_SQL, 1), (LIMIT_KEYS_SQL, 2)];
 
+/// The clock, the trusted generation and the application's concurrency budget.
 async fn head(
     pg: &PgPool,
     application_id: ApplicationId,
 ) -> Result<(DateTime<Utc>, i64, i64), DurableError> {
-    let row = sqlx::query(HEAD_SQL)
-        .bind(application_id)
-        .fetch_one(pg)
-        .await?;
-    Ok((
-        row.try_get("now")?,
-        row.try_get("generation")?,
-        row.try_get("max_concurrency")?,
-    ))
+    let row = sqlx::query!(
+        r#"SELECT now() AS "now!", coalesce(p.generation, 0) AS "generation!",
+                  a.max_concurrency::bigint AS "max_concurrency!"
+             FROM applications a LEFT JOIN projections p ON p.application_id = a.id
+            WHERE a.id = $1"#,
+        application_id as _,
+    )
+    .fetch_one(pg)
+    .await?;
+    Ok((row.now, row.generation, row.max_concurrency))
 }
 
 /// One index-only range of `commands_status_board`: unfinished rows only.
@@ -241,25 +232,20 @@ async fn counts(pg: &PgPool, namespace_id: NamespaceId) -> Result<Vec<StatusCoun
         .collect()
 }
 
+/// The namespace's quota pools, at most [`QUOTA_POOLS`].
 async fn quota_pools(
     pg: &PgPool,
     namespace_id: NamespaceId,
 ) -> Result<Vec<QuotaPool>, DurableError> {
-    let rows = sqlx::query(QUOTA_POOLS_SQL)
-        .bind(namespace_id)
-        .bind(QUOTA_POOLS)
-        .fetch_all(pg)
-        .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(QuotaPool {
-                code: row.try_get("code")?,
-                capacity: row.try_get("capacity")?,
-                allocated: row.try_get("allocated")?,
-                reserved: row.try_get("reserved")?,
-            })
-        })
-        .collect()
+    Ok(sqlx::query_as!(
+        QuotaPool,
+        "SELECT code, capacity, allocated, reserved FROM quota_pools
+          WHERE namespace_id = $1 ORDER BY code LIMIT $2",
+        namespace_id as _,
+        QUOTA_POOLS,
+    )
+    .fetch_all(pg)
+    .await?)
 }
 
 /// Work in hand is bounded by the concurrency budgets, so this reads few rows

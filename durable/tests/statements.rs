@@ -5,7 +5,7 @@
 //! fails the build for every other query.
 
 use sluice_durable::db;
-use sluice_durable::lifecycle::{end, held, sweep, table};
+use sluice_durable::lifecycle::{end, sweep, table};
 use sluice_durable::status;
 use sluice_testkit::shared_postgres;
 use sqlx::{Executor, PgPool, SqlSafeStr};
@@ -23,13 +23,10 @@ fn shared_statements() -> Vec<(&'static str, &'static str)> {
         .filter_map(|t| t.sql.map(|sql| (t.name, sql)))
         .collect();
     all.extend([
-        ("held::WAIT_SQL", held::WAIT_SQL),
         ("end::COMPLETE_LOCK_SQL", end::COMPLETE_LOCK_SQL),
         ("sweep::REVIEW_RUNNING_SQL", sweep::REVIEW_RUNNING_SQL),
         ("sweep::EXPIRE_WAITING_SQL", sweep::EXPIRE_WAITING_SQL),
-        ("status::HEAD_SQL", status::HEAD_SQL),
         ("status::COUNTS_SQL", status::COUNTS_SQL),
-        ("status::QUOTA_POOLS_SQL", status::QUOTA_POOLS_SQL),
         ("status::LIMIT_KEYS_SQL", status::LIMIT_KEYS_SQL),
     ]);
     all

@@ -47,13 +47,6 @@ pub async fn renew_leases(
     Ok(renewed.into_iter().map(AttemptId::from_uuid).collect())
 }
 
-/// Between two attempts of a held command (transition `attempt`, first half).
-pub const WAIT_SQL: &str = "UPDATE commands
-            SET status = 'retry_wait', in_doubt = $3, next_attempt_at = $4,
-                error_code = 'WEBHOOK_RETRYING', error_message = $5, updated_at = now()
-          WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
-         RETURNING cancel_requested";
-
 /// Between two attempts: `retry_wait`, still held by this attempt (and its permits with it).
 /// `in_doubt` is what is known after the attempt that just failed. Returns whether a cancel was
 /// asked for, or None when the attempt lost the row.
@@ -65,14 +58,21 @@ pub async fn wait_for_retry(
     next_attempt_at: DateTime<Utc>,
     reason: &str,
 ) -> Result<Option<bool>, DurableError> {
-    let cancel: Option<bool> = sqlx::query_scalar(WAIT_SQL)
-        .bind(row.id)
-        .bind(row.attempt.as_uuid())
-        .bind(in_doubt)
-        .bind(next_attempt_at)
-        .bind(reason)
-        .fetch_optional(stores.pg)
-        .await?;
+    // Transition `attempt`, first half.
+    let cancel: Option<bool> = sqlx::query_scalar!(
+        "UPDATE commands
+            SET status = 'retry_wait', in_doubt = $3, next_attempt_at = $4,
+                error_code = 'WEBHOOK_RETRYING', error_message = $5, updated_at = now()
+          WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
+         RETURNING cancel_requested",
+        row.id as _,
+        row.attempt.as_uuid(),
+        in_doubt,
+        next_attempt_at,
+        reason,
+    )
+    .fetch_optional(stores.pg)
+    .await?;
     if cancel.is_some() {
         show(stores, keys, row, CommandStatus::RetryWait).await;
     }

@@ -78,14 +78,8 @@ async fn project_all(stores: Stores<'_>, side: SweepSide, rows: &[RowState]) -> 
     rows.len()
 }
 
-/// Rows whose lease lapsed in PostgreSQL, candidates for a rescue (locked until it is decided).
-const LAPSED_SQL: &str = "SELECT id, application_id, attempt_id, deadline_at > now() AS in_time
-       FROM commands
-      WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
-        AND status IN ('executing', 'retry_wait')
-      ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
-
-/// Rows whose attempt lapsed (transition `rescue`), among those [`LAPSED_SQL`] locked.
+/// Rows whose attempt lapsed (transition `rescue`), among those [`rescue`] found lapsed and
+/// locked.
 pub const RESCUE_SQL: &str = "WITH decided AS (
                  SELECT c.id, c.attempt_id AS lapsed,
                         CASE WHEN c.deadline_at > now() THEN 'retry_wait'
@@ -134,10 +128,22 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     if !got {
         return Ok(0);
     }
-    let lapsed: Vec<(CommandId, ApplicationId, Option<Uuid>, bool)> = sqlx::query_as(LAPSED_SQL)
-        .bind(BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
+    // Rows whose lease lapsed in PostgreSQL, candidates for a rescue (locked until it is
+    // decided).
+    let lapsed: Vec<(CommandId, ApplicationId, Option<Uuid>, bool)> = sqlx::query!(
+        r#"SELECT id AS "id: CommandId", application_id AS "application_id: ApplicationId",
+                  attempt_id, deadline_at > now() AS "in_time!"
+             FROM commands
+            WHERE lease_owner IS NOT NULL AND lease_expires_at < now()
+              AND status IN ('executing', 'retry_wait')
+            ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"#,
+        BATCH,
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|row| (row.id, row.application_id, row.attempt_id, row.in_time))
+    .collect();
     let mut rescued: Vec<CommandId> = lapsed
         .iter()
         .filter(|(_, _, attempt, in_time)| !in_time || attempt.is_none())
