@@ -37,6 +37,27 @@ pub fn new_key_id() -> String {
     format!("sk{}", hex::encode(random_bytes::<8>()))
 }
 
+/// Whether `text` has the shape [`new_credential_secret`] gives (`slc_` and 43 base64url
+/// characters). Anything else cannot be a credential, so it is refused without a lookup.
+pub fn is_credential_format(text: &str) -> bool {
+    text.strip_prefix(CREDENTIAL_PREFIX).is_some_and(|rest| {
+        rest.len() == 43
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
+/// Whether `text` has the shape [`new_key_id`] gives (`sk` and 16 lowercase hex digits).
+pub fn is_key_id_format(text: &str) -> bool {
+    text.strip_prefix("sk").is_some_and(|rest| {
+        rest.len() == 16
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 pub fn encode_secret(bytes: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
@@ -53,6 +74,34 @@ mod tests {
         assert!(a.starts_with(CREDENTIAL_PREFIX));
         assert_eq!(a.len(), CREDENTIAL_PREFIX.len() + 43);
         assert_ne!(credential_hash(&a), credential_hash(&b));
+    }
+
+    #[test]
+    fn generated_secrets_and_key_ids_have_the_checked_format() {
+        for _ in 0..100 {
+            assert!(is_credential_format(&new_credential_secret()));
+            assert!(is_key_id_format(&new_key_id()));
+        }
+        let good = new_credential_secret();
+        for bad in [
+            "",
+            "slc_",
+            &good[..good.len() - 1],
+            &format!("{good}A"),
+            &good.replacen("slc_", "slk_", 1),
+            &format!("slc_{}", "+".repeat(43)),
+        ] {
+            assert!(!is_credential_format(bad), "{bad:?} passed");
+        }
+        for bad in [
+            "",
+            "sk",
+            "sk0123456789abcdeF",
+            "sk0123456789abcde",
+            "xk0123456789abcdef",
+        ] {
+            assert!(!is_key_id_format(bad), "{bad:?} passed");
+        }
     }
 
     #[test]

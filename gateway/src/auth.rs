@@ -106,7 +106,8 @@ pub async fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<Call
 }
 
 async fn authenticate_credential(gateway: &Gateway, secret: &str) -> Result<Caller, ApiError> {
-    if secret.len() > 256 {
+    // A bearer that cannot be a credential costs no lookup.
+    if !sluice_durable::secrets::is_credential_format(secret) {
         return Err(ApiError::unauthenticated("the credential is not valid"));
     }
     let record = gateway
@@ -127,6 +128,11 @@ async fn authenticate_subject(gateway: &Gateway, token: &str) -> Result<Caller, 
         ApiError::unauthenticated(format!("the subject token is not valid: {e}"))
     };
     let kid = subject_token::peek_kid(token).map_err(invalid)?;
+    if !sluice_durable::secrets::is_key_id_format(&kid) {
+        return Err(ApiError::unauthenticated(
+            "the subject token is not valid: unknown key id",
+        ));
+    }
     let (namespace_id, secret) = gateway.subject_key(&kid).await?.ok_or_else(|| {
         ApiError::unauthenticated("the subject token is not valid: unknown key id")
     })?;

@@ -32,6 +32,9 @@ pub struct GatewayConfig {
     pub fallback_per_second: u32,
     /// ...and at most this many at once.
     pub fallback_concurrency: usize,
+    /// Lookups of credentials and subject keys this process has not seen valid, per second at
+    /// most: what a flood of random bearers or `kid`s can cost PostgreSQL ([`crate::lookup_budget`]).
+    pub unknown_lookups_per_second: u32,
     pub group_commit: GroupCommitConfig,
     /// The read-through cache.
     pub cache: crate::reads::CacheConfig,
@@ -49,6 +52,7 @@ impl Default for GatewayConfig {
             ticket_retention_seconds: sluice_durable::outbox::DEFAULT_RETENTION_SECONDS,
             fallback_per_second: 4,
             fallback_concurrency: 4,
+            unknown_lookups_per_second: 10,
             group_commit: GroupCommitConfig::default(),
             cache: crate::reads::CacheConfig::default(),
         }
@@ -63,6 +67,9 @@ impl GatewayConfig {
         }
         if self.reservation_ttl_ms < 1_000 {
             return Err("reservation_ttl_ms must be at least 1000 (a slow commit would otherwise be counted twice)".into());
+        }
+        if self.unknown_lookups_per_second == 0 {
+            return Err("unknown_lookups_per_second must be at least 1".into());
         }
         if self.fallback_per_second == 0 || self.fallback_concurrency == 0 {
             return Err("fallback_per_second and fallback_concurrency must be at least 1".into());

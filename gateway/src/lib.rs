@@ -27,6 +27,7 @@ pub mod dev;
 pub mod error;
 pub mod handlers;
 pub mod health;
+pub mod lookup_budget;
 mod mac;
 pub mod metrics_server;
 pub mod poll_policy;

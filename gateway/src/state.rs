@@ -19,6 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
+use crate::lookup_budget::{IdentityKey, Lookup, LookupBudget};
 use crate::ticket::TicketKeys;
 use sluice_durable::projection::Projection;
 
@@ -50,6 +51,7 @@ pub struct Gateway {
     /// The rebuild of each application that this process has in flight (see
     /// [`Gateway::ensure_projection`]): its waiters watch it, none of them owns it.
     rebuilds: Flights,
+    lookups: LookupBudget,
     fallback_rate: DefaultDirectRateLimiter,
     fallback_slots: Arc<Semaphore>,
 }
@@ -74,6 +76,7 @@ impl Gateway {
                 .build(),
             allowed_origins: Cache::builder().time_to_live(ttl).max_capacity(1).build(),
             rebuilds: Arc::default(),
+            lookups: LookupBudget::new(config.unknown_lookups_per_second),
             fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
             fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
             stats: GatewayStats::default(),
@@ -106,39 +109,82 @@ impl Gateway {
             .map_err(|e| (*e).clone())
     }
 
-    /// A bearer credential, negative answers cached too so unknown secrets cannot hammer
-    /// PostgreSQL.
+    /// A bearer credential. Found or not, the answer is cached for the cache period; a secret
+    /// this process has not seen valid is looked up only within [`LookupBudget`].
     pub async fn credential(
         &self,
         secret: &str,
     ) -> Result<Option<Arc<CredentialRecord>>, ApiError> {
         let hash = sluice_durable::secrets::credential_hash(secret);
+        if let Some(cached) = self.credentials.get(&hash).await {
+            return Ok(cached);
+        }
+        self.refuse_known_unknown(&hash)?;
         let pg = self.pg.clone();
         let secret = secret.to_string();
-        self.credentials
+        let found = self
+            .credentials
             .try_get_with(hash, async move {
+                // Inside the single flight: callers with the same secret spend one lookup.
+                self.admit_lookup(&hash)?;
                 tenancy::credential_by_secret(&pg, &secret)
                     .await
                     .map(|found| found.map(Arc::new))
                     .map_err(ApiError::from)
             })
             .await
-            .map_err(|e| (*e).clone())
+            .map_err(|e| (*e).clone())?;
+        self.lookups.record(hash, found.is_some()).await;
+        Ok(found)
     }
 
-    /// A subject key by `kid`: its namespace and secret.
+    /// A subject key by `kid`: its namespace and secret; looked up as [`Gateway::credential`].
     pub async fn subject_key(&self, kid: &str) -> Result<Option<SubjectKey>, ApiError> {
+        if let Some(cached) = self.subject_keys.get(kid).await {
+            return Ok(cached);
+        }
+        let identity = sluice_durable::secrets::sha256(format!("kid:{kid}").as_bytes());
+        self.refuse_known_unknown(&identity)?;
         let pg = self.pg.clone();
         let owned = kid.to_string();
-        self.subject_keys
+        let found = self
+            .subject_keys
             .try_get_with(owned.clone(), async move {
+                self.admit_lookup(&identity)?;
                 tenancy::subject_key(&pg, &owned)
                     .await
                     .map(|found| found.map(|(ns, secret)| (ns, Arc::new(secret))))
                     .map_err(ApiError::from)
             })
             .await
-            .map_err(|e| (*e).clone())
+            .map_err(|e| (*e).clone())?;
+        self.lookups.record(identity, found.is_some()).await;
+        Ok(found)
+    }
+
+    /// Refuses, without I/O, an identity found unknown recently.
+    fn refuse_known_unknown(&self, identity: &IdentityKey) -> Result<(), ApiError> {
+        match self.lookups.check_memory(identity) {
+            Some(false) => Err(ApiError::unauthenticated(
+                "the credential or subject key is not valid",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Spends the budget for an identity this process has not seen valid; refuses, without
+    /// I/O, once it is spent.
+    fn admit_lookup(&self, identity: &IdentityKey) -> Result<(), ApiError> {
+        match self.lookups.check(identity) {
+            Lookup::Allowed => Ok(()),
+            Lookup::KnownUnknown => Err(ApiError::unauthenticated(
+                "the credential or subject key is not valid",
+            )),
+            Lookup::OverBudget => Err(ApiError::unauthenticated(
+                "too many unknown credentials are being tried; this one was not checked, retry",
+            )
+            .with_retry_after_ms(1_000)),
+        }
     }
 
     /// Whether any namespace allows this browser origin (for CORS preflights). A failure to

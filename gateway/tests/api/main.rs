@@ -7,6 +7,7 @@ mod support;
 
 mod application;
 mod auth;
+mod auth_flood;
 mod chaos;
 mod cli;
 mod code_map;
