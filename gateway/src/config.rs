@@ -11,6 +11,18 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// A command's `input` above this (encoded) is `400 INVALID_ARGUMENT`.
     pub max_input_bytes: usize,
+    /// A request's headers must arrive within this (HTTP/1), or the connection is closed: a
+    /// client that sends half a header holds its connection no longer.
+    pub header_read_timeout_ms: u64,
+    /// A request's body must arrive within this, or the answer is `400` naming `body`.
+    pub body_read_timeout_ms: u64,
+    /// Connections open at once, at most; one more is closed as soon as it is accepted (the
+    /// connections in hand keep being served).
+    pub max_connections: usize,
+    /// HTTP/2 streams in progress on one connection, at most.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 pings an idle connection this often; one unanswered for as long closes it.
+    pub http2_keep_alive_interval_ms: u64,
     /// How long a reservation outlives a gateway that died mid-enqueue. Must exceed the slowest
     /// commit a healthy PostgreSQL takes, or a slow commit's reservation is counted twice.
     pub reservation_ttl_ms: u64,
@@ -45,6 +57,11 @@ impl Default for GatewayConfig {
         Self {
             max_body_bytes: 64 * 1024,
             max_input_bytes: 8 * 1024,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            max_connections: 10_000,
+            http2_max_concurrent_streams: 100,
+            http2_keep_alive_interval_ms: 20_000,
             reservation_ttl_ms: 30_000,
             replay_wait_ms: 5_000,
             rebuild_wait_ms: 3_000,
@@ -67,6 +84,19 @@ impl GatewayConfig {
         }
         if self.reservation_ttl_ms < 1_000 {
             return Err("reservation_ttl_ms must be at least 1000 (a slow commit would otherwise be counted twice)".into());
+        }
+        if self.header_read_timeout_ms == 0 || self.body_read_timeout_ms == 0 {
+            return Err(
+                "header_read_timeout_ms and body_read_timeout_ms must be at least 1".into(),
+            );
+        }
+        if self.max_connections == 0 || self.http2_max_concurrent_streams == 0 {
+            return Err(
+                "max_connections and http2_max_concurrent_streams must be at least 1".into(),
+            );
+        }
+        if self.http2_keep_alive_interval_ms < 1_000 {
+            return Err("http2_keep_alive_interval_ms must be at least 1000".into());
         }
         if self.unknown_lookups_per_second == 0 {
             return Err("unknown_lookups_per_second must be at least 1".into());

@@ -144,9 +144,7 @@ async fn route(
                     let caller = authenticate(gateway, request.headers()).await?;
                     *namespace = Some(caller.namespace_id);
                     let (parts, body) = request.into_parts();
-                    let body =
-                        handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes)
-                            .await?;
+                    let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
                     json(enqueue::enqueue(gateway, target, caller, body).await)
                 }
                 "cancel" => {
@@ -160,9 +158,7 @@ async fn route(
                     let caller = authenticate(gateway, request.headers()).await?;
                     *namespace = Some(caller.namespace_id);
                     let (parts, body) = request.into_parts();
-                    let body =
-                        handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes)
-                            .await?;
+                    let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
                     json(complete::complete(gateway, &caller, id, body).await)
                 }
                 other => Err(ApiError::not_found(format!("no custom method :{other}"))),
@@ -199,8 +195,7 @@ async fn route(
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
-            let body =
-                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
             json(application::configure(gateway, &caller, &parts.headers, &body).await)
         }
         (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
@@ -218,16 +213,14 @@ async fn route(
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
-            let body =
-                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
             json(reads::invalidate(gateway, &caller, name, &parts.headers, &body).await)
         }
         (&Method::POST, ["v1", "control"]) => {
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
-            let body =
-                handlers::read_body(&parts.headers, body, gateway.config.max_body_bytes).await?;
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
             json(control::control(gateway, &caller, &parts.headers, &body).await)
         }
         (&Method::GET, ["v1", "status"]) => {

@@ -12,13 +12,15 @@ use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Request, Version};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::GatewayConfig;
 use crate::response::HttpResponse;
 use crate::router;
 use crate::state::Gateway;
@@ -73,11 +75,19 @@ pub async fn accept(listener: &TcpListener, name: &str) -> tokio::net::TcpStream
 /// Serves until `shutdown` is cancelled, then stops accepting and lets in-flight requests
 /// finish (up to [`DRAIN_TIMEOUT`]). Tests bind `127.0.0.1:0` and call this in process.
 pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = connection_builder(&gateway.config);
+    let open = Arc::new(Semaphore::new(gateway.config.max_connections));
     let connections = TaskTracker::new();
     loop {
         tokio::select! {
             stream = accept(&listener, "gateway") => {
+                // Over the cap the connection is closed at once: the kernel's backlog would
+                // otherwise hold it unanswered, and the connections in hand stay served.
+                let Ok(slot) = open.clone().try_acquire_owned() else {
+                    tracing::debug!("connection cap reached; a connection was closed at once");
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let (gateway, closing) = (gateway.clone(), shutdown.clone());
                 let service =
@@ -85,7 +95,11 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
                 let connection = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .into_owned();
-                connections.spawn(drive(connection, shutdown.clone()));
+                let closing = shutdown.clone();
+                connections.spawn(async move {
+                    drive(connection, closing).await;
+                    drop(slot);
+                });
             }
             _ = shutdown.cancelled() => break,
         }
@@ -99,6 +113,24 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
     {
         tracing::warn!("in-flight requests did not finish in time");
     }
+}
+
+/// HTTP/1 and HTTP/2 with the configured limits. hyper applies its header read timeout only
+/// with a timer, so one is always given.
+fn connection_builder(config: &GatewayConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(config.header_read_timeout_ms));
+    let ping = Duration::from_millis(config.http2_keep_alive_interval_ms);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .keep_alive_interval(ping)
+        .keep_alive_timeout(ping);
+    builder
 }
 
 /// Answers one request. Once shutdown has begun, HTTP/1 answers say `Connection: close`: the

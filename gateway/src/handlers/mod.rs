@@ -42,11 +42,15 @@ pub fn validate_reason(reason: &str) -> Result<(), ApiError> {
 }
 
 /// Reads a body of at most `limit` bytes; larger is `413` before reading it all.
+/// The whole body, within `max_body_bytes` and `body_read_timeout_ms`: a caller that declares
+/// a body and sends it slowly (or never) holds nothing for longer than that.
 pub async fn read_body(
     headers: &HeaderMap,
     body: Incoming,
-    limit: usize,
+    config: &crate::config::GatewayConfig,
 ) -> Result<Bytes, ApiError> {
+    let limit = config.max_body_bytes;
+    let within = std::time::Duration::from_millis(config.body_read_timeout_ms);
     let too_large = || {
         ApiError::new(
             ErrorCode::PayloadTooLarge,
@@ -60,10 +64,14 @@ pub async fn read_body(
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(ApiError::invalid("body", "could not be read")),
+    match tokio::time::timeout(within, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(_)) => Err(ApiError::invalid("body", "could not be read")),
+        Err(_) => Err(ApiError::invalid(
+            "body",
+            format!("was not received within {} ms", config.body_read_timeout_ms),
+        )),
     }
 }
 

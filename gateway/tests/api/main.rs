@@ -13,6 +13,7 @@ mod cli;
 mod code_map;
 mod commands;
 mod concurrency;
+mod connections;
 mod control;
 mod cors;
 mod crash_points;

@@ -1,0 +1,175 @@
+//! Connection hygiene: half-written headers, idle kept-alive connections, slow bodies and the
+//! connection cap, against the gateway's real listener with raw TCP clients.
+
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use sluice_gateway::config::GatewayConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::*;
+
+fn address(stack: &Stack) -> String {
+    stack.base.trim_start_matches("http://").to_string()
+}
+
+async fn stack_with(config: GatewayConfig) -> Stack {
+    Stack::start_with(StackOptions {
+        config,
+        ..StackOptions::default()
+    })
+    .await
+}
+
+/// Reads until the server closes the connection (EOF or reset); how long that took, or None
+/// if it was still open at `within`. Whatever the server wrote first is returned too.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<(Duration, Vec<u8>)> {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 1024];
+    loop {
+        let left = within.checked_sub(started.elapsed())?;
+        match tokio::time::timeout(left, stream.read(&mut buffer)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some((started.elapsed(), seen)),
+            Ok(Ok(n)) => seen.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_written_headers_are_closed_within_the_header_timeout() {
+    let stack = stack_with(GatewayConfig {
+        header_read_timeout_ms: 1_000,
+        ..GatewayConfig::default()
+    })
+    .await;
+    let mut open = Vec::new();
+    for _ in 0..200 {
+        let mut stream = TcpStream::connect(address(&stack)).await.expect("connect");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\nX-Slow: ")
+            .await
+            .expect("write half a header");
+        open.push(stream);
+    }
+    // Served meanwhile.
+    let reply = stack.get("/healthz", None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let started = Instant::now();
+    for stream in &mut open {
+        let left = Duration::from_secs(6).saturating_sub(started.elapsed());
+        let closed = closed_within(stream, left).await;
+        assert!(
+            closed.is_some(),
+            "a half-written request was still open after 6 s"
+        );
+    }
+    let all_closed = started.elapsed();
+    assert!(
+        all_closed < Duration::from_secs(6),
+        "closing took {all_closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_kept_alive_connection_is_closed_and_a_slow_body_is_refused() {
+    let stack = stack_with(GatewayConfig {
+        header_read_timeout_ms: 1_000,
+        body_read_timeout_ms: 500,
+        ..GatewayConfig::default()
+    })
+    .await;
+    // One whole request, then silence: the connection is not kept for ever.
+    let mut idle = TcpStream::connect(address(&stack)).await.expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
+        .await
+        .expect("write");
+    let (took, answered) = closed_within(&mut idle, Duration::from_secs(6))
+        .await
+        .expect("an idle kept-alive connection was still open after 6 s");
+    assert!(
+        answered.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answered)
+    );
+    assert!(
+        took >= Duration::from_millis(900),
+        "closed after {took:?}, before the timeout"
+    );
+
+    // A body announced and never finished: 400 naming `body`, within the body timeout.
+    let mut slow = TcpStream::connect(address(&stack)).await.expect("connect");
+    let head = format!(
+        "POST /v1/commands/claim:enqueue HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"request_key\":",
+        stack.credential()
+    );
+    slow.write_all(head.as_bytes()).await.expect("write");
+    let started = Instant::now();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut answer))
+        .await
+        .expect("no answer to a slow body within 5 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.contains("\"field\":\"body\""), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_a_connection_is_closed_at_once() {
+    let stack = stack_with(GatewayConfig {
+        max_connections: 8,
+        ..GatewayConfig::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(TcpStream::connect(address(&stack)).await.expect("connect"));
+    }
+    // Give the listener time to accept the eight; then the ninth is closed without an answer.
+    let mut extra = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let mut stream = TcpStream::connect(address(&stack)).await.expect("connect");
+        if let Some((took, bytes)) = closed_within(&mut stream, Duration::from_millis(500)).await {
+            extra = Some((took, bytes));
+            break;
+        }
+        held.push(stream);
+    }
+    let (took, bytes) = extra.expect("no connection was refused past the cap");
+    assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes));
+    assert!(took < Duration::from_millis(500));
+    // The connections in hand are still served.
+    let first = &mut held[0];
+    first
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let (_, answered) = closed_within(first, Duration::from_secs(5))
+        .await
+        .expect("the answer did not end");
+    assert!(
+        answered.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answered)
+    );
+    // A freed slot serves a new connection.
+    drop(held);
+    let served = sluice_testkit::eventually(Duration::from_secs(5), || async {
+        stack.get("/healthz", None).await.status == StatusCode::OK
+    })
+    .await;
+    assert!(
+        served,
+        "no connection was served after the slots were freed"
+    );
+}
