@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{
+    CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -86,6 +88,10 @@ fn json_response(request_id: &str, status: StatusCode, body: &impl Serialize) ->
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // An answer is about one caller at one moment (a receipt, a ticket, a position): never
+    // stored by a cache on the way, never sniffed into something a browser would render.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if let Ok(value) = HeaderValue::from_str(request_id) {
         headers.insert("x-request-id", value);
     }

@@ -23,6 +23,15 @@ use crate::response::{HttpResponse, exposition, failure, new_request_id, plain, 
 use crate::state::Gateway;
 use crate::url::{decode_segment, parse_query};
 
+/// The path as logs show it: a ticket is a capability (whoever has it reads the command), so
+/// its segment is never written to a log.
+fn logged_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/v1/tickets/") {
+        Some(ticket) if !ticket.is_empty() => "/v1/tickets/<ticket>".into(),
+        _ => path.into(),
+    }
+}
+
 /// The service function: never fails; every failure is an envelope with an error code.
 ///
 /// Everything a request logs happens inside its `request` span (`request_id`, `method`,
@@ -35,7 +44,7 @@ pub async fn handle(
 ) -> Result<HttpResponse, Infallible> {
     let started = Instant::now();
     let request_id = new_request_id();
-    let span = tracing::info_span!("request", %request_id, method = %request.method(), path = %request.uri().path());
+    let span = tracing::info_span!("request", %request_id, method = %request.method(), path = %logged_path(request.uri().path()));
     let origin = cors::origin(request.headers());
     let response = async {
         let (mut response, code) = if request.method() == Method::OPTIONS {
@@ -245,6 +254,13 @@ fn check_command_code(code: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tickets_never_reach_the_logs() {
+        assert_eq!(logged_path("/v1/tickets/abc.def"), "/v1/tickets/<ticket>");
+        assert_eq!(logged_path("/v1/tickets/"), "/v1/tickets/");
+        assert_eq!(logged_path("/v1/status"), "/v1/status");
+    }
 
     #[test]
     fn completion_lines_stay_quiet_for_routine_answers_and_expected_refusals() {

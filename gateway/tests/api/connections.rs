@@ -1,5 +1,6 @@
 //! Connection hygiene: half-written headers, idle kept-alive connections, slow bodies and the
-//! connection cap, against the gateway's real listener with raw TCP clients.
+//! connection cap, against the gateway's real listener with raw TCP clients; and the headers
+//! every API answer carries.
 
 use std::time::{Duration, Instant};
 
@@ -172,4 +173,29 @@ async fn past_the_connection_cap_a_connection_is_closed_at_once() {
         served,
         "no connection was served after the slots were freed"
     );
+}
+
+/// An answer (a receipt, a refusal) is about one caller at one moment: no cache on the way may
+/// keep it, and no browser may sniff it into something it renders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_answers_are_never_stored_or_sniffed() {
+    let stack = Stack::start().await;
+    let accepted = stack.enqueue("u1", &key(), &offer()).await;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{:?}", accepted.body);
+    let refused = stack.get("/v1/status", Some("not-a-credential")).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let ticket = accepted.data()["ticket"]
+        .as_str()
+        .expect("ticket")
+        .to_string();
+    let polled = stack.get(&format!("/v1/tickets/{ticket}"), None).await;
+    assert_eq!(polled.status, StatusCode::OK, "{:?}", polled.body);
+    for (what, reply) in [
+        ("a receipt", &accepted),
+        ("a refusal", &refused),
+        ("a poll", &polled),
+    ] {
+        assert_eq!(reply.headers["cache-control"], "no-store", "{what}");
+        assert_eq!(reply.headers["x-content-type-options"], "nosniff", "{what}");
+    }
 }

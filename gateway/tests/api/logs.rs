@@ -88,6 +88,20 @@ async fn every_line_of_a_request_carries_its_id_and_one_answered_line_ends_it() 
             level: "DEBUG",
         },
     ];
+    // A ticket poll: the ticket is a capability, so it must appear in no line (checked below).
+    let ticket = expected[3].reply.body["data"]["ticket"]
+        .as_str()
+        .expect("the enqueue's ticket")
+        .to_string();
+    expected.push(Expected {
+        what: "a ticket poll",
+        reply: gateway
+            .send(Method::GET, &format!("/v1/tickets/{ticket}"), None, None)
+            .await,
+        status: 200,
+        code: None,
+        level: "DEBUG",
+    });
     // Paused in PostgreSQL only: Redis reserves, the group commit refuses. An expected refusal,
     // logged at `info`.
     sqlx::query(
@@ -119,6 +133,14 @@ async fn every_line_of_a_request_carries_its_id_and_one_answered_line_ends_it() 
     assert!(
         exit.is_some_and(|status| status.success()),
         "exit {exit:?}:\n{log}"
+    );
+    assert!(
+        !log.contains(&ticket),
+        "a ticket reached the log (whoever reads it can read the command):\n{log}"
+    );
+    assert!(
+        log.contains("/v1/tickets/<ticket>"),
+        "the poll's line shows no redacted path:\n{log}"
     );
     let lines: Vec<Value> = log
         .lines()
@@ -188,7 +210,7 @@ async fn every_line_of_a_request_carries_its_id_and_one_answered_line_ends_it() 
 
     // Lines logged while the enqueues waited on their group commit carry their ids and name
     // the batch; the batch's own lines (in the committer's task) name it too.
-    for request in &expected[3..] {
+    for request in expected[3..].iter().filter(|r| r.what.contains("enqueue")) {
         let id = request.reply.headers["x-request-id"].to_str().expect("id");
         let batch =
             lines
