@@ -82,16 +82,8 @@ impl ConfigArgs {
     /// The settings, with `flags` (a command's own) above the environment.
     pub fn load(&self, flags: Vec<Flag>) -> Result<Settings, SettingsError> {
         let mut all = vec![
-            Flag {
-                path: "database_url",
-                name: "database-url",
-                value: self.database_url.clone(),
-            },
-            Flag {
-                path: "redis_url",
-                name: "redis-url",
-                value: self.redis_url.clone(),
-            },
+            Flag::new("database_url", &self.database_url),
+            Flag::new("redis_url", &self.redis_url),
         ];
         all.extend(flags);
         Settings::load(self.config.as_deref(), std::env::vars(), &all, &self.set)
@@ -152,10 +144,10 @@ pub struct ServeArgs {
 impl ServeArgs {
     fn load(&self) -> Result<Settings, SettingsError> {
         self.settings.load(vec![
-            flag("listen", "listen", &self.listen),
-            flag("ticket_keys", "ticket-keys", &self.ticket_keys),
-            flag("pg_pool_size", "pg-pool-size", &self.pg_pool_size),
-            flag("redis_pool_size", "redis-pool-size", &self.redis_pool_size),
+            Flag::new("listen", &self.listen),
+            Flag::new("ticket_keys", &self.ticket_keys),
+            Flag::new("pg_pool_size", &self.pg_pool_size),
+            Flag::new("redis_pool_size", &self.redis_pool_size),
         ])
     }
 }
@@ -184,20 +176,12 @@ pub struct ExecuteArgs {
 impl ExecuteArgs {
     fn load(&self) -> Result<Settings, SettingsError> {
         self.settings.load(vec![
-            flag("executor.lease_ms", "lease-ms", &self.lease_ms),
-            flag("executor.tick_ms", "tick-ms", &self.tick_ms),
-            flag("pg_pool_size", "pg-pool-size", &self.pg_pool_size),
-            flag("redis_pool_size", "redis-pool-size", &self.redis_pool_size),
-            flag("metrics_listen", "metrics-listen", &self.metrics_listen),
+            Flag::new("executor.lease_ms", &self.lease_ms),
+            Flag::new("executor.tick_ms", &self.tick_ms),
+            Flag::new("pg_pool_size", &self.pg_pool_size),
+            Flag::new("redis_pool_size", &self.redis_pool_size),
+            Flag::new("metrics_listen", &self.metrics_listen),
         ])
-    }
-}
-
-fn flag(path: &'static str, name: &'static str, value: &Option<String>) -> Flag {
-    Flag {
-        path,
-        name,
-        value: value.clone(),
     }
 }
 

@@ -22,11 +22,9 @@ use crate::ticket::TicketKeys;
 pub const DEMO_DECLARATION: &str = include_str!("../../deploy/demo.toml");
 
 pub async fn run(args: DevArgs) -> CliResult {
-    let settings = args.settings.load(vec![Flag {
-        path: "listen",
-        name: "listen",
-        value: args.listen.clone(),
-    }])?;
+    let settings = args
+        .settings
+        .load(vec![Flag::new("listen", &args.listen)])?;
     let mut _servers: (Option<RedisServer>, Option<PgServer>) = (None, None);
     let redis_url = match projection::connect_redis(&settings.redis_url, 1).await {
         Ok(_) => settings.redis_url.clone(),

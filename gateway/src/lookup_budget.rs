@@ -58,17 +58,6 @@ impl LookupBudget {
         }
     }
 
-    /// What this process remembers of `key`: found valid, found unknown, or nothing.
-    pub fn check_memory(&self, key: &IdentityKey) -> Option<bool> {
-        if self.known.contains_key(key) {
-            Some(true)
-        } else if self.unknown.contains_key(key) {
-            Some(false)
-        } else {
-            None
-        }
-    }
-
     /// Whether a lookup of `key` may go to PostgreSQL now; spends the budget for a `key` not
     /// remembered.
     pub fn check(&self, key: &IdentityKey) -> Lookup {

@@ -115,11 +115,26 @@ const RENAMED: &[(&str, &str)] = &[
 /// needed before the settings are) or the file's own name.
 const NOT_SETTINGS: &[&str] = &["SLUICE_LOG", "SLUICE_LOG_FORMAT", "SLUICE_CONFIG"];
 
-/// One value given by a flag: the setting's path and the flag's value, when it was passed.
+/// One value given by a flag: the setting's path and the flag's value, when it was passed. The
+/// flag is named after the path's last part (`executor.lease_ms` is `--lease-ms`).
 pub struct Flag {
     pub path: &'static str,
-    pub name: &'static str,
     pub value: Option<String>,
+}
+
+impl Flag {
+    pub fn new(path: &'static str, value: &Option<String>) -> Self {
+        Self {
+            path,
+            value: value.clone(),
+        }
+    }
+
+    /// `--lease-ms` for `executor.lease_ms`.
+    pub fn name(&self) -> String {
+        let last = self.path.rsplit('.').next().unwrap_or(self.path);
+        format!("--{}", last.replace('_', "-"))
+    }
 }
 
 impl Settings {
@@ -155,7 +170,7 @@ impl Settings {
         }
         for flag in flags {
             if let Some(raw) = &flag.value {
-                assign(&mut tree, flag.path, raw, &format!("--{}", flag.name))?;
+                assign(&mut tree, flag.path, raw, &flag.name())?;
             }
         }
         for assignment in assignments {

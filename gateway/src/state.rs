@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::future::Cache;
+use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
 use sluice_durable::outbox::GroupCommitter;
@@ -116,75 +117,61 @@ impl Gateway {
         secret: &str,
     ) -> Result<Option<Arc<CredentialRecord>>, ApiError> {
         let hash = sluice_durable::secrets::credential_hash(secret);
-        if let Some(cached) = self.credentials.get(&hash).await {
-            return Ok(cached);
-        }
-        self.refuse_known_unknown(&hash)?;
-        let pg = self.pg.clone();
-        let secret = secret.to_string();
-        let found = self
-            .credentials
-            .try_get_with(hash, async move {
-                // Inside the single flight: callers with the same secret spend one lookup.
-                self.admit_lookup(&hash)?;
-                tenancy::credential_by_secret(&pg, &secret)
-                    .await
-                    .map(|found| found.map(Arc::new))
-                    .map_err(ApiError::from)
-            })
-            .await
-            .map_err(|e| (*e).clone())?;
-        self.lookups.record(hash, found.is_some()).await;
-        Ok(found)
+        self.look_up_identity(&self.credentials, hash, || hash, async {
+            let found = tenancy::credential_by_secret(&self.pg, secret).await?;
+            Ok(found.map(Arc::new))
+        })
+        .await
     }
 
     /// A subject key by `kid`: its namespace and secret; looked up as [`Gateway::credential`].
     pub async fn subject_key(&self, kid: &str) -> Result<Option<SubjectKey>, ApiError> {
-        if let Some(cached) = self.subject_keys.get(kid).await {
-            return Ok(cached);
-        }
-        let identity = sluice_durable::secrets::sha256(format!("kid:{kid}").as_bytes());
-        self.refuse_known_unknown(&identity)?;
-        let pg = self.pg.clone();
-        let owned = kid.to_string();
-        let found = self
-            .subject_keys
-            .try_get_with(owned.clone(), async move {
-                self.admit_lookup(&identity)?;
-                tenancy::subject_key(&pg, &owned)
-                    .await
-                    .map(|found| found.map(|(ns, secret)| (ns, Arc::new(secret))))
-                    .map_err(ApiError::from)
+        let identity = || sluice_durable::secrets::sha256(format!("kid:{kid}").as_bytes());
+        self.look_up_identity(&self.subject_keys, kid.to_string(), identity, async {
+            let found = tenancy::subject_key(&self.pg, kid).await?;
+            Ok(found.map(|(ns, secret)| (ns, Arc::new(secret))))
+        })
+        .await
+    }
+
+    /// One identity from `cache`, or on a miss from `query`: one query per key however many
+    /// callers ask (the cache's single flight), spent from [`LookupBudget`] unless the identity
+    /// was seen valid, and what it found remembered there. A refusal is not cached. `identity`
+    /// is the budget's key, computed only on a miss.
+    async fn look_up_identity<K, V>(
+        &self,
+        cache: &Cache<K, Option<V>>,
+        key: K,
+        identity: impl FnOnce() -> IdentityKey,
+        query: impl Future<Output = Result<Option<V>, DurableError>>,
+    ) -> Result<Option<V>, ApiError>
+    where
+        K: std::hash::Hash + Eq + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        cache
+            .try_get_with(key, async {
+                let identity = identity();
+                match self.lookups.check(&identity) {
+                    Lookup::Allowed => {}
+                    Lookup::KnownUnknown => {
+                        return Err(ApiError::unauthenticated(
+                            "the credential or subject key is not valid",
+                        ));
+                    }
+                    Lookup::OverBudget => {
+                        return Err(ApiError::unauthenticated(
+                            "too many unknown credentials are being tried; this one was not checked, retry",
+                        )
+                        .with_retry_after_ms(1_000));
+                    }
+                }
+                let found = query.await.map_err(ApiError::from)?;
+                self.lookups.record(identity, found.is_some()).await;
+                Ok(found)
             })
             .await
-            .map_err(|e| (*e).clone())?;
-        self.lookups.record(identity, found.is_some()).await;
-        Ok(found)
-    }
-
-    /// Refuses, without I/O, an identity found unknown recently.
-    fn refuse_known_unknown(&self, identity: &IdentityKey) -> Result<(), ApiError> {
-        match self.lookups.check_memory(identity) {
-            Some(false) => Err(ApiError::unauthenticated(
-                "the credential or subject key is not valid",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Spends the budget for an identity this process has not seen valid; refuses, without
-    /// I/O, once it is spent.
-    fn admit_lookup(&self, identity: &IdentityKey) -> Result<(), ApiError> {
-        match self.lookups.check(identity) {
-            Lookup::Allowed => Ok(()),
-            Lookup::KnownUnknown => Err(ApiError::unauthenticated(
-                "the credential or subject key is not valid",
-            )),
-            Lookup::OverBudget => Err(ApiError::unauthenticated(
-                "too many unknown credentials are being tried; this one was not checked, retry",
-            )
-            .with_retry_after_ms(1_000)),
-        }
+            .map_err(|e| (*e).clone())
     }
 
     /// Whether any namespace allows this browser origin (for CORS preflights). A failure to

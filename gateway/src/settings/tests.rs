@@ -14,11 +14,7 @@ fn file(text: &str) -> tempfile::NamedTempFile {
 }
 
 fn lease_flag(value: &str) -> Flag {
-    Flag {
-        path: "executor.lease_ms",
-        name: "lease-ms",
-        value: Some(value.into()),
-    }
+    Flag::new("executor.lease_ms", &Some(value.into()))
 }
 
 #[test]
