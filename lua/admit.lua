@@ -45,9 +45,7 @@
 
 local meta, ready, cfg, count, turn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = epoch_now()
--- Strict: every admission asks the process's run_id (lib/epoch.lua: permits never trust the
--- one-second LASTSAVE shortcut).
-local generation = epoch_check(meta, tonumber(ARGV[1]), now, true)
+local generation = epoch_check(meta, tonumber(ARGV[1]), now)
 if not generation then
   return {'NOT_READY'}
 end

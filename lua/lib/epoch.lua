@@ -8,24 +8,27 @@
 -- ready at the right generation while its permits, counters and queue sequence went back.
 --
 -- The process is `run_id` of INFO server, which costs about 5 µs, so it is not asked on every
--- call: LASTSAVE (0.3 µs) is compared with the value recorded at the last verification, and
--- run_id is asked when they differ or the verification is a second old. LASTSAVE is the start
--- time of the process until its first save and the time of its last save after that, so a
--- restart shows: the data it loads was written before the process died, and so carries a
--- LASTSAVE recorded in an earlier second than the new process's start. A promoted replica that
--- started in the same second as its master is caught by the one-second re-verification, since
--- a failover takes longer than that. (The one case left: a Redis that lives less than a
--- second, verifies a projection and restarts within that second.)
+-- call. LASTSAVE (0.3 µs) is the start time of the process until its first save and the time of
+-- its last save after that, in whole seconds; run_id is asked when
+--   (a) LASTSAVE differs from the value recorded at the last verification, or
+--   (b) LASTSAVE is this second or the one before (a process that just started or just saved), or
+--   (c) the last verification is a second old or more.
+-- Why that is enough: a restarted process loads data written before it started, so the meta it
+-- loads carries a LASTSAVE and a verification time from before its start. If the recorded
+-- LASTSAVE differs from the new process's, (a) catches it. If they are equal, the save (or the
+-- old process's start) and the new process's start fell in the same second S: every call in S
+-- and S+1 is caught by (b), and any later one by (c), since the recorded verification is older
+-- than the end of S. A promoted replica has its own LASTSAVE (a) or, started in the same second
+-- as its master, is caught by (c): a failover takes longer than a second. So no call trusts a
+-- process that did not build or verify its projection, and run_id is asked about once a second
+-- plus during the two seconds after each save.
 -- On a mismatch the projection is marked not ready, and the caller's NOT_READY leads to a
 -- rebuild from PostgreSQL.
 --
--- `strict` asks run_id on every call: admit.lua, which grants the concurrency permits. The
--- LASTSAVE shortcut has a hole one second wide: an RDB saved in second T, the process dying
--- and a new one starting in that same second T (its LASTSAVE, its start time, equals the saved
--- one) is trusted until the next re-verification, and a permit held at the kill but missing
--- from the RDB would be granted again (seen as an account's max_in_flight = 1 reaching 2 in the
--- rollback test, 138 ms after the restart). A permit exceeded is the one limit that must never
--- be; the 5 µs per admission (a batch of heads) is the price.
+-- (Until December 2026 there was no (b): an RDB saved in second S, the process dying and a new
+-- one starting in that same S was trusted until the next re-verification. A permit held at the
+-- kill but missing from the RDB was granted again (an account's max_in_flight = 1 reaching 2 in
+-- the rollback test, 138 ms after the restart) and a queue sequence handed out twice.)
 
 local function epoch_now()
   local t = redis.call('TIME')
@@ -36,14 +39,16 @@ end
 local opened_at = 0
 
 -- The projection's generation, or nil when it must not be trusted.
-local function epoch_check(meta, min_generation, now, strict)
+local function epoch_check(meta, min_generation, now)
   local m = redis.call('HMGET', meta, 'ready', 'generation', 'run_id', 'lastsave', 'checked_at',
     'opened_at')
   local generation = tonumber(m[2] or '')
   if m[1] ~= '1' or generation == nil or generation < min_generation then return nil end
   opened_at = tonumber(m[6] or '') or 0
-  local lastsave = tostring(redis.call('LASTSAVE'))
-  if strict or lastsave ~= m[4] or now - (tonumber(m[5] or '') or 0) >= 1000 then
+  local saved_s = redis.call('LASTSAVE')
+  local lastsave = tostring(saved_s)
+  if lastsave ~= m[4] or now - saved_s * 1000 < 2000
+      or now - (tonumber(m[5] or '') or 0) >= 1000 then
     local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
     if run_id ~= m[3] then
       redis.call('HSET', meta, 'ready', '0', 'lost_at', now)

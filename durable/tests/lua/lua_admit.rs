@@ -441,53 +441,6 @@ async fn heads_come_out_in_queue_order_and_empty_queues_leave_ready() {
     assert_eq!(bench.queued("claim").await, 0);
 }
 
-/// A Redis restarted from an RDB saved in the same second as its start shows the LASTSAVE the
-/// projection recorded, and its last verification looks recent: only its run_id tells it is
-/// another process. Admission asks it every time, so no permit the RDB lost is granted again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_asks_the_process_even_when_lastsave_and_the_last_check_look_current() {
-    let bench = Bench::new().await;
-    bench
-        .configure(&[("claim", "1000 1000000 1000000 0")], &[])
-        .await;
-    bench.push("claim", "r", 2).await;
-    let client = bench.redis.pool().next();
-    let lastsave: i64 = client.lastsave().await.expect("LASTSAVE");
-    // What the restored RDB carries: this LASTSAVE, a verification "just now", and the run_id
-    // of the process that wrote it (not this one).
-    let _: () = client
-        .hset(
-            bench.keys.meta(),
-            [
-                (
-                    "run_id",
-                    "0000000000000000000000000000000000000000".to_string(),
-                ),
-                ("lastsave", lastsave.to_string()),
-                ("checked_at", i64::MAX.to_string()),
-            ],
-        )
-        .await
-        .expect("hset");
-    assert_eq!(
-        bench.admit_with(1, 10, LONG_LEASE_MS).await,
-        Admission::NotReady
-    );
-    assert_eq!(
-        bench
-            .hash(&bench.keys.meta())
-            .await
-            .get("ready")
-            .map(String::as_str),
-        Some("0"),
-        "the projection is marked for a rebuild"
-    );
-    assert!(
-        bench.command_leases("claim").await.is_empty(),
-        "no permit was granted"
-    );
-}
-
 /// An older generation than required, or a projection not marked ready, is NOT_READY and
 /// touches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,8 +34,13 @@ pub(crate) struct Bench<Marker> {
 
 impl<Marker> Bench<Marker> {
     pub(crate) async fn new() -> Arc<Bench<Marker>> {
+        Self::on(&shared_redis().url()).await
+    }
+
+    /// A bench on the Redis at `url`: a test's own server, for tests that save or restart it.
+    pub(crate) async fn on(url: &str) -> Arc<Bench<Marker>> {
         Arc::new(Bench {
-            fixture: LuaFixture::new().await,
+            fixture: LuaFixture::on(url).await,
             file: PhantomData,
         })
     }
@@ -59,9 +64,11 @@ pub(crate) struct LuaFixture {
 
 impl LuaFixture {
     pub(crate) async fn new() -> LuaFixture {
-        let redis = connect_redis(&shared_redis().url(), 4)
-            .await
-            .expect("redis");
+        Self::on(&shared_redis().url()).await
+    }
+
+    pub(crate) async fn on(url: &str) -> LuaFixture {
+        let redis = connect_redis(url, 4).await.expect("redis");
         let keys = AppKeys::new(ApplicationId::new_v7());
         // The application's first projection: a token bucket these tests have not used yet is
         // full (after a later rebuild it would count as empty, see lib/epoch.lua).

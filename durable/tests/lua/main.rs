@@ -2,6 +2,7 @@
 //! decides, and the bounds `lua/README.md` states. They need no gateway and no PostgreSQL.
 
 mod lua_admit;
+mod lua_epoch;
 mod lua_fixture;
 mod lua_limits;
 mod lua_scripts;
