@@ -73,34 +73,32 @@ impl Bench {
             .expect("hset meta");
     }
 
-    /// `run_id` of this server, as a verification by it records.
-    async fn run_id(&self) -> String {
+    /// The value after `prefix` on a line of `INFO <kind>`.
+    async fn info_field(&self, kind: InfoKind, prefix: &str) -> Option<String> {
         let info: String = self
             .redis
             .pool()
             .next()
-            .info(Some(InfoKind::Server))
+            .info(Some(kind))
             .await
-            .expect("INFO server");
+            .expect("INFO");
         info.lines()
-            .find_map(|line| line.strip_prefix("run_id:"))
-            .map(|id| id.trim().to_string())
+            .find_map(|line| line.strip_prefix(prefix))
+            .map(|value| value.trim().to_string())
+    }
+
+    /// `run_id` of this server, as a verification by it records.
+    async fn run_id(&self) -> String {
+        self.info_field(InfoKind::Server, "run_id:")
+            .await
             .expect("INFO server names run_id")
     }
 
     /// How many times scripts and clients asked `INFO` (Redis counts calls from scripts too).
     async fn info_calls(&self) -> u64 {
-        let stats: String = self
-            .redis
-            .pool()
-            .next()
-            .info(Some(InfoKind::CommandStats))
+        self.info_field(InfoKind::CommandStats, "cmdstat_info:calls=")
             .await
-            .expect("INFO commandstats");
-        stats
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
-            .and_then(|rest| rest.split(',').next())
+            .and_then(|rest| rest.split(',').next().map(str::to_string))
             .map_or(0, |calls| calls.parse().expect("a count of calls"))
     }
 
