@@ -22,31 +22,6 @@ enum AdmitCalls {}
 type Bench = lua_fixture::Bench<AdmitCalls>;
 
 impl Bench {
-    /// Queues one command with the given sequence, the way `accept.lua` leaves it: queue entry,
-    /// ready set, status hash and waiting counters.
-    async fn push_with_seq(&self, command: &str, resource: &str, seq: i64) -> CommandId {
-        self.queue_command(
-            command,
-            resource,
-            seq,
-            vec![("status".to_string(), "accepted".to_string())],
-            vec![
-                format!("waiting:{}", self.namespace),
-                format!("queued:{}", self.nscmd(command)),
-            ],
-        )
-        .await
-    }
-
-    /// Queues `n` commands in sequence order; returns their ids in that order.
-    async fn push(&self, command: &str, resource: &str, n: usize) -> Vec<CommandId> {
-        let mut ids = Vec::with_capacity(n);
-        for _ in 0..n {
-            ids.push(self.push_with_seq(command, resource, self.next_seq()).await);
-        }
-        ids
-    }
-
     async fn admit_with(&self, min_generation: i64, max_heads: u32, lease_ms: u64) -> Admission {
         self.admission(limits(min_generation, max_heads, lease_ms))
             .await
@@ -133,7 +108,7 @@ async fn max_in_flight_is_exact_under_concurrency() {
     bench
         .configure(&[("claim", "5 1000000 1000000 0")], &[])
         .await;
-    let queued = bench.push("claim", "r1", 100).await;
+    let queued = bench.queue_accepted("claim", "r1", 100).await;
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let bench = bench.clone();
@@ -179,7 +154,7 @@ async fn resources_are_served_round_robin() {
     for resource in ["ra", "rb", "rc"] {
         queued.insert(
             bench.suffix("claim", resource),
-            bench.push("claim", resource, 10).await,
+            bench.queue_accepted("claim", resource, 10).await,
         );
     }
     let first = bench.heads(6).await;
@@ -257,8 +232,8 @@ async fn a_saturated_resource_is_skipped_until_a_permit_is_released() {
     bench
         .configure(&[("claim", "1000 1000000 1000000 1")], &[])
         .await;
-    let a = bench.push("claim", "ra", 5).await;
-    let b = bench.push("claim", "rb", 5).await;
+    let a = bench.queue_accepted("claim", "ra", 5).await;
+    let b = bench.queue_accepted("claim", "rb", 5).await;
     let first = bench.heads(10).await;
     let got: HashSet<CommandId> = ids(&first).into_iter().collect();
     assert_eq!(got, HashSet::from([a[0], b[0]]), "one head per resource");
@@ -297,8 +272,8 @@ async fn a_saturated_command_does_not_block_another() {
             &[],
         )
         .await;
-    let busy = bench.push("busy", "r", 10).await;
-    let free = bench.push("free", "r", 10).await;
+    let busy = bench.queue_accepted("busy", "r", 10).await;
+    let free = bench.queue_accepted("free", "r", 10).await;
     let first = bench.heads(4).await;
     let got: Vec<CommandId> = ids(&first);
     assert_eq!(got.iter().filter(|id| busy.contains(id)).count(), 1);
@@ -320,8 +295,8 @@ async fn a_saturated_command_does_not_block_another() {
 async fn the_start_bucket_limits_starts() {
     let bench = Bench::new().await;
     bench.configure(&[("claim", "1000 1 3 0")], &[]).await;
-    bench.push("claim", "ra", 10).await;
-    bench.push("claim", "rb", 10).await;
+    bench.queue_accepted("claim", "ra", 10).await;
+    bench.queue_accepted("claim", "rb", 10).await;
     let started = Instant::now();
     let first = bench.heads(20).await;
     assert_eq!(first.len(), 3, "the burst");
@@ -362,7 +337,7 @@ async fn expired_leases_give_their_permit_back() {
     bench
         .configure(&[("claim", "1 1000000 1000000 1")], &[])
         .await;
-    let queued = bench.push("claim", "r", 3).await;
+    let queued = bench.queue_accepted("claim", "r", 3).await;
     let first = bench.heads_with_lease(5, 1).await;
     assert_eq!(ids(&first), vec![queued[0]]);
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -404,10 +379,10 @@ async fn heads_come_out_in_queue_order_and_empty_queues_leave_ready() {
         .await;
     let mut by_seq = Vec::new();
     for seq in [50, 10, 40, 20, 30] {
-        by_seq.push((seq, bench.push_with_seq("claim", "r", seq).await));
+        by_seq.push((seq, bench.queue_accepted_with_seq("claim", "r", seq).await));
     }
     by_seq.sort();
-    let other = bench.push("claim", "other", 3).await;
+    let other = bench.queue_accepted("claim", "other", 3).await;
     let suffix = bench.suffix("claim", "r");
 
     let first = bench.heads(2).await;
@@ -449,7 +424,7 @@ async fn not_ready_when_the_generation_is_older_or_the_projection_not_ready() {
     bench
         .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
-    let queued = bench.push("claim", "r", 3).await;
+    let queued = bench.queue_accepted("claim", "r", 3).await;
     assert_eq!(
         bench.admit_with(2, 10, LONG_LEASE_MS).await,
         Admission::NotReady
@@ -490,8 +465,8 @@ async fn a_command_without_a_spec_is_never_admitted() {
     bench
         .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
-    let unknown = bench.push("webhook", "r", 3).await;
-    let known = bench.push("claim", "r", 2).await;
+    let unknown = bench.queue_accepted("webhook", "r", 3).await;
+    let known = bench.queue_accepted("claim", "r", 2).await;
     let heads = bench.heads(10).await;
     assert_eq!(ids(&heads), known, "only the configured command");
     assert!(bench.heads(10).await.is_empty());
@@ -531,9 +506,9 @@ async fn waiting_counters_drop_by_exactly_the_heads() {
             &[],
         )
         .await;
-    bench.push("claim", "r1", 6).await;
-    bench.push("claim", "r2", 6).await;
-    bench.push("enroll", "r1", 5).await;
+    bench.queue_accepted("claim", "r1", 6).await;
+    bench.queue_accepted("claim", "r2", 6).await;
+    bench.queue_accepted("enroll", "r1", 5).await;
     assert_eq!(bench.waiting().await, 17);
     let heads = bench.heads(7).await;
     assert_eq!(heads.len(), 7);
@@ -650,7 +625,7 @@ async fn no_number_of_blocked_resources_delays_another_command_or_namespace() {
             Blocker::Configuration => {}
         }
         // The two heads that can start, last in turn order (hog's resources came first).
-        let quick = bench.push("quick", "q", 1).await[0];
+        let quick = bench.queue_accepted("quick", "q", 1).await[0];
         let other = CommandId::new_v7();
         let other_suffix = AppKeys::queue_suffix(other_ns, "quick", "q");
         let _: i64 = client
@@ -751,7 +726,7 @@ async fn blocked_resources_of_a_command_rotate_until_a_free_one_is_reached() {
     bench
         .hold_forever(&bench.keys.limit_leases(ns, "acct:x"))
         .await;
-    let free = bench.push("job", "z-free", 1).await[0];
+    let free = bench.queue_accepted("job", "z-free", 1).await[0];
     let limits = AdmitLimits {
         min_generation: 1,
         max_heads: 10,

@@ -44,16 +44,15 @@ impl Bench {
     }
 
     /// Makes the projection's meta what a process restarted from an RDB saved in the second it
-    /// started would load: the current `LASTSAVE` (a `SAVE` just now), a verification a moment
-    /// before it, and the run_id of the process that wrote the file. Returns the `LASTSAVE`.
-    async fn pose_as_restored_in_the_second_of_its_save(&self) -> i64 {
+    /// started would load: the current `LASTSAVE` (a `SAVE` just now), a verification just
+    /// after it, and the run_id of the process that wrote the file.
+    async fn pose_as_restored_in_the_second_of_its_save(&self) {
         let client = self.redis.pool().next();
         let _: Value = self.command("SAVE").await;
         let lastsave: i64 = client.lastsave().await.expect("LASTSAVE");
         let checked_at = self.redis_now_ms().await;
         self.record_verification(FOREIGN_RUN_ID, lastsave, checked_at)
             .await;
-        lastsave
     }
 
     async fn record_verification(&self, run_id: &str, lastsave: i64, checked_at: i64) {
@@ -138,6 +137,14 @@ impl Bench {
         .await
     }
 
+    /// Every key of the application but its meta (where a refusal marks the projection lost).
+    async fn snapshot_but_meta(&self) -> Vec<(String, String)> {
+        let meta = self.keys.meta();
+        let mut keys = self.snapshot().await;
+        keys.retain(|(key, _)| *key != meta);
+        keys
+    }
+
     async fn marked_ready(&self) -> Option<String> {
         self.hash(&self.keys.meta()).await.get("ready").cloned()
     }
@@ -150,21 +157,7 @@ async fn own_bench() -> (RedisServer, std::sync::Arc<Bench>) {
     bench
         .configure(&[("claim", "1000 1000000 1000000 0")], &[])
         .await;
-    for _ in 0..2 {
-        let seq = bench.next_seq();
-        bench
-            .queue_command(
-                "claim",
-                "r",
-                seq,
-                vec![("status".to_string(), "accepted".to_string())],
-                vec![
-                    format!("waiting:{}", bench.namespace),
-                    format!("queued:{}", bench.nscmd("claim")),
-                ],
-            )
-            .await;
-    }
+    bench.queue_accepted("claim", "r", 2).await;
     (server, bench)
 }
 
@@ -193,19 +186,13 @@ async fn admission_asks_the_process_in_the_seconds_after_a_save() {
 async fn intake_asks_the_process_in_the_seconds_after_a_save() {
     let (_server, bench) = own_bench().await;
     bench.pose_as_restored_in_the_second_of_its_save().await;
-    let before = bench.snapshot().await;
+    let before = bench.snapshot_but_meta().await;
     assert!(matches!(bench.intake().await, IntakeVerdict::NotReady));
-    let after: Vec<_> = bench
-        .snapshot()
-        .await
-        .into_iter()
-        .filter(|(key, _)| *key != bench.keys.meta())
-        .collect();
-    let before: Vec<_> = before
-        .into_iter()
-        .filter(|(key, _)| *key != bench.keys.meta())
-        .collect();
-    assert_eq!(before, after, "a refused intake changes nothing");
+    assert_eq!(
+        bench.snapshot_but_meta().await,
+        before,
+        "a refused intake changes nothing"
+    );
     assert_eq!(bench.marked_ready().await.as_deref(), Some("0"));
 }
 

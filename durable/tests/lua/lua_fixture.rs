@@ -115,6 +115,44 @@ impl LuaFixture {
             .expect("write cfg");
     }
 
+    /// Queues one accepted command with sequence `seq` on `resource`, the way `accept.lua` leaves
+    /// it: queue entry, ready set, status hash and waiting counters.
+    pub(crate) async fn queue_accepted_with_seq(
+        &self,
+        command: &str,
+        resource: &str,
+        seq: i64,
+    ) -> CommandId {
+        self.queue_command(
+            command,
+            resource,
+            seq,
+            vec![("status".to_string(), "accepted".to_string())],
+            vec![
+                format!("waiting:{}", self.namespace),
+                format!("queued:{}", self.nscmd(command)),
+            ],
+        )
+        .await
+    }
+
+    /// Queues `n` accepted commands in sequence order; returns their ids in that order.
+    pub(crate) async fn queue_accepted(
+        &self,
+        command: &str,
+        resource: &str,
+        n: usize,
+    ) -> Vec<CommandId> {
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            ids.push(
+                self.queue_accepted_with_seq(command, resource, self.next_seq())
+                    .await,
+            );
+        }
+        ids
+    }
+
     /// Queues one accepted `job` on `resource` as `accept.lua` leaves it, with the counts that
     /// ending it gives back (`unfinished`, waiting in its namespace and command).
     pub(crate) async fn queue_job(&self, resource: &str) -> CommandId {
