@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use fred::prelude::*;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::control::{self, PauseState};
@@ -178,20 +178,12 @@ pub async fn read(
 
 /// Unfinished commands per command and status with the oldest of each: one range of the
 /// partial index `commands_status_board` (whose predicate is this very `IN` list), never a
-/// visit to finished rows. `$1` namespace.
-pub const COUNTS_SQL: &str = "SELECT command, status, count(*) AS count, min(accepted_at) AS oldest
-   FROM commands
-  WHERE namespace_id = $1
-    AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
-  GROUP BY command, status
-  ORDER BY command, status";
+/// visit to finished rows. `$1` namespace. The text of the file [`counts`] runs, for plan checks.
+pub const COUNTS_SQL: &str = include_str!("../queries/status_counts.sql");
 
 /// Limit keys held by work in hand, busiest first, at most `$2`: rows of the partial index
-/// `commands_in_hand` only. `$1` namespace.
-pub const LIMIT_KEYS_SQL: &str = "SELECT k.value->>1 AS key, count(*) AS holders
-   FROM commands c, jsonb_array_elements(c.limit_keys) AS k
-  WHERE c.namespace_id = $1 AND c.status IN ('executing', 'running', 'retry_wait')
-  GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2";
+/// `commands_in_hand` only. `$1` namespace. The text of the file [`limit_keys_in_hand`] runs.
+pub const LIMIT_KEYS_SQL: &str = include_str!("../queries/status_limit_keys.sql");
 
 /// Every query of the board that reads `commands` with its number of parameters: `$1` is the
 /// namespace, `$2` (where there is one) a row limit. For plan checks.
@@ -216,20 +208,18 @@ async fn head(
 
 /// One index-only range of `commands_status_board`: unfinished rows only.
 async fn counts(pg: &PgPool, namespace_id: NamespaceId) -> Result<Vec<StatusCount>, DurableError> {
-    let rows = sqlx::query(COUNTS_SQL)
-        .bind(namespace_id)
+    let rows = sqlx::query_file!("queries/status_counts.sql", namespace_id as _)
         .fetch_all(pg)
         .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(StatusCount {
-                command: row.try_get("command")?,
-                status: row.try_get("status")?,
-                count: row.try_get("count")?,
-                oldest_accepted_at: row.try_get("oldest")?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|row| StatusCount {
+            command: row.command,
+            status: row.status,
+            count: row.count,
+            oldest_accepted_at: row.oldest,
         })
-        .collect()
+        .collect())
 }
 
 /// The namespace's quota pools, at most [`QUOTA_POOLS`].
@@ -254,14 +244,10 @@ async fn limit_keys_in_hand(
     pg: &PgPool,
     namespace_id: NamespaceId,
 ) -> Result<Vec<(String, i64)>, DurableError> {
-    let rows = sqlx::query(LIMIT_KEYS_SQL)
-        .bind(namespace_id)
-        .bind(TOP)
+    let rows = sqlx::query_file!("queries/status_limit_keys.sql", namespace_id as _, TOP)
         .fetch_all(pg)
         .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get("key")?, row.try_get("holders")?)))
-        .collect()
+    Ok(rows.into_iter().map(|row| (row.key, row.holders)).collect())
 }
 
 /// The projection's figures of one namespace (one `status.lua` call): live permits of each of
