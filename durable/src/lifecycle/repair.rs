@@ -23,6 +23,7 @@ use super::{RUNNING_PERMIT_GRACE, Stores};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
+use crate::outbox::row::command_row;
 use crate::outbox::{CommandRow, rfc3339};
 use crate::projection::{AppKeys, request_key_field};
 
@@ -196,22 +197,22 @@ pub async fn projection(
             .unwrap_or(i64::MIN);
         // The rows and the generation they belong to, read together: an `accept` under that
         // generation is refused if a rebuild (whose snapshot has these rows) came between.
-        let waiting: Vec<Waiting> = sqlx::query_as(concat!(
-            "SELECT ",
-            crate::row_columns!("c."),
-            ", c.limit_keys, p.generation
-               FROM commands c JOIN projections p ON p.application_id = c.application_id
-              WHERE c.application_id = $1 AND c.status IN ('accepted', 'retry_wait')
-                AND c.lease_owner IS NULL AND c.queue_seq > $2
-                AND c.updated_at < now() - make_interval(secs => $4)
-              ORDER BY c.queue_seq LIMIT $3"
-        ))
-        .bind(application_id)
-        .bind(after)
-        .bind(SLICE)
-        .bind(grace.as_secs_f64())
+        let waiting: Vec<Waiting> = sqlx::query_file!(
+            "queries/repair_waiting.sql",
+            application_id as _,
+            after,
+            SLICE,
+            grace.as_secs_f64()
+        )
         .fetch_all(stores.pg)
-        .await?;
+        .await?
+        .into_iter()
+        .map(|row| Waiting {
+            limit_keys: row.limit_keys,
+            generation: row.generation,
+            row: command_row!(row),
+        })
+        .collect();
         match waiting.last() {
             Some(last) if waiting.len() as i64 == SLICE => {
                 cursor.after.insert(application_id, last.row.queue_seq)
@@ -260,9 +261,7 @@ pub async fn projection(
 }
 
 /// A waiting row as the projection needs it.
-#[derive(sqlx::FromRow)]
 struct Waiting {
-    #[sqlx(flatten)]
     row: CommandRow,
     limit_keys: serde_json::Value,
     generation: i64,

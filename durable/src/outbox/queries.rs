@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::DurableError;
-use crate::ids::{CommandId, NamespaceId};
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
+use crate::lifecycle::CommandStatus;
 use crate::outbox::CommandRow;
 
 /// The full record of a command, as `GET /v1/commands/{id}` shows it: its row and its outcome.
@@ -18,6 +19,21 @@ pub struct CommandRecord {
     pub result: Option<serde_json::Value>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
+}
+
+/// The [`CommandRecord`] of a `sqlx::query!` record that has its columns (as `command_row!`).
+macro_rules! command_record {
+    ($record:ident) => {
+        $crate::outbox::CommandRecord {
+            row: $crate::outbox::row::command_row!($record),
+            finished_at: $record.finished_at,
+            attempts: $record.attempts,
+            cancel_requested: $record.cancel_requested,
+            result: $record.result,
+            error_code: $record.error_code,
+            error_message: $record.error_message,
+        }
+    };
 }
 
 /// The columns [`CommandRecord`] reads (see [`crate::row_columns`]).
@@ -50,16 +66,12 @@ pub async fn by_id(
     namespace_id: NamespaceId,
     id: CommandId,
 ) -> Result<Option<CommandRecord>, DurableError> {
-    const SQL: &str = concat!(
-        "SELECT ",
-        record_columns!(""),
-        " FROM commands WHERE id = $1 AND namespace_id = $2"
-    );
-    Ok(sqlx::query_as(SQL)
-        .bind(id)
-        .bind(namespace_id)
-        .fetch_optional(pg)
-        .await?)
+    Ok(
+        sqlx::query_file!("queries/command_by_id.sql", id as _, namespace_id as _)
+            .fetch_optional(pg)
+            .await?
+            .map(|row| command_record!(row)),
+    )
 }
 
 /// The command an original request key created.
@@ -70,19 +82,16 @@ pub async fn by_request_key(
     subject: &str,
     request_key: &str,
 ) -> Result<Option<CommandRecord>, DurableError> {
-    const SQL: &str = concat!(
-        "SELECT ",
-        record_columns!(""),
-        " FROM commands
-          WHERE namespace_id = $1 AND command = $2 AND subject = $3 AND request_key = $4"
-    );
-    Ok(sqlx::query_as(SQL)
-        .bind(namespace_id)
-        .bind(command)
-        .bind(subject)
-        .bind(request_key)
-        .fetch_optional(pg)
-        .await?)
+    Ok(sqlx::query_file!(
+        "queries/command_by_request_key.sql",
+        namespace_id as _,
+        command,
+        subject,
+        request_key
+    )
+    .fetch_optional(pg)
+    .await?
+    .map(|row| command_record!(row)))
 }
 
 /// A page of a subject's commands, newest first. `before` is the id the previous page ended
@@ -97,23 +106,18 @@ pub struct MinePage<'a> {
 }
 
 pub async fn mine(pg: &PgPool, page: &MinePage<'_>) -> Result<Vec<CommandRecord>, DurableError> {
-    const SQL: &str = concat!(
-        "SELECT ",
-        record_columns!(""),
-        " FROM commands
-          WHERE namespace_id = $1 AND command = $2 AND subject = $3
-            AND ($4::uuid IS NULL OR id < $4)
-            AND ($5::text IS NULL OR resource_key = $5)
-          ORDER BY id DESC
-          LIMIT $6"
-    );
-    Ok(sqlx::query_as(SQL)
-        .bind(page.namespace_id)
-        .bind(page.command)
-        .bind(page.subject)
-        .bind(page.before)
-        .bind(page.resource_key)
-        .bind(page.limit)
-        .fetch_all(pg)
-        .await?)
+    Ok(sqlx::query_file!(
+        "queries/commands_mine.sql",
+        page.namespace_id as _,
+        page.command,
+        page.subject,
+        page.before as _,
+        page.resource_key,
+        page.limit
+    )
+    .fetch_all(pg)
+    .await?
+    .into_iter()
+    .map(|row| command_record!(row))
+    .collect())
 }

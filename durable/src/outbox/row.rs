@@ -34,6 +34,30 @@ impl CommandRow {
     }
 }
 
+/// The [`CommandRow`] of a `sqlx::query!` record that has its columns, by name and type (each
+/// statement lists them in its file under `durable/queries/`): one mapping for every statement
+/// that reads a row (the macros' records are types of their own, one per statement).
+macro_rules! command_row {
+    ($record:ident) => {
+        $crate::outbox::CommandRow {
+            id: $record.id,
+            application_id: $record.application_id,
+            namespace_id: $record.namespace_id,
+            command: $record.command,
+            subject: $record.subject,
+            request_key: $record.request_key,
+            content_sha256: $record.content_sha256,
+            resource_key: $record.resource_key,
+            queue_seq: $record.queue_seq,
+            status: $record.status,
+            accepted_at: $record.accepted_at,
+            deadline_at: $record.deadline_at,
+            updated_at: $record.updated_at,
+        }
+    };
+}
+pub(crate) use command_row;
+
 /// The columns [`CommandRow`] reads, each behind the table alias `$p` (`""` or `"c."`), spliced
 /// into statements at compile time with `concat!` (SQL is never built at run time).
 #[macro_export]

@@ -28,15 +28,16 @@
 use std::collections::HashMap;
 
 use fred::prelude::*;
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{AppKeys, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
-use crate::ids::{ApplicationId, CommandId};
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
+use crate::outbox::row::command_row;
 use crate::outbox::{CommandRow, rfc3339};
 use crate::projection::Projection;
 
@@ -131,33 +132,28 @@ async fn rebuild_unless_ready(
     // rows ever shared a sequence number.
     let mut after = (i64::MIN, CommandId::from_uuid(Uuid::nil()));
     loop {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            crate::row_columns!(""),
-            ", limit_keys, attempt_id, lease_owner IS NOT NULL AS held,
-                    coalesce(lease_expires_at,
-                             deadline_at + make_interval(secs => $5::double precision))
-                        AS permit_expires_at
-               FROM commands
-              WHERE application_id = $1
-                AND status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review')
-                AND (queue_seq, id) > ($2, $4)
-              ORDER BY queue_seq, id
-              LIMIT $3"
-        ))
-        .bind(application_id)
-        .bind(after.0)
-        .bind(CHUNK)
-        .bind(after.1)
-        .bind(RUNNING_PERMIT_GRACE.as_secs_f64())
+        let rows = sqlx::query_file!(
+            "queries/rebuild_rows.sql",
+            application_id as _,
+            after.0,
+            CHUNK,
+            after.1 as _,
+            RUNNING_PERMIT_GRACE.as_secs_f64()
+        )
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {
             break;
         }
         let mut args: Vec<Value> = Vec::with_capacity(2 + rows.len() * ProjectedRow::ARGS);
-        for row in &rows {
-            let projected = ProjectedRow::from_row(row)?;
+        for row in rows {
+            let projected = ProjectedRow {
+                permit_expires_ms: row.permit_expires_at.timestamp_millis(),
+                limit_keys: serde_json::from_value(row.limit_keys).unwrap_or_default(),
+                attempt_id: row.attempt_id,
+                held: row.held,
+                row: command_row!(row),
+            };
             after = (projected.row.queue_seq, projected.row.id);
             unfinished += 1;
             *counts.entry("unfinished".into()).or_default() += 1;
@@ -398,18 +394,6 @@ struct ProjectedRow {
 }
 
 impl ProjectedRow {
-    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, DurableError> {
-        Ok(Self {
-            row: CommandRow::from_row(row)?,
-            permit_expires_ms: row
-                .try_get::<chrono::DateTime<chrono::Utc>, _>("permit_expires_at")?
-                .timestamp_millis(),
-            limit_keys: serde_json::from_value(row.try_get("limit_keys")?).unwrap_or_default(),
-            attempt_id: row.try_get("attempt_id")?,
-            held: row.try_get("held")?,
-        })
-    }
-
     fn is_waiting(&self) -> bool {
         !self.held && self.row.status.is_waiting()
     }
