@@ -1,7 +1,8 @@
 -- One group-commit transaction as durable/src/outbox/group_commit.rs commits it, for pgbench
 -- (run by sluice-bench-baselines with -n -M prepared -f this file).
 --   1. the control locks of the batch namespaces, shared (control.rs, lock_namespaces_shared)
---   2. the multi-row INSERT with the pause re-check and ON CONFLICT DO NOTHING (outbox/insert.rs)
+--   2. the multi-row INSERT with the pause re-check and ON CONFLICT DO NOTHING
+--      (durable/queries/insert_batch.sql)
 --   3. the NOTIFY that wakes executors
 -- The rows come from generate_series instead of unnest of bound arrays; everything else is the
 -- same statement into the real commands table with its constraints and indexes.

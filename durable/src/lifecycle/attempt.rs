@@ -9,7 +9,8 @@ use uuid::Uuid;
 /// Redis (field `attempt` of the status hash). Two starts of one command — after a lease lapsed,
 /// by another executor or the same one — never share a token, so the first can neither land nor
 /// release the second's permits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
+#[sqlx(transparent)]
 pub struct AttemptId(Uuid);
 
 impl AttemptId {

@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 use uuid::Uuid;
 
 use super::Stores;
@@ -64,26 +63,18 @@ pub struct RowState {
     pub attempt: Option<AttemptId>,
 }
 
-/// The columns [`RowState`] reads from a row aliased `c`, for `RETURNING` and `SELECT` lists
-/// (spliced with `concat!`: SQL is never built at run time).
-#[macro_export]
-#[doc(hidden)]
-macro_rules! row_state_columns {
-    () => {
-        "c.id, c.application_id, c.namespace_id, c.command, c.resource_key, c.queue_seq,
-         c.status, c.updated_at, c.result, c.error_code, c.error_message,
-         c.lease_owner IS NOT NULL AS held, c.attempt_id"
-    };
-}
-
-/// How a waiting command that ran out of time ends (`SET` items, the row aliased `c`): expired,
-/// or needs_review when an earlier attempt may have reached a backend unanswered. Shared by the
-/// claim (a head past its time) and the expiry sweeper.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! waiting_expiry_assignments {
-    () => {
-        "status = CASE WHEN c.in_doubt THEN 'needs_review' ELSE 'expired' END,
+/// A statement that ends waiting commands that ran out of time: `$head`, then the `SET` items
+/// below (the row aliased `c`: expired, or needs_review when an earlier attempt may have reached
+/// a backend unanswered), then `$tail`, run by `sqlx::$query!` with the arguments that follow.
+/// Shared by the claim (a head past its time) and the expiry sweeper. The sqlx macros take
+/// string literals joined by `+`, never another macro's output, so the call is written here
+/// around the items.
+macro_rules! ending_waiting {
+    ($query:ident!($($record:path,)? $head:literal, $tail:literal, $($args:tt)*)) => {
+        sqlx::$query!(
+            $($record,)?
+            $head
+                + "status = CASE WHEN c.in_doubt THEN 'needs_review' ELSE 'expired' END,
          finished_at = CASE WHEN c.in_doubt THEN NULL ELSE now() END,
          updated_at = now(),
          error_code = CASE WHEN c.in_doubt THEN 'OUTCOME_UNKNOWN'
@@ -94,30 +85,12 @@ macro_rules! waiting_expiry_assignments {
                               WHEN c.deadline_at <= now()
                               THEN 'the deadline passed while the command was waiting'
                               ELSE 'the command waited longer than its max_wait' END"
+                + $tail,
+            $($args)*
+        )
     };
 }
-
-impl RowState {
-    pub fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            application_id: row.try_get("application_id")?,
-            namespace_id: row.try_get("namespace_id")?,
-            command: row.try_get("command")?,
-            resource_key: row.try_get("resource_key")?,
-            queue_seq: row.try_get("queue_seq")?,
-            status: row.try_get("status")?,
-            updated_at: row.try_get("updated_at")?,
-            result: row.try_get("result")?,
-            error_code: row.try_get("error_code")?,
-            error_message: row.try_get("error_message")?,
-            held: row.try_get("held")?,
-            attempt: row
-                .try_get::<Option<Uuid>, _>("attempt_id")?
-                .map(AttemptId::from_uuid),
-        })
-    }
-}
+pub(crate) use ending_waiting;
 
 /// What a claim came to.
 #[derive(Debug, Clone)]
@@ -146,9 +119,13 @@ pub struct ClaimOrder<'a> {
     pub patience: Duration,
 }
 
-/// The claim (transition `claim`) and, for heads past their time, their end.
-pub const CLAIM_SQL: &str = concat!(
-    "WITH epoch AS (
+/// `claim`, and the Redis side of every head it did not claim. Its statement (transition `claim`)
+/// also ends the heads past their time.
+pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, DurableError> {
+    let ids: Vec<CommandId> = order.heads.iter().map(|h| h.command_id).collect();
+    let attempts: Vec<Uuid> = order.heads.iter().map(|h| h.attempt.as_uuid()).collect();
+    let rows = ending_waiting!(query!(
+        r#"WITH epoch AS (
              SELECT generation FROM projections
               WHERE application_id = $1 AND generation = $2 FOR SHARE),
          heads AS (
@@ -168,46 +145,60 @@ pub const CLAIM_SQL: &str = concat!(
                     updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($7)
                FROM old
               WHERE c.id = old.id AND old.in_time
-             RETURNING c.subject, c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
-                       old.in_doubt AS was_in_doubt, ",
-    row_state_columns!(),
-    "),
+             -- These names are the UNION's (its first branch names its columns), with the types
+             -- and nullability sqlx cannot infer through it.
+             RETURNING c.subject AS "subject!", c.input AS "input!", c.accepted_at AS "accepted_at!",
+                       c.deadline_at AS "deadline_at!", c.attempts AS "attempts!",
+                       c.limit_keys AS "limit_keys!", old.in_doubt AS "was_in_doubt!",
+                       c.id AS "id!: CommandId", c.application_id AS "application_id!: ApplicationId",
+                       c.namespace_id AS "namespace_id!: NamespaceId", c.command AS "command!",
+                       c.resource_key AS "resource_key!", c.queue_seq AS "queue_seq!",
+                       c.status AS "status!: CommandStatus", c.updated_at AS "updated_at!", c.result,
+                       c.error_code, c.error_message, c.lease_owner IS NOT NULL AS "held!",
+                       c.attempt_id AS "attempt: AttemptId"),
          ended AS (
-             UPDATE commands c SET ",
-    waiting_expiry_assignments!(),
-    "
+             UPDATE commands c SET "#,
+        "
                FROM old
               WHERE c.id = old.id AND NOT old.in_time
              RETURNING c.subject, c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
-                       old.in_doubt AS was_in_doubt, ",
-    row_state_columns!(),
-    ")
-         SELECT * FROM claimed UNION ALL SELECT * FROM ended"
-);
-
-/// `claim`, and the Redis side of every head it did not claim.
-pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, DurableError> {
-    let ids: Vec<CommandId> = order.heads.iter().map(|h| h.command_id).collect();
-    let attempts: Vec<Uuid> = order.heads.iter().map(|h| h.attempt.as_uuid()).collect();
-    let rows = sqlx::query(CLAIM_SQL)
-        .bind(order.application_id)
-        .bind(order.generation)
-        .bind(&ids)
-        .bind(&attempts)
-        .bind(order.owner)
-        .bind(order.lease.as_millis() as f64)
-        .bind(order.external)
-        .fetch_all(stores.pg)
-        .await?;
+                       old.in_doubt AS was_in_doubt, c.id, c.application_id, c.namespace_id,
+                       c.command, c.resource_key, c.queue_seq, c.status, c.updated_at, c.result,
+                       c.error_code, c.error_message, c.lease_owner IS NOT NULL AS held, c.attempt_id)
+         SELECT * FROM claimed UNION ALL SELECT * FROM ended",
+        order.application_id as _,
+        order.generation,
+        &ids as _,
+        &attempts,
+        order.owner,
+        order.lease.as_millis() as f64,
+        order.external as _,
+    ))
+    .fetch_all(stores.pg)
+    .await?;
+    let found: Vec<CommandId> = rows.iter().map(|row| row.id).collect();
     let mut claimed = Vec::with_capacity(rows.len());
     let mut ended = Vec::new();
-    for row in &rows {
-        let state = RowState::from_row(row)?;
+    for row in rows {
+        let state = RowState {
+            id: row.id,
+            application_id: row.application_id,
+            namespace_id: row.namespace_id,
+            command: row.command,
+            resource_key: row.resource_key,
+            queue_seq: row.queue_seq,
+            status: row.status,
+            updated_at: row.updated_at,
+            result: row.result,
+            error_code: row.error_code,
+            error_message: row.error_message,
+            held: row.held,
+            attempt: row.attempt,
+        };
         if state.status != CommandStatus::Executing {
             ended.push(state);
             continue;
         }
-        let limit_keys: serde_json::Value = row.try_get("limit_keys")?;
         claimed.push(Claimed {
             id: state.id,
             attempt: state
@@ -215,18 +206,18 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
                 .ok_or_else(|| DurableError::script("claim", "a claimed row without attempt"))?,
             namespace_id: state.namespace_id,
             command: state.command,
-            subject: row.try_get("subject")?,
+            subject: row.subject,
             resource_key: state.resource_key,
             queue_seq: state.queue_seq,
-            input: row.try_get("input")?,
-            accepted_at: row.try_get("accepted_at")?,
-            deadline_at: row.try_get("deadline_at")?,
-            attempts: row.try_get("attempts")?,
-            limit_keys: serde_json::from_value(limit_keys).unwrap_or_default(),
-            was_in_doubt: row.try_get("was_in_doubt")?,
+            input: row.input,
+            accepted_at: row.accepted_at,
+            deadline_at: row.deadline_at,
+            attempts: row.attempts,
+            limit_keys: serde_json::from_value(row.limit_keys).unwrap_or_default(),
+            was_in_doubt: row.was_in_doubt,
         });
     }
-    if rows.is_empty() && generation(stores, order.application_id).await? != order.generation {
+    if found.is_empty() && generation(stores, order.application_id).await? != order.generation {
         return Ok(Claim::Stale);
     }
     let keys = AppKeys::new(order.application_id);
@@ -237,11 +228,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
     let unclaimed: Vec<&AdmittedHead> = order
         .heads
         .iter()
-        .filter(|h| {
-            !rows
-                .iter()
-                .any(|r| r.try_get::<CommandId, _>("id").ok() == Some(h.command_id))
-        })
+        .filter(|h| !found.contains(&h.command_id))
         .collect();
     if !unclaimed.is_empty() {
         give_back_unclaimed(stores, &keys, order, &unclaimed).await;
@@ -341,18 +328,11 @@ pub async fn current_state(
     stores: Stores<'_>,
     ids: &[CommandId],
 ) -> Result<Vec<RowState>, DurableError> {
-    let rows = sqlx::query(concat!(
-        "SELECT ",
-        row_state_columns!(),
-        " FROM commands c WHERE c.id = ANY($1)"
-    ))
-    .bind(ids)
-    .fetch_all(stores.pg)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(RowState::from_row)
-        .collect::<Result<_, _>>()?)
+    Ok(
+        sqlx::query_file_as!(RowState, "queries/current_state.sql", ids as _)
+            .fetch_all(stores.pg)
+            .await?,
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::Row;
 
 use super::CommandStatus;
 use super::attempt::AttemptId;
@@ -20,8 +19,8 @@ use super::claim::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
 use super::{Stores, until_ready};
 use crate::DurableError;
-use crate::ids::{CommandId, NamespaceId};
-use crate::outbox::queries::CommandRecord;
+use crate::ids::{ApplicationId, CommandId, NamespaceId};
+use crate::outbox::queries::{CommandRecord, command_record};
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 
@@ -42,15 +41,6 @@ pub struct Place<'a> {
     pub resource_key: &'a str,
 }
 
-/// An attempt's end (transition `land`).
-pub const LAND_SQL: &str = "UPDATE commands
-            SET status = $3, result = $4, error_code = $5, error_message = $6,
-                finished_at = CASE WHEN $3 = 'needs_review' THEN NULL ELSE now() END,
-                lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
-                attempt_id = NULL, updated_at = now()
-          WHERE id = $1 AND attempt_id = $2 AND status IN ('executing', 'retry_wait')
-         RETURNING updated_at";
-
 /// `land`, PostgreSQL side: writes `outcome` on the row only while `attempt` still holds it.
 /// Returns the landing time, or None when the attempt lost the row (its lease lapsed and it was
 /// rescued, a `:complete` decided it, …): then this result must not show anywhere.
@@ -61,15 +51,18 @@ pub async fn land_attempt(
     outcome: &Outcome<'_>,
 ) -> Result<Option<DateTime<Utc>>, DurableError> {
     let (code, message) = outcome.error.unzip();
-    Ok(sqlx::query_scalar(LAND_SQL)
-        .bind(id)
-        .bind(attempt.as_uuid())
-        .bind(outcome.status)
-        .bind(outcome.result)
-        .bind(code)
-        .bind(message)
-        .fetch_optional(stores.pg)
-        .await?)
+    // Transition `land`.
+    Ok(sqlx::query_file_scalar!(
+        "queries/land.sql",
+        id as _,
+        attempt.as_uuid(),
+        outcome.status as _,
+        outcome.result,
+        code,
+        message
+    )
+    .fetch_optional(stores.pg)
+    .await?)
 }
 
 /// The Redis side of an end that PostgreSQL committed: out of its queue, permits released,
@@ -209,31 +202,6 @@ pub async fn project_current(
 // ---------------------------------------------------------------------------------------------
 // cancel
 
-/// A cancel (transition `cancel`).
-pub const CANCEL_SQL: &str = concat!(
-    "WITH old AS (
-             SELECT id, status, (status = 'accepted' OR (status = 'retry_wait' AND NOT in_doubt))
-                        AS now_cancelled
-               FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE)
-         UPDATE commands c SET
-             status = CASE WHEN old.now_cancelled THEN 'cancelled' ELSE c.status END,
-             finished_at = CASE WHEN old.now_cancelled THEN now() ELSE c.finished_at END,
-             error_code = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_code END,
-             error_message = CASE WHEN old.now_cancelled THEN NULL ELSE c.error_message END,
-             lease_owner = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_owner END,
-             lease_expires_at = CASE WHEN old.now_cancelled THEN NULL ELSE c.lease_expires_at END,
-             attempt_id = CASE WHEN old.now_cancelled THEN NULL ELSE c.attempt_id END,
-             cancel_requested = c.cancel_requested
-                 OR old.status IN ('executing', 'running', 'retry_wait') AND NOT old.now_cancelled,
-             updated_at = CASE WHEN old.status IN ('accepted', 'retry_wait', 'executing', 'running')
-                               THEN now() ELSE c.updated_at END
-           FROM old
-          WHERE c.id = old.id
-         RETURNING ",
-    crate::record_columns!("c."),
-    ", old.now_cancelled"
-);
-
 /// What a cancel did.
 #[derive(Debug, Clone)]
 pub struct Cancelled {
@@ -254,16 +222,15 @@ pub async fn cancel(
     retention_ms: i64,
     patience: Duration,
 ) -> Result<Option<Cancelled>, DurableError> {
-    let Some(row) = sqlx::query(CANCEL_SQL)
-        .bind(id)
-        .bind(namespace_id)
+    // Transition `cancel`.
+    let Some(row) = sqlx::query_file!("queries/cancel.sql", id as _, namespace_id as _)
         .fetch_optional(stores.pg)
         .await?
     else {
         return Ok(None);
     };
-    let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
-    let ended: bool = row.try_get("now_cancelled")?;
+    let ended = row.now_cancelled;
+    let record = command_record!(row);
     if ended {
         let keys = AppKeys::new(record.row.application_id);
         project_end(
@@ -305,17 +272,6 @@ pub struct Reported {
     pub invalidate: Vec<String>,
 }
 
-/// A backend's authoritative result (transition `complete`).
-pub const COMPLETE_SQL: &str = concat!(
-    "UPDATE commands
-            SET status = $2, result = $3, error_code = $4, error_message = $5,
-                finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-                next_attempt_at = NULL, attempt_id = NULL, updated_at = now()
-          WHERE id = $1
-         RETURNING ",
-    crate::record_columns!("")
-);
-
 /// What a `:complete` came to.
 #[derive(Debug, Clone)]
 pub enum Completion {
@@ -331,13 +287,6 @@ pub enum Completion {
     NotFound,
 }
 
-/// Reads the command `:complete` decides, under its row lock.
-pub const COMPLETE_LOCK_SQL: &str = concat!(
-    "SELECT ",
-    crate::record_columns!(""),
-    ", in_doubt FROM commands WHERE id = $1 AND namespace_id = $2 FOR UPDATE"
-);
-
 /// `complete`: lands `reported` on command `id` of `namespace_id` under the row lock (the first
 /// authoritative result wins; its repeat changes nothing; a different one is a conflict), then
 /// its Redis side. It ends the command whoever holds it: the attempt in hand finds the row
@@ -351,16 +300,15 @@ pub async fn complete(
     patience: Duration,
 ) -> Result<Completion, DurableError> {
     let mut tx = stores.pg.begin().await?;
-    let current = sqlx::query(COMPLETE_LOCK_SQL)
-        .bind(id)
-        .bind(namespace_id)
+    // The command it decides, under its row lock.
+    let current = sqlx::query_file!("queries/complete_lock.sql", id as _, namespace_id as _)
         .fetch_optional(&mut *tx)
         .await?;
     let Some(current) = current else {
         return Ok(Completion::NotFound);
     };
-    let in_doubt: bool = current.try_get("in_doubt")?;
-    let current = <CommandRecord as sqlx::FromRow<_>>::from_row(&current)?;
+    let in_doubt = current.in_doubt;
+    let current = command_record!(current);
     let (code, message) = reported.error.clone().unzip();
     if current.row.is_terminal() {
         let same = current.row.status == reported.status
@@ -378,15 +326,18 @@ pub async fn complete(
     if current.attempts == 0 || (current.row.is_waiting() && !in_doubt) {
         return Ok(Completion::NotStarted(current));
     }
-    let row = sqlx::query(COMPLETE_SQL)
-        .bind(id)
-        .bind(reported.status)
-        .bind(&reported.result)
-        .bind(code)
-        .bind(message)
-        .fetch_one(&mut *tx)
-        .await?;
-    let record = <CommandRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    // Transition `complete`: the backend's authoritative result.
+    let row = sqlx::query_file!(
+        "queries/complete.sql",
+        id as _,
+        reported.status as _,
+        reported.result,
+        code,
+        message
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let record = command_record!(row);
     tx.commit().await?;
     let keys = AppKeys::new(record.row.application_id);
     let error = record

@@ -21,14 +21,6 @@ use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 
-/// Extends the leases of attempts that still hold their rows (transition `renew`).
-pub const RENEW_SQL: &str = "UPDATE commands c
-            SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)
-           FROM unnest($1::uuid[], $2::uuid[]) AS a(id, attempt_id)
-          WHERE c.id = a.id AND c.attempt_id = a.attempt_id
-            AND c.status IN ('executing', 'retry_wait')
-         RETURNING c.attempt_id";
-
 /// `renew`, PostgreSQL side: extends the leases of the attempts that still hold their rows;
 /// returns those. An attempt missing from the answer lost its row: stop it.
 pub async fn renew_leases(
@@ -38,12 +30,15 @@ pub async fn renew_leases(
 ) -> Result<Vec<AttemptId>, DurableError> {
     let ids: Vec<CommandId> = attempts.iter().map(|(id, _)| *id).collect();
     let tokens: Vec<Uuid> = attempts.iter().map(|(_, a)| a.as_uuid()).collect();
-    let renewed: Vec<Uuid> = sqlx::query_scalar(RENEW_SQL)
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(lease.as_millis() as f64)
-        .fetch_all(stores.pg)
-        .await?;
+    // Transition `renew`: the leases of the attempts that still hold their rows.
+    let renewed: Vec<Uuid> = sqlx::query_file_scalar!(
+        "queries/renew.sql",
+        &ids as _,
+        &tokens,
+        lease.as_millis() as f64
+    )
+    .fetch_all(stores.pg)
+    .await?;
     Ok(renewed.into_iter().map(AttemptId::from_uuid).collect())
 }
 
@@ -79,14 +74,6 @@ pub async fn wait_for_retry(
     Ok(cancel)
 }
 
-/// The next attempt of a held command starts (transition `attempt`, second half).
-pub const START_RETRY_SQL: &str = "UPDATE commands
-            SET status = 'executing', attempts = attempts + 1, in_doubt = true,
-                next_attempt_at = NULL, error_code = NULL, error_message = NULL,
-                updated_at = now()
-          WHERE id = $1 AND attempt_id = $2 AND status = 'retry_wait'
-         RETURNING attempts";
-
 /// `attempt`: the next request of a held command starts — `executing` again, and in doubt until
 /// it is answered. Returns its attempt number, or None when the attempt lost the row.
 pub async fn start_retry(
@@ -94,11 +81,14 @@ pub async fn start_retry(
     keys: &AppKeys,
     row: &Claimed,
 ) -> Result<Option<i32>, DurableError> {
-    let number: Option<i32> = sqlx::query_scalar(START_RETRY_SQL)
-        .bind(row.id)
-        .bind(row.attempt.as_uuid())
-        .fetch_optional(stores.pg)
-        .await?;
+    // Transition `attempt`, second half.
+    let number: Option<i32> = sqlx::query_file_scalar!(
+        "queries/start_retry.sql",
+        row.id as _,
+        row.attempt.as_uuid()
+    )
+    .fetch_optional(stores.pg)
+    .await?;
     if number.is_some() {
         show(stores, keys, row, CommandStatus::Executing).await;
     }
@@ -133,14 +123,6 @@ async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: Command
         tracing::debug!(command_id = %row.id, %error, "status not shown in Redis; PostgreSQL holds it");
     }
 }
-
-/// The backend has the command (transition `running`): nobody holds a lease on it any more; the
-/// attempt stays on record, so a rebuild restores its permits under it.
-pub const RUNNING_SQL: &str = "UPDATE commands
-       SET status = 'running', in_doubt = true, lease_owner = NULL,
-           lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
-     WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
-    RETURNING updated_at";
 
 /// What handing a command to its backend came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,24 +173,18 @@ pub async fn running(
             tracing::warn!(command_id = %row.id, ?other, "running permits not extended; the permit sweeper restores them");
         }
     }
-    let marked: Option<DateTime<Utc>> = sqlx::query_scalar(RUNNING_SQL)
-        .bind(row.id)
-        .bind(row.attempt.as_uuid())
-        .fetch_optional(stores.pg)
-        .await?;
+    // Transition `running`: nobody holds a lease on it any more; the attempt stays on record,
+    // so a rebuild restores its permits under it.
+    let marked: Option<DateTime<Utc>> =
+        sqlx::query_file_scalar!("queries/running.sql", row.id as _, row.attempt.as_uuid())
+            .fetch_optional(stores.pg)
+            .await?;
     Ok(if marked.is_some() {
         Running::Running
     } else {
         Running::Elsewhere
     })
 }
-
-/// An attempt gives its command back (transition `requeue`).
-pub const GIVE_BACK_SQL: &str = "UPDATE commands
-            SET status = 'retry_wait', lease_owner = NULL, lease_expires_at = NULL,
-                next_attempt_at = NULL, attempt_id = NULL, updated_at = now()
-          WHERE id = $1 AND attempt_id = $2 AND status IN ('executing', 'retry_wait')
-         RETURNING updated_at";
 
 /// `requeue`: the attempt gives its command back to its queue at its original place, as
 /// `retry_wait` (its handler could not run, or the executor is draining between two attempts).
@@ -219,11 +195,11 @@ pub async fn give_back(
     row: &Claimed,
     patience: Duration,
 ) -> Result<bool, DurableError> {
-    let given: Option<DateTime<Utc>> = sqlx::query_scalar(GIVE_BACK_SQL)
-        .bind(row.id)
-        .bind(row.attempt.as_uuid())
-        .fetch_optional(stores.pg)
-        .await?;
+    // Transition `requeue`.
+    let given: Option<DateTime<Utc>> =
+        sqlx::query_file_scalar!("queries/give_back.sql", row.id as _, row.attempt.as_uuid())
+            .fetch_optional(stores.pg)
+            .await?;
     let Some(updated_at) = given else {
         return Ok(false);
     };

@@ -12,13 +12,15 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
+use sqlx::postgres::{PgArguments, PgRow, Postgres};
+use sqlx::query::Map;
 use uuid::Uuid;
 
 use std::collections::HashMap;
 
 use super::Stores;
 use super::attempt::AttemptId;
-use super::claim::RowState;
+use super::claim::{RowState, ending_waiting};
 use super::end::project_current;
 use super::redis::holding;
 use crate::DurableError;
@@ -45,11 +47,14 @@ pub struct SweepSide {
 }
 
 /// Runs `statement` under the advisory lock `key`; None when another executor holds it.
-async fn locked(
+async fn locked<F>(
     pg: &PgPool,
     key: i64,
-    statement: &'static str,
-) -> Result<Option<Vec<RowState>>, DurableError> {
+    statement: Map<'_, Postgres, F, PgArguments>,
+) -> Result<Option<Vec<RowState>>, DurableError>
+where
+    F: FnMut(PgRow) -> Result<RowState, sqlx::Error> + Send,
+{
     let mut tx = pg.begin().await?;
     let got: bool = sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#, key)
         .fetch_one(&mut *tx)
@@ -57,14 +62,7 @@ async fn locked(
     if !got {
         return Ok(None);
     }
-    let rows = sqlx::query(statement)
-        .bind(BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-    let rows = rows
-        .iter()
-        .map(RowState::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = statement.fetch_all(&mut *tx).await?;
     tx.commit().await?;
     Ok(Some(rows))
 }
@@ -77,33 +75,6 @@ async fn project_all(stores: Stores<'_>, side: SweepSide, rows: &[RowState]) -> 
     }
     rows.len()
 }
-
-/// Rows whose attempt lapsed (transition `rescue`), among those [`rescue`] found lapsed and
-/// locked.
-pub const RESCUE_SQL: &str = "WITH decided AS (
-                 SELECT c.id, c.attempt_id AS lapsed,
-                        CASE WHEN c.deadline_at > now() THEN 'retry_wait'
-                             WHEN c.in_doubt THEN 'needs_review'
-                             ELSE 'expired' END AS status
-                   FROM commands c
-                  WHERE c.id = ANY($1) AND c.lease_owner IS NOT NULL
-                    AND c.lease_expires_at < now() AND c.status IN ('executing', 'retry_wait'))
-             UPDATE commands c SET
-                 status = d.status,
-                 finished_at = CASE WHEN d.status = 'expired' THEN now() END,
-                 error_code = CASE d.status WHEN 'expired' THEN 'DEADLINE_EXCEEDED'
-                                            WHEN 'needs_review' THEN 'OUTCOME_UNKNOWN'
-                                            ELSE c.error_code END,
-                 error_message = CASE d.status
-                     WHEN 'expired' THEN 'the deadline passed before the command could finish'
-                     WHEN 'needs_review' THEN 'the executor stopped mid-request and the deadline passed: the backend may have acted'
-                     ELSE c.error_message END,
-                 lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
-                 attempt_id = NULL, updated_at = now()
-               FROM decided d WHERE c.id = d.id
-             RETURNING c.id, c.application_id, c.namespace_id, c.command, c.resource_key,
-                       c.queue_seq, c.status, c.updated_at, c.result, c.error_code,
-                       c.error_message, false AS held, d.lapsed AS attempt_id";
 
 /// `rescue`: rows whose attempt lapsed (`executing`, or `retry_wait` between two webhook
 /// attempts) go back to their queue in their original place, without an attempt (the lapsed one
@@ -178,13 +149,10 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     if rescued.is_empty() {
         return Ok(0);
     }
-    let rows = sqlx::query(RESCUE_SQL)
-        .bind(&rescued)
+    // Transition `rescue`: rows whose attempt lapsed, among those found lapsed and locked.
+    let rows = sqlx::query_file_as!(RowState, "queries/rescue.sql", &rescued as _)
         .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(RowState::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+        .await?;
     tx.commit().await?;
     for row in &rows {
         crate::metrics::lease_rescued(row.status);
@@ -195,21 +163,6 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     Ok(project_all(stores, side, &rows).await)
 }
 
-/// Running rows past their deadline (transition `review`).
-pub const REVIEW_RUNNING_SQL: &str = concat!(
-            "WITH due AS (
-                 SELECT id FROM commands
-                  WHERE status = 'running' AND deadline_at <= now()
-                  ORDER BY deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-             UPDATE commands c SET
-                 status = 'needs_review', error_code = 'OUTCOME_UNKNOWN',
-                 error_message = 'the backend accepted the command (202) and reported no result by the deadline',
-                 attempt_id = NULL, updated_at = now()
-               FROM due WHERE c.id = due.id
-             RETURNING ",
-            crate::row_state_columns!()
-        );
-
 /// `expire`, running rows (a webhook answered `202`) with no `:complete` by their deadline: the
 /// backend has the task and nobody knows its outcome, so `needs_review`. Their permits go back;
 /// their share of `max_unfinished` stays until a late `:complete` or an operator ends them.
@@ -217,7 +170,9 @@ pub async fn review_overdue_running(
     stores: Stores<'_>,
     side: SweepSide,
 ) -> Result<usize, DurableError> {
-    let Some(rows) = locked(stores.pg, LOCK_RUNNING, REVIEW_RUNNING_SQL).await? else {
+    // Running rows past their deadline (transition `review`).
+    let review = sqlx::query_file_as!(RowState, "queries/review_running.sql", BATCH);
+    let Some(rows) = locked(stores.pg, LOCK_RUNNING, review).await? else {
         return Ok(0);
     };
     for row in &rows {
@@ -226,36 +181,32 @@ pub async fn review_overdue_running(
     Ok(project_all(stores, side, &rows).await)
 }
 
-/// Waiting rows past their `max_wait` or deadline (transition `expire`).
-pub const EXPIRE_WAITING_SQL: &str = concat!(
-    "WITH due AS (
-                 SELECT id FROM commands
-                  WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
-                    AND (max_wait_at <= now() OR deadline_at <= now())
-                  ORDER BY max_wait_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-             UPDATE commands c SET ",
-    crate::waiting_expiry_assignments!(),
-    "
-               FROM due WHERE c.id = due.id
-             RETURNING ",
-    crate::row_state_columns!()
-);
-
 /// `expire`, waiting rows past their `max_wait` or their deadline: `expired` (`needs_review` when
 /// an earlier attempt may have reached a backend unanswered).
 pub async fn expire_waiting(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
-    let Some(rows) = locked(stores.pg, LOCK_WAITING, EXPIRE_WAITING_SQL).await? else {
+    // Waiting rows past their `max_wait` or deadline (transition `expire`).
+    let expire = ending_waiting!(query_as!(
+        RowState,
+        "WITH due AS (
+             SELECT id FROM commands
+              WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
+                AND (max_wait_at <= now() OR deadline_at <= now())
+              ORDER BY max_wait_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+         UPDATE commands c SET ",
+        r#"
+           FROM due WHERE c.id = due.id
+         RETURNING c.id AS "id: CommandId", c.application_id AS "application_id: ApplicationId",
+                   c.namespace_id AS "namespace_id: NamespaceId", c.command, c.resource_key,
+                   c.queue_seq, c.status AS "status: CommandStatus", c.updated_at, c.result,
+                   c.error_code, c.error_message, c.lease_owner IS NOT NULL AS "held!",
+                   c.attempt_id AS "attempt: AttemptId""#,
+        BATCH
+    ));
+    let Some(rows) = locked(stores.pg, LOCK_WAITING, expire).await? else {
         return Ok(0);
     };
     Ok(project_all(stores, side, &rows).await)
 }
-
-/// Deletes final rows past the retention period (transition `prune`).
-pub const PRUNE_SQL: &str = "DELETE FROM commands WHERE id IN (
-        SELECT id FROM commands
-         WHERE finished_at < now() - make_interval(secs => $2::double precision)
-         LIMIT $1 FOR UPDATE SKIP LOCKED)
-    RETURNING application_id, namespace_id, command, subject, request_key";
 
 /// `prune`: deletes final rows older than the retention period and forgets their request keys.
 pub async fn prune(
@@ -273,18 +224,17 @@ pub async fn prune(
     if !got {
         return Ok(0);
     }
-    let rows: Vec<(ApplicationId, NamespaceId, String, String, String)> = sqlx::query_as(PRUNE_SQL)
-        .bind(BATCH)
-        .bind(retention_seconds as f64)
+    // Final rows past the retention period (transition `prune`).
+    let rows = sqlx::query_file!("queries/prune.sql", BATCH, retention_seconds as f64)
         .fetch_all(&mut *tx)
         .await?;
     tx.commit().await?;
-    for (application_id, namespace_id, command, subject, request_key) in &rows {
-        let keys = AppKeys::new(*application_id);
-        let field = request_key_field(subject, request_key);
+    for row in &rows {
+        let keys = AppKeys::new(row.application_id);
+        let field = request_key_field(&row.subject, &row.request_key);
         let result: Result<i64, _> = fred::interfaces::HashesInterface::hdel(
             redis.pool().next(),
-            keys.request_keys(*namespace_id, command),
+            keys.request_keys(row.namespace_id, &row.command),
             field,
         )
         .await;

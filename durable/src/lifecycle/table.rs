@@ -50,7 +50,10 @@ pub struct Transition {
     pub from: &'static [State],
     /// Empty: the status does not change (the transition works on the projection or the lease).
     pub to: &'static [State],
-    /// What the PostgreSQL side does, in a line; `sql` is the statement itself.
+    /// What the PostgreSQL side does, in a line; `sql` is where its statement is written,
+    /// relative to `durable/`: its file in `queries/` (run by `sqlx::query_file!` and the like),
+    /// or the module that puts it together (the claim and the expiry sweeper share their `SET`
+    /// items). Either way the macros check it against the schema at build time.
     pub postgres: &'static str,
     pub sql: Option<&'static str>,
     /// The Redis scripts (`lua/`), in the order they run.
@@ -105,7 +108,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: &[State::Reserved],
         to: &[State::Is(Accepted)],
         postgres: "group-commit INSERT … ON CONFLICT DO NOTHING",
-        sql: Some(crate::outbox::insert::INSERT_SQL),
+        sql: Some("queries/insert_batch.sql"),
         redis: &[],
         fence: "pause and epoch re-checked in the INSERT, under their locks",
         by: &[By::Gateway],
@@ -139,7 +142,7 @@ pub const TRANSITIONS: &[Transition] = &[
             State::Is(NeedsReview),
         ],
         postgres: "UPDATE … SET attempt_id, lease (past deadline or max_wait: expired)",
-        sql: Some(super::claim::CLAIM_SQL),
+        sql: Some("src/lifecycle/claim.rs"),
         redis: &["requeue.lua", "land.lua"],
         fence: "epoch of the admission (FOR SHARE); still waiting and unheld",
         by: &[By::Executor],
@@ -149,7 +152,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: HELD,
         to: &[],
         postgres: "UPDATE … SET lease_expires_at",
-        sql: Some(super::held::RENEW_SQL),
+        sql: Some("queries/renew.sql"),
         redis: &["renew.lua"],
         fence: "attempt; only live permits (a lost attempt is stopped)",
         by: &[By::Executor],
@@ -159,7 +162,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: HELD,
         to: HELD,
         postgres: "UPDATE … retry_wait, then executing again",
-        sql: Some(super::held::START_RETRY_SQL),
+        sql: Some("queries/start_retry.sql"),
         redis: &["mark.lua", "retake.lua"],
         fence: "attempt; each request is written only while the attempt's fence is open",
         by: &[By::Executor],
@@ -169,7 +172,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: &[State::Is(Executing)],
         to: &[State::Is(Running)],
         postgres: "UPDATE … SET status = 'running'",
-        sql: Some(super::held::RUNNING_SQL),
+        sql: Some("queries/running.sql"),
         redis: &["mark.lua"],
         fence: "attempt; permits extended to the deadline before the row says running",
         by: &[By::Executor],
@@ -179,7 +182,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: HELD,
         to: ENDS,
         postgres: "UPDATE … SET status, result",
-        sql: Some(super::end::LAND_SQL),
+        sql: Some("queries/land.sql"),
         redis: &["land.lua"],
         fence: "attempt; a final status is never left; counted out once",
         by: &[By::Executor],
@@ -189,7 +192,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: WAITING,
         to: &[State::Is(Cancelled)],
         postgres: "UPDATE … (a started command records the intent only)",
-        sql: Some(super::end::CANCEL_SQL),
+        sql: Some("queries/cancel.sql"),
         redis: &["land.lua"],
         fence: "row lock; waiting only",
         by: &[By::Gateway],
@@ -204,7 +207,7 @@ pub const TRANSITIONS: &[Transition] = &[
         ],
         to: &[State::Is(Succeeded), State::Is(Rejected), State::Is(Failed)],
         postgres: "UPDATE … SET status, result (the first result wins)",
-        sql: Some(super::end::COMPLETE_SQL),
+        sql: Some("queries/complete.sql"),
         redis: &["land.lua"],
         fence: "row lock; the attempt in hand finds the row decided",
         by: &[By::Gateway],
@@ -214,7 +217,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: HELD,
         to: &[State::Is(RetryWait)],
         postgres: "UPDATE … attempt given back",
-        sql: Some(super::held::GIVE_BACK_SQL),
+        sql: Some("queries/give_back.sql"),
         redis: &["requeue.lua"],
         fence: "attempt (a late requeue finds another attempt and changes nothing)",
         by: &[By::Executor],
@@ -228,7 +231,7 @@ pub const TRANSITIONS: &[Transition] = &[
             State::Is(NeedsReview),
         ],
         postgres: "UPDATE … lease lapsed, and its permits too: attempt cleared",
-        sql: Some(super::sweep::RESCUE_SQL),
+        sql: Some("queries/rescue.sql"),
         redis: &["holding.lua", "requeue.lua", "land.lua"],
         fence: "the lapsed attempt can never land; requeue fenced on it",
         by: &[By::Sweeper],
@@ -238,7 +241,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: WAITING,
         to: &[State::Is(Expired), State::Is(NeedsReview)],
         postgres: "UPDATE … past max_wait or deadline",
-        sql: Some(super::sweep::EXPIRE_WAITING_SQL),
+        sql: Some("src/lifecycle/sweep.rs"),
         redis: &["land.lua"],
         fence: "unheld rows only, row lock (SKIP LOCKED), database clock",
         by: &[By::Sweeper],
@@ -248,7 +251,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: &[State::Is(Running)],
         to: &[State::Is(NeedsReview)],
         postgres: "UPDATE … running past its deadline",
-        sql: Some(super::sweep::REVIEW_RUNNING_SQL),
+        sql: Some("queries/review_running.sql"),
         redis: &["land.lua"],
         fence: "row lock (SKIP LOCKED), database clock",
         by: &[By::Sweeper],
@@ -258,7 +261,7 @@ pub const TRANSITIONS: &[Transition] = &[
         from: FINAL,
         to: &[State::Nothing],
         postgres: "DELETE … past retention",
-        sql: Some(super::sweep::PRUNE_SQL),
+        sql: Some("queries/prune.sql"),
         redis: &["HDEL request key"],
         fence: "final rows only",
         by: &[By::Sweeper],
@@ -388,9 +391,60 @@ mod tests {
                     t.name
                 );
             }
-            if let Some(sql) = t.sql {
-                assert!(!sql.trim().is_empty(), "{}: empty statement", t.name);
+        }
+    }
+
+    /// Every `.rs` file of `durable/src` but this one, with its text.
+    fn sources() -> Vec<(std::path::PathBuf, String)> {
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("a source folder") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with(file!()) {
+                    let text = std::fs::read_to_string(&path).expect("a source file");
+                    files.push((path, text));
+                }
             }
+        }
+        files
+    }
+
+    #[test]
+    fn every_statement_named_is_the_one_its_transition_runs() {
+        let durable = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let sources = sources();
+        for t in TRANSITIONS {
+            let Some(sql) = t.sql else { continue };
+            assert!(durable.join(sql).is_file(), "{}: {sql} is missing", t.name);
+            let found = if sql.ends_with(".sql") {
+                let call = format!("\"{sql}\"");
+                sources.iter().any(|(_, text)| text.contains(&call))
+            } else {
+                let mark = format!("transition `{}`", t.name);
+                sources
+                    .iter()
+                    .any(|(path, text)| path.ends_with(sql) && text.contains(&mark))
+            };
+            assert!(found, "{}: its statement is not run from {sql}", t.name);
+        }
+    }
+
+    /// No statement file is left behind by the code that ran it.
+    #[test]
+    fn every_statement_file_is_run() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("queries");
+        let sources = sources();
+        for entry in std::fs::read_dir(dir).expect("durable/queries") {
+            let name = entry.expect("an entry").file_name();
+            let needle = format!("\"queries/{}\"", name.to_string_lossy());
+            assert!(
+                sources.iter().any(|(_, text)| text.contains(&needle)),
+                "durable/queries/{} is run by no sqlx macro of durable/src",
+                name.to_string_lossy()
+            );
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
@@ -97,30 +97,6 @@ pub async fn lock_batch(conn: &mut PgConnection, batch: &[NewCommand]) -> Result
     Ok(())
 }
 
-/// The multi-row INSERT of a batch (transition `commit`).
-pub const INSERT_SQL: &str =
-    "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
-                               content_sha256, input, resource_key, queue_seq, status,
-                               accepted_at, deadline_at, max_wait_at, updated_at, limit_keys)
-         SELECT i.id, i.application_id, i.namespace_id, i.command, i.subject, i.request_key,
-                i.content_sha256, i.input, i.resource_key, i.queue_seq, 'accepted',
-                now(), now() + make_interval(secs => i.deadline_seconds),
-                now() + make_interval(secs => i.max_wait_seconds), now(), i.limit_keys
-           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-                       $7::bytea[], $8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::int[],
-                       $13::jsonb[], $14::bigint[])
-                AS i(id, application_id, namespace_id, command, subject, request_key,
-                     content_sha256, input, resource_key, queue_seq, deadline_seconds,
-                     max_wait_seconds, limit_keys, generation)
-          WHERE NOT EXISTS (
-                SELECT 1 FROM controls c
-                 WHERE c.namespace_id = i.namespace_id AND c.paused
-                   AND c.command IN ('', i.command))
-            AND i.generation = (SELECT p.generation FROM projections p
-                                 WHERE p.application_id = i.application_id)
-         ON CONFLICT (namespace_id, command, subject, request_key) DO NOTHING
-         RETURNING id, accepted_at, deadline_at";
-
 /// Inserts a batch inside the caller's transaction, after [`lock_batch`]; outcomes are in the
 /// batch's order.
 pub async fn insert_batch(
@@ -128,31 +104,34 @@ pub async fn insert_batch(
     batch: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     let columns = Columns::of(batch);
-    let inserted = sqlx::query(INSERT_SQL)
-        .bind(&columns.id)
-        .bind(&columns.application_id)
-        .bind(&columns.namespace_id)
-        .bind(&columns.command)
-        .bind(&columns.subject)
-        .bind(&columns.request_key)
-        .bind(&columns.content_sha256)
-        .bind(&columns.input)
-        .bind(&columns.resource_key)
-        .bind(&columns.queue_seq)
-        .bind(&columns.deadline_seconds)
-        .bind(&columns.max_wait_seconds)
-        .bind(&columns.limit_keys)
-        .bind(&columns.generation)
-        .fetch_all(&mut *conn)
-        .await?;
+    // The multi-row INSERT of a batch (transition `commit`).
+    let inserted = sqlx::query_file!(
+        "queries/insert_batch.sql",
+        &columns.id as _,
+        &columns.application_id as _,
+        &columns.namespace_id as _,
+        &columns.command,
+        &columns.subject,
+        &columns.request_key,
+        &columns.content_sha256,
+        &columns.input,
+        &columns.resource_key,
+        &columns.queue_seq,
+        &columns.deadline_seconds,
+        &columns.max_wait_seconds,
+        &columns.limit_keys,
+        &columns.generation,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
 
     let mut by_id: HashMap<CommandId, InsertOutcome> = HashMap::with_capacity(inserted.len());
     for row in inserted {
         by_id.insert(
-            row.try_get("id")?,
+            row.id,
             InsertOutcome::Inserted {
-                accepted_at: row.try_get("accepted_at")?,
-                deadline_at: row.try_get("deadline_at")?,
+                accepted_at: row.accepted_at,
+                deadline_at: row.deadline_at,
             },
         );
     }

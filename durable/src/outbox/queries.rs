@@ -9,9 +9,8 @@ use crate::lifecycle::CommandStatus;
 use crate::outbox::CommandRow;
 
 /// The full record of a command, as `GET /v1/commands/{id}` shows it: its row and its outcome.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandRecord {
-    #[sqlx(flatten)]
     pub row: CommandRow,
     pub finished_at: Option<DateTime<Utc>>,
     pub attempts: i32,
@@ -35,30 +34,7 @@ macro_rules! command_record {
         }
     };
 }
-
-/// The columns [`CommandRecord`] reads (see [`crate::row_columns`]).
-#[macro_export]
-#[doc(hidden)]
-macro_rules! record_columns {
-    ($p:literal) => {
-        concat!(
-            $crate::row_columns!($p),
-            ", ",
-            $p,
-            "finished_at, ",
-            $p,
-            "attempts, ",
-            $p,
-            "cancel_requested, ",
-            $p,
-            "result, ",
-            $p,
-            "error_code, ",
-            $p,
-            "error_message"
-        )
-    };
-}
+pub(crate) use command_record;
 
 /// A command of this namespace by id (another namespace's command is simply not found).
 pub async fn by_id(

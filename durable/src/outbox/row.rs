@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandRow {
     pub id: CommandId,
     pub application_id: ApplicationId,
@@ -57,40 +57,3 @@ macro_rules! command_row {
     };
 }
 pub(crate) use command_row;
-
-/// The columns [`CommandRow`] reads, each behind the table alias `$p` (`""` or `"c."`), spliced
-/// into statements at compile time with `concat!` (SQL is never built at run time).
-#[macro_export]
-#[doc(hidden)]
-macro_rules! row_columns {
-    ($p:literal) => {
-        concat!(
-            $p,
-            "id, ",
-            $p,
-            "application_id, ",
-            $p,
-            "namespace_id, ",
-            $p,
-            "command, ",
-            $p,
-            "subject, ",
-            $p,
-            "request_key, ",
-            $p,
-            "content_sha256, ",
-            $p,
-            "resource_key, ",
-            $p,
-            "queue_seq, ",
-            $p,
-            "status, ",
-            $p,
-            "accepted_at, ",
-            $p,
-            "deadline_at, ",
-            $p,
-            "updated_at"
-        )
-    };
-}

@@ -109,6 +109,8 @@ async fn rebuild_unless_ready(
 
     // 4. Snapshot.
     let mut tx = pg.begin().await?;
+    // The one statement of durable/src the sqlx macros do not check: it has no parameters and no
+    // result, so there is nothing to check but its spelling, which every rebuild runs.
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
