@@ -22,6 +22,15 @@ use sluice_durable::projection::Projection;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a benchmark binary builds its rounds from: `use sluice_loadtest::bench_stack::prelude::*;`
+/// instead of each binary listing the same dozen names.
+pub mod prelude {
+    pub use super::{
+        BoxError, CLAIM_DECLARATION, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers,
+        Tenant, drain, enqueue_waiting, median, rates_cell, with_scratch_tenant,
+    };
+}
+
 /// The text of [`CLAIM_DECLARATION`], as a literal for `concat!` (the baselines' declaration adds
 /// its own commands in front of it).
 #[macro_export]
@@ -80,6 +89,9 @@ impl Servers {
 /// connections, the callers that enqueue and how long a round may take.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RoundOptions {
+    /// Rounds per mode (the modes alternate, so drift of a shared machine hits both alike).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Heads per admission (the executor's batch size).
     #[arg(long, default_value_t = 64)]
     pub batch_size: u32,
@@ -98,6 +110,18 @@ pub struct RoundOptions {
 }
 
 impl RoundOptions {
+    /// Refuses servers that are not on loopback and options that would measure nothing.
+    pub fn check(&self, servers: &Servers) -> Result<(), BoxError> {
+        servers.check()?;
+        if self.rounds == 0 || self.batch_size == 0 || self.parallel_batches == 0 {
+            return Err("--rounds, --batch-size and --parallel-batches must be at least 1".into());
+        }
+        if self.connections == 0 || self.concurrency == 0 {
+            return Err("--connections and --concurrency must be at least 1".into());
+        }
+        Ok(())
+    }
+
     /// The executor of a round: a 5 ms tick, the options' batches.
     pub fn executor_config(&self) -> ExecutorConfig {
         ExecutorConfig {

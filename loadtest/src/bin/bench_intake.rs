@@ -18,9 +18,7 @@ use http_body_util::Full;
 use hyper::Request;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{
-    BoxError, CLAIM_DECLARATION, RunningGateway, Servers, Tenant, with_scratch_tenant,
-};
+use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::{RunReport, http_client, run};
 
 #[derive(Debug, Parser)]

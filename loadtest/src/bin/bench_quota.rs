@@ -24,10 +24,7 @@ use clap::Parser;
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::GroupCommitConfig;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{
-    BoxError, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
-    enqueue_waiting, median, rates_cell, with_scratch_tenant,
-};
+use sluice_loadtest::bench_stack::prelude::*;
 
 #[derive(Debug, Parser)]
 #[command(about = "Quota commands executed per second: batched versus one transaction each")]
@@ -43,9 +40,6 @@ struct Args {
     /// Capacity of each round's pool (below --commands, so some are SOLD_OUT).
     #[arg(long, default_value_t = 2_500)]
     capacity: u64,
-    /// Rounds per mode (alternating).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
     #[command(flatten)]
     run: RoundOptions,
 }
@@ -60,9 +54,9 @@ struct Round {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    args.servers.check()?;
-    if args.rounds == 0 || args.commands == 0 || args.resources == 0 {
-        return Err("--rounds, --commands and --resources must be at least 1".into());
+    args.run.check(&args.servers)?;
+    if args.commands == 0 || args.resources == 0 {
+        return Err("--commands and --resources must be at least 1".into());
     }
     with_scratch_tenant(
         &args.servers,
@@ -76,7 +70,7 @@ async fn main() -> Result<(), BoxError> {
 /// One command and one pool per round (round 0 is the warm-up), identical but for their codes.
 fn declaration(args: &Args) -> String {
     let mut toml = String::from("[namespace]\nmax_waiting = 100000000\n");
-    for k in 0..=2 * args.rounds {
+    for k in 0..=2 * args.run.rounds {
         toml.push_str(&format!(
             r#"
 [[command]]
@@ -115,7 +109,7 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
         args.capacity,
         args.run.batch_size,
         args.run.parallel_batches,
-        args.rounds
+        args.run.rounds
     );
     // Warm-up: connections, caches, script load.
     let warm = round(args, tenant, &gateway, 0, true, args.commands / 5).await?;
@@ -126,7 +120,7 @@ async fn rounds(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
     );
     let mut batched = Vec::new();
     let mut single = Vec::new();
-    for r in 0..args.rounds {
+    for r in 0..args.run.rounds {
         let b = round(args, tenant, &gateway, 2 * r + 1, true, args.commands).await?;
         println!(
             "round {}: batched {:.0} commands/s ({:.2} s)",

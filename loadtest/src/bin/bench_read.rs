@@ -32,9 +32,7 @@ use hyper_util::rt::TokioIo;
 use sluice_durable::projection::{self, AppKeys};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheStats, ReadCall};
-use sluice_loadtest::bench_stack::{
-    BoxError, RunningGateway, Servers, Tenant, median, rates_cell, with_scratch_tenant,
-};
+use sluice_loadtest::bench_stack::prelude::*;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 

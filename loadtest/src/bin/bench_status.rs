@@ -28,10 +28,7 @@ use serde_json::Value;
 use sluice_durable::projection::AppKeys;
 use sluice_durable::status;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{
-    BoxError, CLAIM_DECLARATION, RunningGateway, Servers, Tenant, enqueue_waiting,
-    with_scratch_tenant,
-};
+use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::http_client;
 
 #[derive(Debug, Parser)]

@@ -54,10 +54,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use sluice_durable::executor::webhook::sign;
 use sluice_gateway::config::GatewayConfig;
-use sluice_loadtest::bench_stack::{
-    BoxError, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers, Tenant, drain,
-    enqueue_waiting, median, rates_cell, with_scratch_tenant,
-};
+use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::{http_client, run};
 use sluice_loadtest::servers::signature_valid;
 use tokio_util::sync::CancellationToken;
@@ -70,9 +67,6 @@ struct Args {
     /// Commands (and direct requests) per round.
     #[arg(long, default_value_t = 3_000)]
     commands: u64,
-    /// Rounds per mode (alternating).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
     /// The command's `admission.max_in_flight`, and the direct mode's concurrency.
     #[arg(long, default_value_t = 64)]
     in_flight: usize,
@@ -105,16 +99,10 @@ struct Round {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    args.servers.check()?;
-    if args.rounds == 0
-        || args.commands == 0
-        || args.in_flight == 0
-        || args.providers == 0
-        || args.accounts == 0
-    {
+    args.run.check(&args.servers)?;
+    if args.commands == 0 || args.in_flight == 0 || args.providers == 0 || args.accounts == 0 {
         return Err(
-            "--rounds, --commands, --in-flight, --providers and --accounts must be at least 1"
-                .into(),
+            "--commands, --in-flight, --providers and --accounts must be at least 1".into(),
         );
     }
     if args.in_flight > OPEN_IN_FLIGHT as usize {
@@ -134,7 +122,7 @@ async fn main() -> Result<(), BoxError> {
 /// codes, posting to the backend.
 fn declaration(args: &Args, url: &str) -> String {
     let mut toml = String::from("[namespace]\nmax_waiting = 100000000\n");
-    for k in 0..=args.rounds {
+    for k in 0..=args.run.rounds {
         toml.push_str(&format!(
             r#"
 [[command]]
@@ -171,7 +159,7 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
         args.in_flight,
         args.run.batch_size,
         args.run.parallel_batches,
-        args.rounds
+        args.run.rounds
     );
     // Warm-up: connections, caches, script load, the backend's connection pools.
     let warm_n = (args.commands / 5).max(1);
@@ -183,7 +171,7 @@ async fn rounds(args: &Args, tenant: &Tenant, backend: &Backend) -> Result<(), B
     );
     let mut sluice = Vec::new();
     let mut direct = Vec::new();
-    for r in 1..=args.rounds {
+    for r in 1..=args.run.rounds {
         let s = sluice_round(args, tenant, &gateway, backend, r, args.commands).await?;
         println!(
             "round {r}: sluice {:.0} commands/s ({:.2} s, {:.0} body bytes/request)",
