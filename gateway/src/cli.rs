@@ -130,6 +130,9 @@ pub struct ServeArgs {
     /// The gateway's address (`listen`).
     #[arg(long)]
     pub listen: Option<String>,
+    /// The admin listener's address (`admin_listen`): `/metrics` and the detailed `/readyz`.
+    #[arg(long)]
+    pub admin_listen: Option<String>,
     /// Ticket signing keys (`ticket_keys`), `kid:secret,kid:secret`: the first signs; all verify.
     #[arg(long)]
     pub ticket_keys: Option<String>,
@@ -145,6 +148,7 @@ impl ServeArgs {
     fn load(&self) -> Result<Settings, SettingsError> {
         self.settings.load(vec![
             Flag::new("listen", &self.listen),
+            Flag::new("admin_listen", &self.admin_listen),
             Flag::new("ticket_keys", &self.ticket_keys),
             Flag::new("pg_pool_size", &self.pg_pool_size),
             Flag::new("redis_pool_size", &self.redis_pool_size),
@@ -192,6 +196,9 @@ pub struct DevArgs {
     /// The gateway's address (`listen`).
     #[arg(long)]
     pub listen: Option<String>,
+    /// The admin listener's address (`admin_listen`): `/metrics` and the detailed `/readyz`.
+    #[arg(long)]
+    pub admin_listen: Option<String>,
     /// Where the credentials file is written.
     #[arg(long, default_value = ".sluice-dev")]
     pub dir: PathBuf,
@@ -379,11 +386,18 @@ async fn serve(args: ServeArgs) -> CliResult {
     let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
     let listener = crate::server::bind(settings.listen)?;
+    let admin = bind_admin(settings.admin_listen).await?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
-    tracing::info!(listen = %settings.listen, "gateway serving");
+    tracing::info!(listen = %settings.listen, admin = %admin.local_addr()?, "gateway serving");
+    let admin = tokio::spawn(crate::admin::serve_gateway(
+        admin,
+        gateway.clone(),
+        shutdown.clone(),
+    ));
     crate::server::run(listener, gateway.clone(), shutdown).await;
+    let _ = admin.await;
     crate::server::flush_committer(&gateway).await;
     tracing::info!("gateway stopped");
     Ok(())
@@ -403,7 +417,7 @@ async fn execute(args: ExecuteArgs) -> CliResult {
     tokio::spawn(watch_signals(shutdown.clone()));
     let metrics = metrics.map(|(listener, address)| {
         tracing::info!(listen = %address, "executor metrics serving");
-        tokio::spawn(crate::metrics_server::serve(listener, shutdown.clone()))
+        tokio::spawn(crate::admin::serve_executor(listener, shutdown.clone()))
     });
     Executor::new(pg, redis, settings.executor_config())
         .run(shutdown)
@@ -412,6 +426,15 @@ async fn execute(args: ExecuteArgs) -> CliResult {
         let _ = server.await;
     }
     Ok(())
+}
+
+/// The admin listener, bound before anything serves, so a taken address fails the start.
+pub async fn bind_admin(
+    address: std::net::SocketAddr,
+) -> Result<tokio::net::TcpListener, Box<dyn std::error::Error + Send + Sync>> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("admin_listen {address}: {e}").into())
 }
 
 /// SIGTERM drains (stop accepting, finish in-flight requests); SIGINT stops at once, also in

@@ -22,9 +22,10 @@ use crate::ticket::TicketKeys;
 pub const DEMO_DECLARATION: &str = include_str!("../../deploy/demo.toml");
 
 pub async fn run(args: DevArgs) -> CliResult {
-    let settings = args
-        .settings
-        .load(vec![Flag::new("listen", &args.listen)])?;
+    let settings = args.settings.load(vec![
+        Flag::new("listen", &args.listen),
+        Flag::new("admin_listen", &args.admin_listen),
+    ])?;
     let mut _servers: (Option<RedisServer>, Option<PgServer>) = (None, None);
     let redis_url = match projection::connect_redis(&settings.redis_url, 1).await {
         Ok(_) => settings.redis_url.clone(),
@@ -97,16 +98,23 @@ pub async fn run(args: DevArgs) -> CliResult {
     let executor = Executor::new(pg.clone(), redis.clone(), settings.executor_config());
     let executor_task = tokio::spawn(executor.run(shutdown.clone()));
     let listener = crate::server::bind(settings.listen)?;
+    let admin = crate::cli::bind_admin(settings.admin_listen).await?;
+    let admin_address = admin.local_addr()?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
     println!(
-        "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{}/metrics\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
-        settings.listen,
+        "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{admin_address}/metrics (admin listener)\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
         settings.listen,
         settings.listen,
         path.display(),
         creds.namespace
     );
+    let admin = tokio::spawn(crate::admin::serve_gateway(
+        admin,
+        gateway.clone(),
+        shutdown.clone(),
+    ));
     crate::server::run(listener, gateway.clone(), shutdown.clone()).await;
+    let _ = admin.await;
     crate::server::flush_committer(&gateway).await;
     let _ = executor_task.await;
     Ok(())

@@ -1,9 +1,14 @@
-//! `GET /readyz`: ready only when PostgreSQL answers, Redis answers, and every application's
-//! projection in Redis is ready at PostgreSQL's generation.
+//! Readiness, in two depths.
 //!
-//! A projection that is missing (Redis restarted empty, flushed) is rebuilt from here, within the
-//! gateway's rebuild wait: a load balancer that withholds traffic from a not-ready gateway would
-//! otherwise wait forever for a rebuild that only traffic triggers.
+//! - [`public_readiness`], `GET /readyz` on the public port: answered from memory (is a Redis
+//!   connection up), so a flood of probes costs nothing and says nothing about the servers
+//!   behind. A PostgreSQL outage or a projection being rebuilt is answered per request (`503
+//!   UNAVAILABLE`, retryable), which is what a client needs to know.
+//! - [`readiness`], `GET /readyz` on the admin listener: ready only when PostgreSQL answers, Redis
+//!   answers, and every application's projection in Redis is ready at PostgreSQL's generation. A
+//!   projection that is missing (Redis restarted empty, flushed) is rebuilt from here, within the
+//!   gateway's rebuild wait: an orchestrator that withholds traffic from a not-ready gateway would
+//!   otherwise wait forever for a rebuild that only traffic triggers.
 
 use fred::prelude::*;
 use hyper::StatusCode;
@@ -19,6 +24,22 @@ const MAX_APPLICATIONS: i64 = 1_000;
 /// Projections rebuilt per probe, at most; the next probe goes on.
 const MAX_REBUILDS: usize = 4;
 
+/// The public readiness: no query, no script, no rebuild, and no server's error text.
+pub fn public_readiness(gateway: &Gateway) -> HttpResponse {
+    let redis_up = gateway
+        .redis
+        .pool()
+        .clients()
+        .iter()
+        .any(|client| client.is_connected());
+    if redis_up {
+        plain(StatusCode::OK, "ready\n")
+    } else {
+        plain(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+/// The detailed readiness of the admin listener.
 pub async fn readiness(gateway: &Gateway) -> HttpResponse {
     let unavailable = |why: String| plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
     let projections: Vec<(ApplicationId, i64)> = match sqlx::query!(

@@ -10,15 +10,18 @@
 //! - [`response`]: the JSON envelope.
 //! - [`cors`]: per-namespace browser origins.
 //! - [`reads`]: the read-through cache (L1, Redis, origin) behind `GET /v1/reads/{name}`.
-//! - [`health`]: `/readyz`, which also rebuilds a missing projection.
+//! - [`health`]: the public `/readyz` (no I/O) and the admin port's detailed one, which also
+//!   rebuilds a missing projection.
+//! - [`admin`]: the admin listeners: the gateway's `/metrics` and detailed `/readyz`, the
+//!   executor's `/metrics` and `/healthz`.
 //! - [`config`]: gateway settings.
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
 //! - [`cli`]: the `sluice` subcommands; [`dev`]: the one-command local stack.
-//! - [`metrics_server`]: the executor's `GET /metrics` and `GET /healthz`.
 //! - [`ui`]: the operator dashboard at `/ui/` (static files embedded in the binary).
 
+pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -29,7 +32,6 @@ pub mod handlers;
 pub mod health;
 pub mod lookup_budget;
 mod mac;
-pub mod metrics_server;
 pub mod poll_policy;
 pub mod reads;
 pub mod response;

@@ -10,7 +10,6 @@ use hyper::{Method, Request, StatusCode};
 use tracing::{Instrument, Level};
 
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::metrics;
 
 use crate::auth::authenticate;
 use crate::cors;
@@ -19,7 +18,7 @@ use crate::handlers::{
     self, Handled, application, commands, complete, control, enqueue, reads, status, tickets,
 };
 use crate::health;
-use crate::response::{HttpResponse, exposition, failure, new_request_id, plain, success};
+use crate::response::{HttpResponse, failure, new_request_id, plain, success};
 use crate::state::Gateway;
 use crate::url::{decode_segment, parse_query};
 
@@ -128,13 +127,8 @@ async fn route(
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => Ok(Answer::Plain(plain(StatusCode::OK, "ok\n"))),
-        (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::readiness(gateway).await)),
-        // No credential, like the probes: the scraper is local and the figures name no secret.
-        (&Method::GET, ["metrics"]) => {
-            let mut text = metrics::gateway_text(&gateway.pg, &gateway.redis).await;
-            text.push_str(&gateway.reads.exposition());
-            Ok(Answer::Plain(exposition(text)))
-        }
+        // No I/O: `/metrics` and the detailed readiness are on the admin listener.
+        (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::public_readiness(gateway))),
         (&Method::GET, ["v1", "tickets", ticket]) => {
             let claims = tickets::verify(gateway, ticket)?;
             *namespace = Some(claims.namespace_id);

@@ -36,6 +36,9 @@ pub struct Settings {
     /// Ticket signing keys, `kid:secret,kid:secret` (the first signs; all verify). Required by
     /// `serve`; never printed.
     pub ticket_keys: Option<String>,
+    /// Where a gateway serves `GET /metrics` and the detailed `GET /readyz` (port 0: any free
+    /// port, logged at start). Loopback by default: neither belongs on a public port.
+    pub admin_listen: SocketAddr,
     /// Where an executor serves `GET /metrics` and `GET /healthz`; off unless set.
     pub metrics_listen: Option<SocketAddr>,
     /// How long a finished command is kept, and its ticket stays valid after its deadline.
@@ -53,6 +56,7 @@ impl Default for Settings {
             redis_pool_size: 4,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             ticket_keys: None,
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             metrics_listen: None,
             retention_seconds: DEFAULT_RETENTION_SECONDS,
             gateway: GatewayConfig::default(),

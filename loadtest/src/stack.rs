@@ -37,6 +37,9 @@ pub struct Watched {
 pub struct Stack {
     pub kind: StackKind,
     pub base: String,
+    /// Where readiness is asked: the admin listener's detailed `/readyz` (every projection
+    /// ready) of the gateways this stack starts, the public one of an external gateway.
+    ready_url: String,
     pub description: String,
     children: Vec<(String, Child)>,
 }
@@ -65,12 +68,14 @@ impl Stack {
                 Self {
                     kind: spec.kind,
                     description: format!("external gateway at {base}"),
+                    ready_url: format!("{base}/readyz"),
                     base,
                     children: Vec::new(),
                 }
             }
             StackKind::Dev => {
                 let listen = free_loopback_addr()?;
+                let admin = free_loopback_addr()?;
                 let child = spawn(
                     &spec,
                     "sluice-dev",
@@ -78,6 +83,8 @@ impl Stack {
                         "dev",
                         "--listen",
                         &listen,
+                        "--admin-listen",
+                        &admin,
                         "--dir",
                         &spec.dir.join("sluice-dev").display().to_string(),
                     ],
@@ -86,6 +93,7 @@ impl Stack {
                 Self {
                     kind: spec.kind,
                     base: format!("http://{listen}"),
+                    ready_url: format!("http://{admin}/readyz"),
                     description: "sluice dev (gateway and executor in one process)".into(),
                     children: vec![("sluice dev".into(), child)],
                 }
@@ -93,17 +101,19 @@ impl Stack {
             StackKind::Split => {
                 run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
                 let listen = free_loopback_addr()?;
+                let admin = free_loopback_addr()?;
                 let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
                 let gateway = spawn(
                     &spec,
                     "sluice-serve",
-                    &["serve", "--listen", &listen],
+                    &["serve", "--listen", &listen, "--admin-listen", &admin],
                     &[("SLUICE_TICKET_KEYS", ticket_keys.as_str())],
                 )?;
                 let executor = spawn(&spec, "sluice-execute", &["execute"], &[])?;
                 Self {
                     kind: spec.kind,
                     base: format!("http://{listen}"),
+                    ready_url: format!("http://{admin}/readyz"),
                     description: "sluice serve + sluice execute (two processes)".into(),
                     children: vec![("gateway".into(), gateway), ("executor".into(), executor)],
                 }
@@ -128,9 +138,8 @@ impl Stack {
 
     async fn wait_healthy(&self, client: &HttpClient, dir: &Path) -> Result<(), BoxError> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let uri = format!("{}/readyz", self.base);
         loop {
-            if crate::api::status_of(client, &uri).await == Some(200) {
+            if crate::api::status_of(client, &self.ready_url).await == Some(200) {
                 return Ok(());
             }
             if Instant::now() > deadline {

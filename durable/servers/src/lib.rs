@@ -28,5 +28,6 @@ mod redis;
 mod rundir;
 mod spawn;
 
+pub use ports::free_port;
 pub use postgres::PgServer;
 pub use redis::{RdbSnapshot, RedisServer};

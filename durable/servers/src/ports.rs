@@ -12,8 +12,9 @@ use std::time::Duration;
 /// still grab the port in between; callers retry with a new port when the
 /// server reports `Address already in use`. Within this process a port is
 /// handed out only once (servers keep theirs across restarts), which rules
-/// out races between tests starting servers concurrently.
-pub(crate) fn free_port() -> u16 {
+/// out races between tests starting servers concurrently (and gateways, whose ports the tests
+/// pick the same way).
+pub fn free_port() -> u16 {
     static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))

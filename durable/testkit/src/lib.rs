@@ -12,7 +12,7 @@ mod redis_keys;
 
 pub use poll::eventually;
 pub use redis_keys::scan_keys;
-pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer};
+pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer, free_port};
 
 /// One redis-server per test binary, started on first use and shared by
 /// every test in it. Tests that kill or restart a server must use

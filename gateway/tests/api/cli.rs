@@ -206,6 +206,7 @@ async fn dev_runs_a_whole_stack_in_one_command() {
         .expect("free port")
         .port();
     let listen = format!("127.0.0.1:{port}");
+    let admin = format!("127.0.0.1:{}", crate::support::free_port());
     /// Kills the dev stack (and so its own servers) when the test ends, pass or fail.
     struct Kill(std::process::Child);
     impl Drop for Kill {
@@ -220,6 +221,8 @@ async fn dev_runs_a_whole_stack_in_one_command() {
                 "dev",
                 "--listen",
                 &listen,
+                "--admin-listen",
+                &admin,
                 "--dir",
                 dir.path().to_str().expect("path"),
             ])
@@ -282,4 +285,23 @@ async fn dev_runs_a_whole_stack_in_one_command() {
     })
     .await;
     assert!(done, "the executor of the dev stack ran the claim");
+    let scrape = crate::support::send_request(
+        &client,
+        &format!("http://{admin}"),
+        hyper::Method::GET,
+        "/metrics",
+        None,
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(scrape.status, hyper::StatusCode::OK);
+    assert!(
+        scrape
+            .body
+            .as_str()
+            .is_some_and(|text| text.contains("sluice_intake_decisions_total")),
+        "the admin listener serves the metrics: {:?}",
+        scrape.body
+    );
 }

@@ -22,13 +22,16 @@ use crate::support::*;
 pub(crate) struct GatewayProcess {
     process: SluiceProcess,
     pub(crate) base: String,
+    /// The admin listener: `/metrics` and the detailed `/readyz`.
+    pub(crate) admin_base: String,
     client: TestClient,
 }
 
 impl GatewayProcess {
-    /// Starts `sluice serve` on a free loopback port and waits until `/readyz` answers `200`.
-    /// The port is found by binding `:0` and letting go, so another process may take it in
-    /// between: a process that exits before it serves is started again on another port.
+    /// Starts `sluice serve` on a free loopback port (its admin listener on another) and waits
+    /// until the detailed `/readyz` answers `200`. The ports are found by binding `:0` and
+    /// letting go, so another process may take one in between: a process that exits before it
+    /// serves is started again on other ports.
     pub(crate) async fn start(stack: &Stack, dir: &Path, name: &str) -> GatewayProcess {
         Self::start_with(stack, dir, name, &[]).await
     }
@@ -43,13 +46,12 @@ impl GatewayProcess {
         let client = http_client(1024);
         let mut last_log = String::new();
         for attempt in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
+            let (port, admin_port) = (free_port(), free_port());
             let listen = format!("127.0.0.1:{port}");
+            let admin_listen = format!("127.0.0.1:{admin_port}");
             let mut vars = vec![
                 ("SLUICE_LISTEN", listen.as_str()),
+                ("SLUICE_ADMIN_LISTEN", admin_listen.as_str()),
                 ("SLUICE_TICKET_KEYS", stack.ticket_spec.as_str()),
             ];
             vars.extend_from_slice(env);
@@ -62,6 +64,7 @@ impl GatewayProcess {
             let mut process = GatewayProcess {
                 process,
                 base: format!("http://127.0.0.1:{port}"),
+                admin_base: format!("http://{admin_listen}"),
                 client: client.clone(),
             };
             if process.ready(Duration::from_secs(15)).await {
@@ -76,14 +79,15 @@ impl GatewayProcess {
         panic!("sluice serve did not start in three attempts; last log:\n{last_log}");
     }
 
-    /// Polls `/readyz` until it answers `200`, the process exits, or `within` passes.
+    /// Polls the detailed `/readyz` until it answers `200`, the process exits, or `within`
+    /// passes.
     async fn ready(&mut self, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if !self.is_running() {
                 return false;
             }
-            let probe = Request::get(format!("{}/readyz", self.base))
+            let probe = Request::get(format!("{}/readyz", self.admin_base))
                 .body(Full::new(Bytes::new()))
                 .expect("request");
             let answered =

@@ -65,7 +65,7 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
     };
 
     // Nothing reached the handler yet: the known outcomes are exported at zero.
-    let before = scrape(&gateway.base, "/metrics").await;
+    let before = scrape(&gateway.admin_base, "/metrics").await;
     assert_eq!(
         before.value("sluice_intake_decisions_total", &[("outcome", "accepted")]),
         0.0
@@ -109,7 +109,7 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
     assert_eq!(reply.code(), "UNAUTHENTICATED", "{:?}", reply.body);
 
     // While the commands wait, the projection gauges show them.
-    let waiting = scrape(&gateway.base, "/metrics").await;
+    let waiting = scrape(&gateway.admin_base, "/metrics").await;
     let app = stack.creds.application_id.to_string();
     let ns = stack.creds.namespace_id.to_string();
     let command = [
@@ -151,7 +151,7 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
         e.sum("sluice_executions_total") == ACCEPTED as f64
     })
     .await;
-    let drained = scrape_until(&gateway.base, |e| {
+    let drained = scrape_until(&gateway.admin_base, |e| {
         e.value("sluice_unfinished_commands", &[("application", &app)]) == 0.0
             && e.value("sluice_command_permits_in_flight", &command) == 0.0
     })
@@ -317,7 +317,7 @@ async fn an_unreadable_projection_is_exported_as_down_without_failing_the_scrape
     .await
     .expect("break the count hash");
 
-    let scraped = scrape(&gateway.base, "/metrics").await;
+    let scraped = scrape(&gateway.admin_base, "/metrics").await;
     let broken = stack.creds.application_id.to_string();
     let healthy = other.to_string();
     assert_eq!(scraped.value("sluice_projection_applications", &[]), 2.0);

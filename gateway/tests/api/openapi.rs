@@ -30,7 +30,6 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/v1/status"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
-    ("GET", "/metrics"),
 ];
 
 /// Every variant of [`ErrorCode`].

@@ -39,6 +39,7 @@ async fn serve_and_execute_refuse_a_redis_that_may_evict_keys() {
                 "k1:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA",
             )
             .env("SLUICE_LISTEN", "127.0.0.1:0")
+            .env("SLUICE_ADMIN_LISTEN", "127.0.0.1:0")
             .output()
             .expect("run sluice")
     };

@@ -23,8 +23,8 @@ use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::TicketKeys;
-pub use sluice_testkit::eventually;
 use sluice_testkit::{RedisServer, shared_postgres, shared_redis};
+pub use sluice_testkit::{eventually, free_port};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +71,8 @@ impl Default for StackOptions {
 
 pub struct Stack {
     pub base: String,
+    /// The admin listener: `/metrics` and the detailed `/readyz`.
+    pub admin_base: String,
     pub pg: PgPool,
     pub redis: Projection,
     pub gateway: Arc<Gateway>,
@@ -160,11 +162,21 @@ impl Stack {
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the admin listener");
+        let admin_base = format!("http://{}", admin.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         tokio::spawn(server::run(listener, gateway.clone(), shutdown.clone()));
+        tokio::spawn(sluice_gateway::admin::serve_gateway(
+            admin,
+            gateway.clone(),
+            shutdown.clone(),
+        ));
         let client = http_client(256);
         Stack {
             base,
+            admin_base,
             pg,
             redis,
             gateway,
@@ -260,6 +272,20 @@ impl Stack {
             bearer,
             body,
             headers,
+        )
+        .await
+    }
+
+    /// `GET {path}` on the admin listener.
+    pub async fn admin_get(&self, path: &str) -> Reply {
+        send_request(
+            &self.client,
+            &self.admin_base,
+            Method::GET,
+            path,
+            None,
+            None,
+            &[],
         )
         .await
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::load::{Answer, Client, send};
+use crate::support::free_port;
 
 /// What every process of the stack is started with.
 #[derive(Debug, Clone)]
@@ -117,17 +118,12 @@ pub(super) struct GatewayProcess {
     name: String,
     env: Env,
     port: u16,
+    /// The admin listener's port: the detailed `/readyz` that start-ups wait for.
+    admin_port: u16,
     pub(super) base: Arc<RwLock<String>>,
     process: Option<Process>,
     starts: usize,
     client: Client,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 impl GatewayProcess {
@@ -137,6 +133,7 @@ impl GatewayProcess {
             name: name.to_string(),
             env: env.clone(),
             port,
+            admin_port: free_port(),
             base: Arc::new(RwLock::new(format!("http://127.0.0.1:{port}"))),
             process: None,
             starts: 0,
@@ -146,15 +143,17 @@ impl GatewayProcess {
         gateway
     }
 
-    /// Starts the process (again) and waits until `/readyz` answers `200`: on the same port
-    /// first, on a fresh port if the process cannot serve there.
+    /// Starts the process (again) and waits until the detailed `/readyz` answers `200`: on the
+    /// same ports first, on fresh ports if the process cannot serve there.
     pub(super) async fn start_again(&mut self) {
         let mut last_log = String::new();
         for attempt in 0..4 {
             if attempt >= 2 {
                 self.port = free_port();
+                self.admin_port = free_port();
             }
             let listen = format!("127.0.0.1:{}", self.port);
+            let admin_listen = format!("127.0.0.1:{}", self.admin_port);
             let log = self
                 .env
                 .dir
@@ -165,12 +164,14 @@ impl GatewayProcess {
                 &["serve", "--pg-pool-size", "16"],
                 &[
                     ("SLUICE_LISTEN", &listen),
+                    ("SLUICE_ADMIN_LISTEN", &admin_listen),
                     ("SLUICE_TICKET_KEYS", &self.env.ticket_spec),
                 ],
                 log,
             );
             let base = format!("http://{listen}");
-            if ready(&self.client, &base, &mut process, Duration::from_secs(20)).await {
+            let admin = format!("http://{admin_listen}");
+            if ready(&self.client, &admin, &mut process, Duration::from_secs(20)).await {
                 *self.base.write().expect("base lock") = base;
                 self.process = Some(process);
                 return;
@@ -223,7 +224,7 @@ impl GatewayProcess {
     }
 }
 
-/// Polls `/readyz` until `200`, the process exits, or `within` passes.
+/// Polls the admin listener's `/readyz` until `200`, the process exits, or `within` passes.
 async fn ready(client: &Client, base: &str, process: &mut Process, within: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
     loop {
