@@ -6,10 +6,12 @@
 -- KEYS[4] resv      zset  reservations (= intake in-flight) of the command, score = expiry ms
 -- KEYS[5] rk        hash  "<subject-len>:<subject><request_key>" -> "<id> <sha256hex> <p|c>"
 -- KEYS[6] seq       string application-wide queue sequence
+-- KEYS[7] sbucket   hash  the subject's own intake bucket of the command: tokens, ts (ms)
 --
 -- ARGV: 1 min_generation  2 ns  3 cmd  4 rk_field  5 content_sha256_hex  6 new_command_id
 --       7 max_unfinished  8 max_waiting_ns  9 max_queue_cmd  10 per_second  11 burst
---       12 max_in_flight  13 reservation_ttl_ms
+--       12 max_in_flight  13 reservation_ttl_ms  14 per_subject_per_second (0: none)
+--       15 per_subject_burst
 --
 -- Answers (first element is the verdict):
 --   {"NOT_READY"}                         projection missing or older than PostgreSQL's
@@ -17,7 +19,7 @@
 --   {"CONFLICT", id}                      same key, other content
 --   {"PAUSED", "namespace"|"command"}
 --   {"APPLICATION_FULL"} {"QUEUE_FULL"}   backlog caps, outermost first
---   {"RATE_LIMITED", retry_after_ms}      bucket empty (real wait) or in-flight full
+--   {"RATE_LIMITED", retry_after_ms}      a bucket empty (real wait) or in-flight full
 --   {"RESERVED", seq, now_ms, generation}
 -- Every refusal returns before the first write, so it leaves nothing behind (the epoch
 -- prelude may record its own verification in `meta`).
@@ -25,6 +27,7 @@
 -- on it, so a reservation made before a rebuild can never commit after the rebuild's snapshot.
 
 local meta, count, bucket, resv, rk, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sbucket = KEYS[7]
 local ns, cmd, field, digest, id = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
 local now = epoch_now()
@@ -78,7 +81,19 @@ if tonumber(c[1] or '0') >= max_unfinished then return {'APPLICATION_FULL'} end
 if tonumber(c[2] or '0') >= tonumber(ARGV[8]) then return {'QUEUE_FULL'} end
 if tonumber(c[3] or '0') >= tonumber(ARGV[9]) then return {'QUEUE_FULL'} end
 
--- 6. Intake token bucket, refilled continuously from Redis time (lib/epoch.lua).
+-- 6. The subject's own bucket first, so one person cannot spend the command's shared bucket
+--    (nor be told to wait for others): refilled like it, and only read here.
+local srate, sburst = tonumber(ARGV[14]), tonumber(ARGV[15])
+local stokens
+if srate > 0 then
+  local sb = redis.call('HMGET', sbucket, 'tokens', 'ts')
+  stokens = bucket_tokens(sb[1], sb[2], srate, sburst, now)
+  if stokens < 1 then
+    return {'RATE_LIMITED', math.ceil((1 - stokens) * 1000 / srate)}
+  end
+end
+
+-- 6b. The command's intake token bucket, refilled continuously from Redis time (lib/epoch.lua).
 local rate, burst = tonumber(ARGV[10]), tonumber(ARGV[11])
 local b = redis.call('HMGET', bucket, 'tokens', 'ts')
 local tokens = bucket_tokens(b[1], b[2], rate, burst, now)
@@ -95,6 +110,12 @@ end
 tokens = tokens - 1
 redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts', now)
 redis.call('PEXPIRE', bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
+if stokens then
+  -- Expires once full again: a subject that stops asking leaves nothing behind.
+  stokens = stokens - 1
+  redis.call('HSET', sbucket, 'tokens', tostring(stokens), 'ts', now)
+  redis.call('PEXPIRE', sbucket, math.ceil((sburst - stokens) * 1000 / srate) + 1000)
+end
 redis.call('ZADD', resv, now + tonumber(ARGV[13]), id .. ' ' .. field)
 redis.call('HINCRBY', count, 'unfinished', 1)
 redis.call('HINCRBY', count, waiting_field, 1)

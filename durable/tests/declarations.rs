@@ -358,7 +358,7 @@ fn render_limit_keys_renders_each_template() {
         unreachable!()
     };
     assert_eq!(
-        sluice_durable::declaration::render_limit_keys(&ocr.limits, &input),
+        sluice_durable::declaration::render_limit_keys(&ocr.limits, &input, "u1"),
         vec![
             [
                 "account:{provider}:{account}".to_string(),
@@ -374,7 +374,8 @@ fn render_limit_keys_renders_each_template() {
     assert_eq!(
         serde_json::to_string(&sluice_durable::declaration::render_limit_keys(
             &ocr.limits,
-            &input
+            &input,
+            "u1"
         ))
         .expect("json"),
         r#"[["account:{provider}:{account}","account:gitee:acc-7"],["provider:{provider}","provider:gitee"],["all","all"]]"#,

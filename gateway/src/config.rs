@@ -44,6 +44,15 @@ pub struct GatewayConfig {
     pub fallback_per_second: u32,
     /// ...and at most this many at once.
     pub fallback_concurrency: usize,
+    /// Command reads that only PostgreSQL answers (`GET /v1/commands/{id}`, `…/requests/{key}`,
+    /// `…/mine`, `:cancel`): at most this many per second per process...
+    pub command_reads_per_second: u32,
+    /// ...this many at once...
+    pub command_reads_concurrency: usize,
+    /// ...and this many per second for one subject (a burst of twice that), so that one person
+    /// cannot spend the process's budget: past it `429 RATE_LIMITED`, past the process's
+    /// `503 UNAVAILABLE`, both with `Retry-After` ([`crate::pg_budget`]).
+    pub command_reads_per_subject_per_second: u32,
     /// Lookups of credentials and subject keys this process has not seen valid, per second at
     /// most: what a flood of random bearers or `kid`s can cost PostgreSQL ([`crate::lookup_budget`]).
     pub unknown_lookups_per_second: u32,
@@ -69,6 +78,9 @@ impl Default for GatewayConfig {
             ticket_retention_seconds: sluice_durable::outbox::DEFAULT_RETENTION_SECONDS,
             fallback_per_second: 4,
             fallback_concurrency: 4,
+            command_reads_per_second: 500,
+            command_reads_concurrency: 16,
+            command_reads_per_subject_per_second: 5,
             unknown_lookups_per_second: 10,
             group_commit: GroupCommitConfig::default(),
             cache: crate::reads::CacheConfig::default(),
@@ -100,6 +112,12 @@ impl GatewayConfig {
         }
         if self.unknown_lookups_per_second == 0 {
             return Err("unknown_lookups_per_second must be at least 1".into());
+        }
+        if self.command_reads_per_second == 0
+            || self.command_reads_concurrency == 0
+            || self.command_reads_per_subject_per_second == 0
+        {
+            return Err("command_reads_per_second, command_reads_concurrency and command_reads_per_subject_per_second must be at least 1".into());
         }
         if self.fallback_per_second == 0 || self.fallback_concurrency == 0 {
             return Err("fallback_per_second and fallback_concurrency must be at least 1".into());

@@ -15,6 +15,8 @@
 //! - [`admin`]: the admin listeners: the gateway's `/metrics` and detailed `/readyz`, the
 //!   executor's `/metrics` and `/healthz`.
 //! - [`config`]: gateway settings.
+//! - [`lookup_budget`] and [`pg_budget`]: what unknown identities and PostgreSQL-backed
+//!   requests may cost, per process and per subject.
 //! - Pure decisions, unit-tested without servers: [`strict_json`] (request bodies),
 //!   [`ticket`] (signed tickets), [`subject_token`] (HS256 JWTs), [`poll_policy`] (when to poll
 //!   again), [`url`] (path and query decoding).
@@ -32,6 +34,7 @@ pub mod handlers;
 pub mod health;
 pub mod lookup_budget;
 mod mac;
+pub mod pg_budget;
 pub mod poll_policy;
 pub mod reads;
 pub mod response;

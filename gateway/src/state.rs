@@ -2,12 +2,10 @@
 //! short-lived caches that keep PostgreSQL off the hot path.
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::future::Cache;
 use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
@@ -16,11 +14,13 @@ use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::rebuild;
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use crate::auth::Caller;
 use crate::config::GatewayConfig;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::lookup_budget::{IdentityKey, Lookup, LookupBudget};
+use crate::pg_budget::{PgBudget, Refused};
 use crate::ticket::TicketKeys;
 use sluice_durable::projection::Projection;
 
@@ -53,14 +53,13 @@ pub struct Gateway {
     /// [`Gateway::ensure_projection`]): its waiters watch it, none of them owns it.
     rebuilds: Flights,
     lookups: LookupBudget,
-    fallback_rate: DefaultDirectRateLimiter,
-    fallback_slots: Arc<Semaphore>,
+    fallback: PgBudget,
+    command_reads: PgBudget,
 }
 
 impl Gateway {
     pub fn new(pg: PgPool, redis: Projection, tickets: TicketKeys, config: GatewayConfig) -> Self {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
-        let per_second = NonZeroU32::new(config.fallback_per_second).unwrap_or(NonZeroU32::MIN);
         Self {
             committer: GroupCommitter::start(pg.clone(), config.group_commit.clone()),
             namespaces: Cache::builder()
@@ -78,8 +77,16 @@ impl Gateway {
             allowed_origins: Cache::builder().time_to_live(ttl).max_capacity(1).build(),
             rebuilds: Arc::default(),
             lookups: LookupBudget::new(config.unknown_lookups_per_second),
-            fallback_rate: RateLimiter::direct(Quota::per_second(per_second)),
-            fallback_slots: Arc::new(Semaphore::new(config.fallback_concurrency.max(1))),
+            fallback: PgBudget::new(
+                config.fallback_per_second,
+                config.fallback_concurrency,
+                None,
+            ),
+            command_reads: PgBudget::new(
+                config.command_reads_per_second,
+                config.command_reads_concurrency,
+                Some(config.command_reads_per_subject_per_second),
+            ),
             stats: GatewayStats::default(),
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
             pg,
@@ -267,17 +274,40 @@ impl Gateway {
                 "the status store is unavailable and the fallback budget is spent; retry shortly",
             )
         };
-        let permit = self
-            .fallback_slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| refused())?;
-        self.fallback_rate.check().map_err(|_| refused())?;
+        let permit = self.fallback.permit(None).map_err(|_| refused())?;
         self.stats
             .postgres_fallbacks
             .fetch_add(1, Ordering::Relaxed);
         sluice_durable::metrics::postgres_fallback();
         Ok(permit)
+    }
+}
+
+impl Gateway {
+    /// A permit for a command read that only PostgreSQL answers, within the process's budget
+    /// and, for a subject token, the subject's own rate.
+    pub fn command_read_permit(&self, caller: &Caller) -> Result<OwnedSemaphorePermit, ApiError> {
+        let subject = caller.subject().map(|s| (caller.namespace_id, s));
+        self.command_reads.permit(subject).map_err(|refused| {
+            sluice_durable::metrics::command_read_refused(match refused {
+                Refused::Subject { .. } => "subject",
+                Refused::Process => "process",
+            });
+            match refused {
+                Refused::Subject { retry_after } => ApiError::new(
+                    ErrorCode::RateLimited,
+                    "this subject reads commands faster than its budget allows; retry after the wait",
+                )
+                .with_retry_after_ms(
+                    u64::try_from(retry_after.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                ),
+                Refused::Process => ApiError::unavailable(
+                    "the command read budget of this gateway is spent; retry shortly",
+                ),
+            }
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::ops::RangeInclusive;
 
-use super::model::{AdmissionBudget, IntakeBudget};
+use super::model::{AdmissionBudget, IntakeBudget, SubjectRate};
 use super::walk::{Obj, Result, in_range};
 use crate::field_error::FieldError;
 
@@ -53,14 +53,41 @@ fn parse_rate(table: Option<&Obj<'_>>, per_second: u32, max_in_flight: u32) -> R
 pub(crate) fn parse_intake(cmd: &Obj<'_>) -> Result<IntakeBudget> {
     let table = cmd.opt_table("intake")?;
     if let Some(t) = &table {
-        t.allow_only(&["per_second", "burst", "max_in_flight"])?;
+        t.allow_only(&[
+            "per_second",
+            "burst",
+            "max_in_flight",
+            "per_subject_per_second",
+            "per_subject_burst",
+        ])?;
     }
     let rate = parse_rate(table.as_ref(), INTAKE_PER_SECOND, INTAKE_MAX_IN_FLIGHT)?;
     Ok(IntakeBudget {
         per_second: rate.per_second,
         burst: rate.burst,
         max_in_flight: rate.max_in_flight,
+        per_subject: table.as_ref().map(parse_per_subject).transpose()?.flatten(),
     })
+}
+
+/// `per_subject_per_second` (and its `per_subject_burst`, which defaults to it): each subject's
+/// own intake bucket. It can only narrow the shared one.
+fn parse_per_subject(table: &Obj<'_>) -> Result<Option<SubjectRate>> {
+    let per_second = table.opt_num("per_subject_per_second", PER_SECOND_RANGE)?;
+    let burst = table.opt_num("per_subject_burst", BURST_RANGE)?;
+    let Some(per_second) = per_second else {
+        if burst.is_some() {
+            return Err(table.error(
+                "per_subject_burst",
+                "only allowed with per_subject_per_second",
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(SubjectRate {
+        per_second,
+        burst: burst.unwrap_or(per_second),
+    }))
 }
 
 /// Parses the optional `admission` table; waiting may never outlast the command's deadline.

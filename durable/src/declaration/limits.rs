@@ -8,74 +8,49 @@ use super::budget::{BURST_RANGE, MAX_IN_FLIGHT_RANGE, PER_SECOND_RANGE};
 use super::input::render_value;
 use super::model::{CommandDecl, LimitDecl, ParamDecl};
 use super::names::first_duplicate;
-use super::walk::{Obj, Result, char_len};
+use super::template::{self, check_key};
+use super::walk::{Obj, Result};
 use crate::field_error::FieldError;
 
 /// Most limits per command; each costs a Redis round of work per command.
 const MAX_LIMITS: usize = 8;
-/// Longest key template.
-const MAX_KEY_LEN: usize = 200;
-
-/// One piece of a key template.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Piece<'a> {
-    /// Literal text, copied as is.
-    Text(&'a str),
-    /// A `{name}` placeholder, replaced by the input value of parameter `name`.
-    Param(&'a str),
-}
-
-/// Splits a template into text and placeholders; `None` when its braces are unbalanced
-/// (a stray `}`, a `{` inside a placeholder, or a `{` never closed).
-pub(crate) fn split_template(template: &str) -> Option<Vec<Piece<'_>>> {
-    let mut pieces = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        let (text, tail) = rest.split_at(open);
-        let inner = tail.strip_prefix('{')?;
-        let close = inner.find(['{', '}'])?;
-        let (name, after) = inner.split_at(close);
-        rest = after.strip_prefix('}')?;
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
-        pieces.push(Piece::Param(name));
-    }
-    if !rest.is_empty() {
-        pieces.push(Piece::Text(rest));
-    }
-    Some(pieces)
-}
+/// The placeholder a limit key may use for the caller's subject, so that one person's commands
+/// have a budget of their own (`subject:{subject}`).
+const SUBJECT_PLACEHOLDER: &str = "subject";
 
 impl LimitDecl {
-    /// Renders the key template for a validated `input`: each `{name}` becomes the value of
-    /// parameter `name` (strings as is, numbers and booleans via `to_string`). A placeholder
-    /// with no value renders empty; a template with unbalanced braces (impossible after
-    /// [`parse`](super::parse)) renders verbatim.
-    pub fn render_key(&self, input: &Map<String, Value>) -> String {
-        let Some(pieces) = split_template(&self.key) else {
-            return self.key.clone();
-        };
-        let mut key = String::with_capacity(self.key.len());
-        for piece in pieces {
-            match piece {
-                Piece::Text(text) => key.push_str(text),
-                Piece::Param(name) => {
-                    key.push_str(&input.get(name).map(render_value).unwrap_or_default())
-                }
+    /// Renders the key template for a validated `input` and the caller's `subject` (see
+    /// [`super::template`]: values escaped): each `{name}` becomes the value of parameter `name`
+    /// (strings as is, numbers and booleans via `to_string`), `{subject}` the subject. A
+    /// placeholder with no value renders empty.
+    pub fn render_key(&self, input: &Map<String, Value>, subject: &str) -> String {
+        let values: Vec<(&str, String)> = input
+            .iter()
+            .map(|(name, value)| (name.as_str(), render_value(value)))
+            .collect();
+        template::render(&self.key, |name| {
+            match values.iter().find(|(n, _)| *n == name) {
+                Some((_, value)) => Some(value.as_str()),
+                // Declarations stored before `{subject}` existed may name a parameter `subject`;
+                // its value wins, as it did then.
+                None if name == SUBJECT_PLACEHOLDER => Some(subject),
+                None => None,
             }
-        }
-        key
+        })
     }
 }
 
 /// The limit keys an input renders to, `[[template, key], …]`: what a command's row and status
 /// hash carry from acceptance on. The template names the declared numbers; the key names the
 /// shared budget.
-pub fn render_limit_keys(limits: &[LimitDecl], input: &Map<String, Value>) -> Vec<[String; 2]> {
+pub fn render_limit_keys(
+    limits: &[LimitDecl],
+    input: &Map<String, Value>,
+    subject: &str,
+) -> Vec<[String; 2]> {
     limits
         .iter()
-        .map(|limit| [limit.key.clone(), limit.render_key(input)])
+        .map(|limit| [limit.key.clone(), limit.render_key(input, subject)])
         .collect()
 }
 
@@ -115,9 +90,10 @@ pub(crate) fn parse_limits(
     if tables.len() > MAX_LIMITS {
         return Err(cmd.error("limits", format!("at most {MAX_LIMITS} limits")));
     }
+    let placeholders = limit_placeholders(cmd, &tables, parameters)?;
     let limits = tables
         .iter()
-        .map(|t| parse_limit(t, parameters))
+        .map(|t| parse_limit(t, &placeholders))
         .collect::<Result<Vec<_>>>()?;
     if let Some((i, dup)) = first_duplicate(limits.iter().map(|l| l.key.as_str())) {
         return Err(FieldError::new(
@@ -128,11 +104,41 @@ pub(crate) fn parse_limits(
     Ok(limits)
 }
 
+/// What a limit key may name: the declared parameters and `{subject}`, the caller's subject. A
+/// command whose limits name `{subject}` may not also declare a parameter of that name.
+fn limit_placeholders(
+    cmd: &Obj<'_>,
+    tables: &[Obj<'_>],
+    parameters: &BTreeMap<String, ParamDecl>,
+) -> Result<BTreeMap<String, ParamDecl>> {
+    let mut names = parameters.clone();
+    let subject = format!("{{{SUBJECT_PLACEHOLDER}}}");
+    let names_subject = tables.iter().any(|t| {
+        t.get("key")
+            .and_then(|k| k.as_str())
+            .is_some_and(|k| k.contains(&subject))
+    });
+    if names_subject && parameters.contains_key(SUBJECT_PLACEHOLDER) {
+        return Err(FieldError::new(
+            format!("{}.{SUBJECT_PLACEHOLDER}", cmd.field("parameters")),
+            "a limit key names {subject}, the caller's subject; no parameter may be named subject",
+        ));
+    }
+    names.insert(
+        SUBJECT_PLACEHOLDER.to_owned(),
+        ParamDecl::String {
+            max_length: 128,
+            allowed: None,
+        },
+    );
+    Ok(names)
+}
+
 /// Parses one limit: it must limit something, and `burst` only refines `per_second`.
-fn parse_limit(limit: &Obj<'_>, parameters: &BTreeMap<String, ParamDecl>) -> Result<LimitDecl> {
+fn parse_limit(limit: &Obj<'_>, placeholders: &BTreeMap<String, ParamDecl>) -> Result<LimitDecl> {
     limit.allow_only(&["key", "per_second", "burst", "max_in_flight"])?;
     let key = limit.req_str("key")?;
-    check_key(key, &limit.field("key"), parameters)?;
+    check_key(key, &limit.field("key"), placeholders)?;
     let per_second = limit.opt_num("per_second", PER_SECOND_RANGE)?;
     let burst = limit.opt_num("burst", BURST_RANGE)?;
     let max_in_flight = limit.opt_num("max_in_flight", MAX_IN_FLIGHT_RANGE)?;
@@ -148,61 +154,4 @@ fn parse_limit(limit: &Obj<'_>, parameters: &BTreeMap<String, ParamDecl>) -> Res
         burst: burst.or(per_second),
         max_in_flight,
     })
-}
-
-/// Checks a key template: 1..=200 chars, balanced braces, every placeholder declared. Read
-/// dependencies are templates of the same kind.
-pub(crate) fn check_key(
-    key: &str,
-    path: &str,
-    parameters: &BTreeMap<String, ParamDecl>,
-) -> Result<()> {
-    if key.is_empty() || char_len(key) > MAX_KEY_LEN {
-        return Err(FieldError::new(
-            path,
-            format!("must be 1 to {MAX_KEY_LEN} characters"),
-        ));
-    }
-    let pieces = split_template(key).ok_or_else(|| FieldError::new(path, "unbalanced braces"))?;
-    for piece in pieces {
-        if let Piece::Param(name) = piece
-            && !parameters.contains_key(name)
-        {
-            return Err(FieldError::new(
-                path,
-                format!("placeholder {{{name}}} does not name a declared parameter"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Piece, split_template};
-
-    #[test]
-    fn splits_text_and_placeholders() {
-        assert_eq!(
-            split_template("a:{x}:{y}"),
-            Some(vec![
-                Piece::Text("a:"),
-                Piece::Param("x"),
-                Piece::Text(":"),
-                Piece::Param("y"),
-            ])
-        );
-        assert_eq!(
-            split_template("{x}{y}"),
-            Some(vec![Piece::Param("x"), Piece::Param("y")])
-        );
-        assert_eq!(split_template(""), Some(vec![]));
-    }
-
-    #[test]
-    fn refuses_unbalanced_braces() {
-        for bad in ["{x", "x}", "{{x}}", "{x{y}}", "a}{b", "{"] {
-            assert_eq!(split_template(bad), None, "{bad}");
-        }
-    }
 }

@@ -16,6 +16,7 @@ mod names;
 mod namespace;
 mod params;
 mod read;
+mod template;
 mod walk;
 
 #[cfg(test)]
@@ -25,6 +26,7 @@ pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
     NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
+    SubjectRate,
 };
 pub use read::parse_read_params;
 

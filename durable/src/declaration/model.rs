@@ -113,6 +113,17 @@ pub struct IntakeBudget {
     pub burst: u32,
     /// Accept calls in progress at once.
     pub max_in_flight: u32,
+    /// Each subject's own bucket, checked before the command's shared one, so one person
+    /// cannot spend what everyone shares. Absent (none) in declarations stored before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_subject: Option<SubjectRate>,
+}
+
+/// A rate per subject: `intake.per_subject_per_second` and `intake.per_subject_burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubjectRate {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 /// Rate, concurrency and queue budget for starting accepted commands.

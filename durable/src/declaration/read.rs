@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::input::is_uuid;
-use super::limits::{Piece, check_key, split_template};
 use super::model::{ParamDecl, ReadDecl, ReadScope};
 use super::names::{check_code, first_duplicate};
 use super::params::parse_parameters;
+use super::template::{self, Piece, check_key, encode_component, split_template};
 use super::walk::{Obj, Result, as_str, char_len, index};
 use crate::field_error::FieldError;
 
@@ -301,12 +301,14 @@ impl ReadDecl {
         Ok(url)
     }
 
-    /// Renders every dependency template with the raw values of `params` (no encoding: a
-    /// dependency is a key, not a URL). A placeholder without a value renders empty.
+    /// Renders every dependency template with the values of `params`, escaped as limit keys
+    /// are ([`super::template`]: a value made of letters, digits, `-`, `.`, `_` and `~` renders as
+    /// it is), so that two reads' values never name the same dependency by accident. A
+    /// placeholder without a value renders empty.
     pub fn render_dependencies(&self, params: &BTreeMap<String, String>) -> Vec<String> {
         self.dependencies
             .iter()
-            .map(|template| render_template(template, params))
+            .map(|t| template::render(t, |name| params.get(name).map(String::as_str)))
             .collect()
     }
 
@@ -326,38 +328,9 @@ impl ReadDecl {
     }
 }
 
-/// Renders a key template with raw values; unbalanced templates render verbatim.
-fn render_template(template: &str, params: &BTreeMap<String, String>) -> String {
-    let Some(pieces) = split_template(template) else {
-        return template.to_owned();
-    };
-    let mut out = String::with_capacity(template.len());
-    for piece in pieces {
-        match piece {
-            Piece::Text(text) => out.push_str(text),
-            Piece::Param(name) => out.push_str(params.get(name).map_or("", String::as_str)),
-        }
-    }
-    out
-}
-
 /// Whether `value` would be an empty, `.` or `..` path segment.
 fn is_dot_or_empty(value: &str) -> bool {
     matches!(value, "" | "." | "..")
-}
-
-/// Appends `value` percent-encoded: unreserved ASCII as is, every other UTF-8 byte as `%XX`.
-fn encode_component(value: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-    }
 }
 
 /// Checks a read's query against its declared parameters and returns their canonical values.

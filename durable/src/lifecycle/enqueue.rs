@@ -167,6 +167,7 @@ fn intake_request<'a>(
         min_generation: intent.min_generation,
         namespace_id: intent.namespace_id,
         command: &intent.decl.code,
+        subject: intent.subject,
         request_key_field: intent.field,
         content_sha256_hex: digest_hex,
         command_id,

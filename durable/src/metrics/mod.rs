@@ -71,6 +71,7 @@ struct Families {
     group_commit_failed_batches: Counter,
     postgres_fallbacks: Counter,
     fallbacks_refused: Counter,
+    command_reads_refused: Family<Label, Counter>,
     executions: Family<Label, Counter>,
     handler_seconds: Family<Label, Histogram>,
     lease_rescues: Family<Label, Counter>,
@@ -87,6 +88,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         group_commit_failed_batches: Counter::default(),
         postgres_fallbacks: Counter::default(),
         fallbacks_refused: Counter::default(),
+        command_reads_refused: Family::default(),
         executions: Family::default(),
         handler_seconds: Family::new_with_constructor(latency_histogram),
         lease_rescues: Family::default(),
@@ -99,6 +101,11 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         let _ = families
             .intake_decisions
             .get_or_create_owned(&label("outcome", outcome));
+    }
+    for by in ["subject", "process"] {
+        let _ = families
+            .command_reads_refused
+            .get_or_create_owned(&label("by", by));
     }
     for status in STATUSES {
         let _ = families
@@ -122,6 +129,15 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     }
     families
 });
+
+/// A command read refused by its subject's own rate (`subject`) or the process's budget
+/// (`process`).
+pub fn command_read_refused(by: &'static str) {
+    FAMILIES
+        .command_reads_refused
+        .get_or_create(&label("by", by))
+        .inc();
+}
 
 /// The states an executor's handler lands a command in.
 const STATUSES: [&str; 6] = [
@@ -288,6 +304,11 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "sluice_fallbacks_refused",
         "PostgreSQL fallbacks refused because the per-process fallback budget was spent",
         f.fallbacks_refused.clone(),
+    );
+    registry.register(
+        "sluice_command_reads_refused",
+        "Command reads (by id, by request key, mine, cancel) refused by the subject's own rate or the process's budget",
+        f.command_reads_refused.clone(),
     );
     projection_figures(pg, redis).await.register(&mut registry);
     encode(&registry)

@@ -43,6 +43,20 @@ impl AppKeys {
         format!("{}:bucket:intake:{namespace_id}:{command}", self.prefix)
     }
 
+    /// One subject's own intake bucket of a command (`intake.per_subject_per_second`). The
+    /// subject is the key's last part, so no value of it can reach another key.
+    pub fn subject_bucket(
+        &self,
+        namespace_id: NamespaceId,
+        command: &str,
+        subject: &str,
+    ) -> String {
+        format!(
+            "{}:bucket:subject:{namespace_id}:{command}:{subject}",
+            self.prefix
+        )
+    }
+
     pub fn reservations(&self, namespace_id: NamespaceId, command: &str) -> String {
         format!("{}:resv:{namespace_id}:{command}", self.prefix)
     }

@@ -106,6 +106,7 @@ impl Bench {
             per_second: 1_000_000,
             burst: 1_000_000,
             max_in_flight: 1_000_000,
+            per_subject: None,
         };
         let field = format!("3:sub{}", uuid::Uuid::new_v4());
         let digest = "a".repeat(64);
@@ -114,6 +115,7 @@ impl Bench {
             min_generation: 1,
             namespace_id: self.namespace,
             command: "claim",
+            subject: "sub",
             request_key_field: &field,
             content_sha256_hex: &digest,
             command_id: CommandId::new_v7(),

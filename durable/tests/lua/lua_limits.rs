@@ -986,7 +986,7 @@ limits  = [ { key = "provider:{provider}", per_second = 2 }, { key = "account:{p
         };
         map
     };
-    let rendered = render_limit_keys(&decl.limits, &input("a"));
+    let rendered = render_limit_keys(&decl.limits, &input("a"), "u1");
     assert_eq!(
         rendered,
         vec![
@@ -1006,7 +1006,7 @@ limits  = [ { key = "provider:{provider}", per_second = 2 }, { key = "account:{p
         .collect();
     let first = bench.push("ocr", "a", &pairs).await;
     let second = bench.push("ocr", "a", &pairs).await;
-    let rendered_b = render_limit_keys(&decl.limits, &input("b"));
+    let rendered_b = render_limit_keys(&decl.limits, &input("b"), "u1");
     let pairs_b: Vec<(&str, &str)> = rendered_b
         .iter()
         .map(|[t, k]| (t.as_str(), k.as_str()))

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use sluice_durable::declaration::IntakeBudget;
+use sluice_durable::declaration::{IntakeBudget, SubjectRate};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
@@ -25,6 +25,8 @@ struct Limits {
     max_queue: u64,
     max_unfinished: i64,
     reservation_ttl_ms: u64,
+    per_subject: Option<SubjectRate>,
+    subject: &'static str,
 }
 
 impl Default for Limits {
@@ -36,6 +38,8 @@ impl Default for Limits {
             max_queue: 1_000_000,
             max_unfinished: 1_000_000,
             reservation_ttl_ms: 60_000,
+            per_subject: None,
+            subject: "sub",
         }
     }
 }
@@ -47,12 +51,14 @@ impl Bench {
             per_second: limits.per_second,
             burst: limits.burst,
             max_in_flight: limits.max_in_flight,
+            per_subject: limits.per_subject,
         };
         let request = IntakeRequest {
             keys: &self.keys,
             min_generation: 1,
             namespace_id: self.namespace,
             command: "claim",
+            subject: limits.subject,
             request_key_field: field,
             content_sha256_hex: digest,
             command_id: CommandId::from_uuid(id),
@@ -120,6 +126,79 @@ async fn bucket_never_grants_more_than_burst_plus_rate_times_elapsed() {
         "the burst is available at once: granted {granted}"
     );
     assert!(refused > 0, "the callers outran the bucket");
+}
+
+/// A subject's own bucket: 8 tasks of one subject racing a burst of 3 at 2/s get 3 (plus what
+/// refilled), while another subject, asking in the same instant, still gets its own 3; and the
+/// subject's refusals debit nothing from the command's shared bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_cannot_take_more_than_its_own_bucket() {
+    let bench = Bench::new().await;
+    let greedy = Limits {
+        per_second: 1,
+        burst: 30,
+        per_subject: Some(SubjectRate {
+            per_second: 2,
+            burst: 3,
+        }),
+        subject: "greedy",
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let bench = bench.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0u64;
+            for _ in 0..25 {
+                match bench.fresh(greedy).await.1 {
+                    IntakeVerdict::Reserved { .. } => granted += 1,
+                    IntakeVerdict::Limited(Limit::RateLimited { retry_after_ms }) => assert!(
+                        (1..=500).contains(&retry_after_ms),
+                        "the subject's own wait at 2/s: {retry_after_ms}"
+                    ),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            granted
+        }));
+    }
+    let mut granted = 0;
+    for task in tasks {
+        granted += task.await.expect("task");
+    }
+    let ceiling = 3.0 + 2.0 * started.elapsed().as_secs_f64();
+    assert!(granted >= 3, "the subject's burst: {granted}");
+    assert!(
+        (granted as f64) <= ceiling + 1.0,
+        "one subject got {granted} > {ceiling:.1}"
+    );
+    let other = Limits {
+        subject: "patient",
+        ..greedy
+    };
+    for n in 0..3 {
+        assert!(
+            matches!(bench.fresh(other).await.1, IntakeVerdict::Reserved { .. }),
+            "another subject's own burst, call {n}"
+        );
+    }
+    // The shared bucket (burst 30, 1/s) lost only what was granted: 30 - granted - 3 are left
+    // (plus a token a second of refill).
+    let shared = Limits {
+        per_subject: None,
+        ..greedy
+    };
+    let mut left = 0;
+    while matches!(bench.fresh(shared).await.1, IntakeVerdict::Reserved { .. }) {
+        left += 1;
+    }
+    let expected = 30 - granted as i64 - 3;
+    assert!(
+        (expected..=expected + 2).contains(&left),
+        "the shared bucket had {left} left, expected {expected} (plus refill): refusals by the \
+         subject's bucket must not spend it"
+    );
 }
 
 /// Intake in-flight: with 5 slots and 40 concurrent callers exactly 5 reserve; releasing one

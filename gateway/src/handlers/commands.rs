@@ -27,6 +27,7 @@ pub fn parse_command_id(text: &str) -> Result<CommandId, ApiError> {
 
 /// `GET /v1/commands/{command_id}`: the owner subject, or `commands:read`.
 pub async fn get(gateway: &Gateway, caller: &Caller, command_id: CommandId) -> Handled {
+    let _permit = gateway.command_read_permit(caller)?;
     let record = caller_command(gateway, caller, command_id).await?;
     readable_record(gateway, caller, &record).await
 }
@@ -60,6 +61,7 @@ pub async fn by_request_key(
             ));
         }
     };
+    let _permit = gateway.command_read_permit(caller)?;
     let record = queries::by_request_key(
         &gateway.pg,
         caller.namespace_id,
@@ -114,6 +116,7 @@ pub async fn mine(
         before,
         limit: limit + 1,
     };
+    let _permit = gateway.command_read_permit(caller)?;
     let mut records = queries::mine(&gateway.pg, &page).await?;
     let more = records.len() as i64 > limit;
     records.truncate(limit as usize);
@@ -146,6 +149,7 @@ fn decode_cursor(text: &str) -> Result<CommandId, ApiError> {
 /// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →
 /// the intent is recorded; terminal → unchanged. Always answers the current record.
 pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: CommandId) -> Handled {
+    let _permit = gateway.command_read_permit(caller)?;
     let record = caller_command(gateway, caller, command_id).await?;
     caller.require_owner_or_scope(&record.row.subject, "commands:cancel")?;
     let cancelled = lifecycle::end::cancel(

@@ -138,7 +138,7 @@ async fn decide(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -
         keys: AppKeys::new(namespace.application_id),
         resource_key: decl.resource_key_for(&request.input),
     };
-    let limit_keys = render_limit_keys(&decl.limits, &request.input);
+    let limit_keys = render_limit_keys(&decl.limits, &request.input, &request.subject);
     let field = request_key_field(&request.subject, &request.request_key);
     let intent = Intent {
         keys: &attempt.keys,

@@ -1,9 +1,12 @@
 //! The command endpoints besides enqueue: read by id, resume by request key, a subject's own
 //! commands, and cancel.
 
+use std::time::Duration;
+
 use chrono::DateTime;
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use sluice_gateway::config::GatewayConfig;
 use uuid::Uuid;
 
 use crate::support::*;
@@ -705,4 +708,74 @@ async fn cancel_of_a_finished_command_changes_nothing() {
         .get(&format!("/v1/commands/{id}"), Some(&credential))
         .await;
     assert_eq!(after.data(), before.data());
+}
+
+/// Command reads only PostgreSQL answers go through a budget: one subject past its own rate is
+/// `429 RATE_LIMITED` with its wait and leaves the others served; past the process's budget
+/// everyone is `503 UNAVAILABLE`. A refused cancel changes nothing (the row, read from
+/// PostgreSQL, still waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_reads_spend_a_budget_per_subject_and_per_process() {
+    let stack = Stack::start_with(StackOptions {
+        config: GatewayConfig {
+            command_reads_per_subject_per_second: 1,
+            command_reads_per_second: 1,
+            command_reads_concurrency: 16,
+            ..GatewayConfig::default()
+        },
+        ..StackOptions::default()
+    })
+    .await;
+    let waiting = id_of(&enqueued(&stack, "greedy", &key(), &offer()).await);
+    let greedy = stack.subject_token("greedy");
+    let mine = |token: String| {
+        let stack = &stack;
+        async move { stack.get("/v1/commands/claim/mine", Some(&token)).await }
+    };
+    // The process's budget has a burst of one: the first read spends it.
+    assert_eq!(mine(greedy.clone()).await.status, StatusCode::OK);
+    let refused = mine(stack.subject_token("patient")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.code(), "UNAVAILABLE");
+    // Greedy's own burst is two: its second read is its own to make but the process refuses
+    // it; its third is refused by its own rate, with its own wait, and so is its cancel.
+    assert_eq!(
+        mine(greedy.clone()).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let own = mine(greedy.clone()).await;
+    assert_eq!(own.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", own.body);
+    assert_eq!(own.code(), "RATE_LIMITED");
+    let wait = own.body["error"]["retry_after_ms"].as_u64().expect("wait");
+    assert!((1..=1_000).contains(&wait), "{wait}");
+    assert!(own.headers.contains_key("retry-after"));
+    let cancel = stack
+        .post(&format!("/v1/commands/{waiting}:cancel"), Some(&greedy), "")
+        .await;
+    assert_eq!(
+        cancel.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{:?}",
+        cancel.body
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM commands WHERE id = $1::uuid")
+        .bind(&waiting)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("the row");
+    assert_eq!(status, "accepted", "a refused cancel changed the row");
+    // The process's budget refills a token a second, and the patient subject gets it.
+    let served = eventually(Duration::from_secs(3), || async {
+        mine(stack.subject_token("patient")).await.status == StatusCode::OK
+    })
+    .await;
+    assert!(
+        served,
+        "the patient subject is served once the budget refills"
+    );
 }

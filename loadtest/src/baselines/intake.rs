@@ -182,6 +182,7 @@ impl RawIntake {
                 min_generation: self.namespace.generation,
                 namespace_id: self.namespace.namespace_id,
                 command: &decl.code,
+                subject: &subject(n),
                 request_key_field: &field,
                 content_sha256_hex: &self.digest_hex,
                 command_id,

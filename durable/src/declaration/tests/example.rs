@@ -91,7 +91,8 @@ fn example_claim_command() {
         IntakeBudget {
             per_second: 2000,
             burst: 2000,
-            max_in_flight: 500
+            max_in_flight: 500,
+            per_subject: None
         }
     );
     assert_eq!(
@@ -168,7 +169,8 @@ fn example_ocr_defaults() {
         IntakeBudget {
             per_second: 1000,
             burst: 1000,
-            max_in_flight: 1000
+            max_in_flight: 1000,
+            per_subject: None
         }
     );
     assert_eq!(

@@ -222,13 +222,22 @@ fn resource_key_for_input_and_constant() {
 fn render_key_substitutes_placeholders() {
     let cmd = ocr();
     let input = ocr_input("account", Some(json!("acc-7")));
-    assert_eq!(cmd.limits[0].render_key(&input), "provider:gitee");
-    assert_eq!(cmd.limits[1].render_key(&input), "account:gitee:acc-7");
+    assert_eq!(cmd.limits[0].render_key(&input, "u"), "provider:gitee");
+    assert_eq!(cmd.limits[1].render_key(&input, "u"), "account:gitee:acc-7");
     let mut limit = cmd.limits[0].clone();
     limit.key = "{pages}/{urgent}/{missing}!".into();
-    assert_eq!(limit.render_key(&input), "3/false/!");
+    assert_eq!(limit.render_key(&input, "u"), "3/false/!");
     limit.key = "plain".into();
-    assert_eq!(limit.render_key(&input), "plain");
+    assert_eq!(limit.render_key(&input, "u"), "plain");
     limit.key = "broken{".into();
-    assert_eq!(limit.render_key(&input), "broken{");
+    assert_eq!(limit.render_key(&input, "u"), "broken{");
+    limit.key = "subject:{subject}".into();
+    assert_eq!(
+        limit.render_key(&input, "user:42"),
+        "subject:user%3A42",
+        "the caller's subject, escaped"
+    );
+    let separated = ocr_input("account", Some(json!("b:c")));
+    limit.key = "{provider}:{account}".into();
+    assert_eq!(limit.render_key(&separated, "u"), "gitee:b%3Ac");
 }

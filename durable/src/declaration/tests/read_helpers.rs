@@ -224,7 +224,7 @@ fn origin_rendering_refuses_missing_and_dot_segments() {
 }
 
 #[test]
-fn dependencies_render_raw_values() {
+fn dependencies_render_escaped_values() {
     let values = params(&[
         ("id", ID),
         ("kind", "a/b c"),
@@ -236,7 +236,7 @@ fn dependencies_render_raw_values() {
         decl().render_dependencies(&values),
         vec![
             format!("item:{ID}"),
-            "kind:a/b c:-3".to_owned(),
+            "kind:a%2Fb%20c:-3".to_owned(),
             "all-items".to_owned()
         ]
     );
@@ -258,7 +258,10 @@ fn template_values_add_the_subject_only_in_subject_scope() {
         mine.render_origin(&values),
         Ok("http://h/u/a%20b%2F%C3%A9/i/12?s=a%20b%2F%C3%A9".to_owned())
     );
-    assert_eq!(mine.render_dependencies(&values), vec!["user:a b/é"]);
+    assert_eq!(
+        mine.render_dependencies(&values),
+        vec!["user:a%20b%2F%C3%A9"]
+    );
     assert!(
         mine.render_origin(&mine.template_values(&checked, ".."))
             .is_err()

@@ -1,6 +1,6 @@
 //! Rules for a command's own keys: code, resource key, deadline, intake and admission.
 
-use super::super::parse;
+use super::super::{SubjectRate, parse};
 use super::{assert_refused, doc};
 
 #[test]
@@ -187,6 +187,16 @@ fn intake_rules() {
         ),
         ("{ per_second = 1.5 }", "per_second", "must be an integer"),
         ("{ max_queue = 5 }", "max_queue", "unknown field"),
+        (
+            "{ per_subject_per_second = 0 }",
+            "per_subject_per_second",
+            "between 1 and 10000000",
+        ),
+        (
+            "{ per_subject_burst = 3 }",
+            "per_subject_burst",
+            "only allowed with per_subject_per_second",
+        ),
     ];
     for (value, key, message) in cases {
         assert_refused(
@@ -208,6 +218,33 @@ fn intake_burst_defaults_to_per_second() {
     let model = parse(&doc(&[("intake", "{ burst = 9 }")])).expect("parses");
     let intake = model.commands[0].intake;
     assert_eq!((intake.per_second, intake.burst), (1000, 9));
+}
+
+/// A subject's own bucket is off unless declared; its burst defaults to its rate.
+#[test]
+fn intake_per_subject() {
+    let model = parse(&doc(&[("intake", "{ per_second = 7 }")])).expect("parses");
+    assert_eq!(model.commands[0].intake.per_subject, None);
+    let model = parse(&doc(&[("intake", "{ per_subject_per_second = 2 }")])).expect("parses");
+    assert_eq!(
+        model.commands[0].intake.per_subject,
+        Some(SubjectRate {
+            per_second: 2,
+            burst: 2
+        })
+    );
+    let model = parse(&doc(&[(
+        "intake",
+        "{ per_subject_per_second = 1, per_subject_burst = 3 }",
+    )]))
+    .expect("parses");
+    assert_eq!(
+        model.commands[0].intake.per_subject,
+        Some(SubjectRate {
+            per_second: 1,
+            burst: 3
+        })
+    );
 }
 
 #[test]

@@ -80,6 +80,18 @@ fn limit_key_rules() {
             "key = \"ok:{a}\", per_second = 1".to_owned(),
             "duplicate limit key \"ok:{a}\"",
         ),
+        (
+            "key = \"x:{a}{b}\", per_second = 1".to_owned(),
+            "must be separated from the one before it",
+        ),
+        (
+            "key = \"x:{a}-v.{b}\", per_second = 1".to_owned(),
+            "must be separated from the one before it",
+        ),
+        (
+            "key = \"x%:{a}\", per_second = 1".to_owned(),
+            "'%' is reserved",
+        ),
     ];
     for (second, message) in cases {
         let list = format!("[{{ key = \"ok:{{a}}\", per_second = 1 }}, {{ {second} }}]");
@@ -159,5 +171,29 @@ fn limit_defaults_and_values() {
                 max_in_flight: None
             },
         ]
+    );
+}
+
+/// `{subject}` names the caller's subject in a limit key (one person's budget), and no
+/// parameter may then take that name.
+#[test]
+fn a_limit_key_may_name_the_subject() {
+    let parsed = limits(
+        "[{ key = \"subject:{subject}\", max_in_flight = 1 }, { key = \"{a}:{subject}\", per_second = 2 }]",
+    );
+    assert_eq!(parsed[0].key, "subject:{subject}");
+    assert_eq!(parsed[1].key, "{a}:{subject}");
+    let clash = doc(&[
+        (
+            "parameters",
+            r#"{ subject = { type = "string", max_length = 8 } }"#,
+        ),
+        ("resource_key", r#"{ from = "input", field = "subject" }"#),
+        ("limits", r#"[{ key = "s:{subject}", per_second = 1 }]"#),
+    ]);
+    assert_refused(
+        &clash,
+        "command[0].parameters.subject",
+        "no parameter may be named subject",
     );
 }

@@ -368,7 +368,7 @@ fn only_a_subject_scoped_read_may_name_the_subject() {
     );
     assert_eq!(
         decl.render_dependencies(&values),
-        vec!["orders:user/42", "offer:7"]
+        vec!["orders:user%2F42", "offer:7"]
     );
     assert_refused(
         &with_read(&[("origin", origin)]),

@@ -33,6 +33,7 @@ fn budget() -> IntakeBudget {
         per_second: 1_000,
         burst: 1_000,
         max_in_flight: 1_000,
+        per_subject: None,
     }
 }
 
@@ -46,6 +47,7 @@ impl Bench {
                 min_generation: 1,
                 namespace_id: self.namespace,
                 command: "job",
+                subject: "sub",
                 request_key_field: field,
                 content_sha256_hex: &"a".repeat(64),
                 command_id: CommandId::from_uuid(id),
