@@ -5,9 +5,14 @@
 //! the newest signs, older ones keep verifying until retired), short-lived, URL-safe and small.
 //!
 //! Wire format, base64url without padding:
-//! `version(1)=1 | kid_len(1) | kid | application_id(16) | namespace_id(16) | command_id(16) |
-//! generation(u64 BE) | expires_at_unix(i64 BE) | HMAC-SHA256(32)`, where the MAC covers
-//! the fixed prefix `sluice-ticket-v1` followed by every byte before it.
+//! `version(1)=2 | kid_len(1) | kid | application_id(16) | namespace_id(16) | command_id(16) |
+//! expires_at_unix(i64 BE) | HMAC-SHA256(32)`, where the MAC covers the fixed prefix
+//! `sluice-ticket-v2` followed by every byte before it.
+//!
+//! Version 1 also carried the projection's generation (u64 BE, before the expiry). Nothing ever
+//! checked it, and nothing could: a command id is never reused, so a ticket stays right for its
+//! command across every rebuild. Version 2 drops it; version 1 tickets still verify (with their
+//! own domain) until they expire, so an upgrade breaks no browser that is polling.
 
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use std::fmt;
@@ -21,15 +26,19 @@ use crate::mac::{HmacSha256, keyed_mac};
 
 /// Fed into the MAC first so a ticket MAC can never be confused with any other MAC made with
 /// the same secret (and so a future format version cannot verify as this one).
-const DOMAIN: &[u8] = b"sluice-ticket-v1";
-const VERSION: u8 = 1;
+const DOMAIN: &[u8] = b"sluice-ticket-v2";
+const VERSION: u8 = 2;
+/// The earlier format, still verified (its generation is read past and ignored).
+const DOMAIN_V1: &[u8] = b"sluice-ticket-v1";
+const VERSION_V1: u8 = 1;
 const MAC_LEN: usize = 32;
 const MAX_KID_LEN: usize = 16;
 /// The API promises tickets of at most 512 bytes; longer input is refused before decoding.
 pub const MAX_TICKET_LEN: usize = 512;
 const MIN_SECRET_LEN: usize = 32;
-/// Bytes after the kid: three uuids, generation, expiry.
-const BODY_LEN: usize = 3 * 16 + 8 + 8;
+/// Bytes after the kid: three uuids and the expiry (version 1: a generation before the expiry).
+const BODY_LEN: usize = 3 * 16 + 8;
+const BODY_LEN_V1: usize = BODY_LEN + 8;
 
 /// What a ticket grants: reading the status of one command of one application/namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +49,6 @@ pub struct TicketClaims {
     pub namespace_id: NamespaceId,
     /// The command whose status this ticket may read.
     pub command_id: CommandId,
-    /// Lets the gateway refuse tickets issued before a command was re-created.
-    pub generation: u64,
     /// Unix seconds; the ticket is refused from this instant on.
     pub expires_at_unix: i64,
 }
@@ -162,7 +169,6 @@ impl TicketKeys {
         bytes.extend_from_slice(claims.application_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.command_id.as_uuid().as_bytes());
-        bytes.extend_from_slice(&claims.generation.to_be_bytes());
         bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
         let tag = key
             .mac
@@ -188,7 +194,12 @@ impl TicketKeys {
             return Err(TicketError::Malformed);
         };
         let kid_len = usize::from(*kid_len);
-        if *version != VERSION || rest.len() != kid_len + BODY_LEN + MAC_LEN {
+        let (domain, body_len) = match *version {
+            VERSION => (DOMAIN, BODY_LEN),
+            VERSION_V1 => (DOMAIN_V1, BODY_LEN_V1),
+            _ => return Err(TicketError::Malformed),
+        };
+        if rest.len() != kid_len + body_len + MAC_LEN {
             return Err(TicketError::Malformed);
         }
         let (kid, rest) = rest.split_at(kid_len);
@@ -203,11 +214,11 @@ impl TicketKeys {
         let (signed, tag) = bytes.split_at(bytes.len() - MAC_LEN);
         key.mac
             .clone()
-            .chain_update(DOMAIN)
+            .chain_update(domain)
             .chain_update(signed)
             .verify_slice(tag)
             .map_err(|_| TicketError::BadSignature)?;
-        let claims = decode_body(rest).ok_or(TicketError::Malformed)?;
+        let claims = decode_body(rest, body_len - 8).ok_or(TicketError::Malformed)?;
         if now_unix >= claims.expires_at_unix {
             return Err(TicketError::Expired);
         }
@@ -215,16 +226,16 @@ impl TicketKeys {
     }
 }
 
-/// Reads the fixed-size fields after the kid; `None` only if the slice is too short.
-fn decode_body(body: &[u8]) -> Option<TicketClaims> {
+/// Reads the fixed-size fields after the kid, the expiry at `expiry_at`; `None` only if the
+/// slice is too short.
+fn decode_body(body: &[u8], expiry_at: usize) -> Option<TicketClaims> {
     let uuid = |at: usize| Some(Uuid::from_bytes(body.get(at..at + 16)?.try_into().ok()?));
     let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
     Some(TicketClaims {
         application_id: uuid(0)?.into(),
         namespace_id: uuid(16)?.into(),
         command_id: uuid(32)?.into(),
-        generation: u64::from_be_bytes(word(48)?),
-        expires_at_unix: i64::from_be_bytes(word(56)?),
+        expires_at_unix: i64::from_be_bytes(word(expiry_at)?),
     })
 }
 

@@ -77,11 +77,7 @@ pub async fn by_request_key(
 /// A command's record as its owner subject, or a caller with `commands:read`, sees it.
 async fn readable_record(gateway: &Gateway, caller: &Caller, record: &CommandRecord) -> Handled {
     caller.require_owner_or_scope(&record.row.subject, "commands:read")?;
-    let namespace = gateway.namespace(caller.namespace_id).await?;
-    Ok((
-        StatusCode::OK,
-        command_json(gateway, record, namespace.generation)?,
-    ))
+    Ok((StatusCode::OK, command_json(gateway, record)?))
 }
 
 /// `GET /v1/commands/{command}/mine`: the subject's own commands, newest first.
@@ -125,10 +121,9 @@ pub async fn mine(
     } else {
         None
     };
-    let namespace = gateway.namespace(caller.namespace_id).await?;
     let items: Vec<Value> = records
         .iter()
-        .map(|r| command_json(gateway, r, namespace.generation))
+        .map(|r| command_json(gateway, r))
         .collect::<Result<_, _>>()?;
     Ok((StatusCode::OK, to_data(&Page { items, next_cursor })?))
 }
@@ -161,11 +156,7 @@ pub async fn cancel(gateway: &Gateway, caller: &Caller, command_id: CommandId) -
     )
     .await?
     .ok_or_else(|| ApiError::not_found("no such command in this namespace"))?;
-    let namespace = gateway.namespace(caller.namespace_id).await?;
-    Ok((
-        StatusCode::OK,
-        command_json(gateway, &cancelled.record, namespace.generation)?,
-    ))
+    Ok((StatusCode::OK, command_json(gateway, &cancelled.record)?))
 }
 
 /// A page of `GET /v1/commands/mine`: the records, and the cursor of the next page if any.

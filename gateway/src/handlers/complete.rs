@@ -71,10 +71,7 @@ pub async fn complete(gateway: &Gateway, caller: &Caller, id: CommandId, body: B
         }
         Completion::Repeated(record) | Completion::Landed(record) => record,
     };
-    Ok((
-        StatusCode::OK,
-        command_json(gateway, &record, namespace.generation)?,
-    ))
+    Ok((StatusCode::OK, command_json(gateway, &record)?))
 }
 
 /// `{"outcome": "succeeded"|"rejected"|"failed", "result": {…}?, "error_code": "…"?}`.

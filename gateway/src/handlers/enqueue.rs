@@ -169,12 +169,12 @@ impl Attempt<'_> {
         match enqueued {
             Enqueued::Accepted {
                 command_id,
-                generation,
                 accepted_at,
                 deadline_at,
                 queue,
+                ..
             } => {
-                let ticket = self.ticket(command_id, generation, deadline_at.timestamp());
+                let ticket = self.ticket(command_id, deadline_at.timestamp());
                 Ok((
                     StatusCode::ACCEPTED,
                     receipt_json(
@@ -190,9 +190,9 @@ impl Attempt<'_> {
                 ))
             }
             Enqueued::Replayed { command_id } => self.answer_replay(command_id).await,
-            Enqueued::Existing { row, generation } => {
+            Enqueued::Existing { row, .. } => {
                 if row.content_sha256 == digest {
-                    Ok((StatusCode::OK, self.receipt_from_row(&row, generation)?))
+                    Ok((StatusCode::OK, self.receipt_from_row(&row)?))
                 } else {
                     Err(idempotency_conflict())
                 }
@@ -233,8 +233,7 @@ impl Attempt<'_> {
             let deadline_unix = chrono::DateTime::parse_from_rfc3339(deadline_at)
                 .map(|d| d.timestamp())
                 .unwrap_or_default();
-            let generation = projected.generation.unwrap_or(self.namespace.generation);
-            let ticket = self.ticket(command_id, generation, deadline_unix);
+            let ticket = self.ticket(command_id, deadline_unix);
             let queue = projected.position.map(|p| (p, projected.observed_at_ms));
             return Ok((
                 StatusCode::OK,
@@ -270,18 +269,11 @@ impl Attempt<'_> {
             deadline_at: record.row.deadline_at,
             resource_key: record.row.resource_key.clone(),
         };
-        Ok((
-            StatusCode::OK,
-            self.receipt_from_row(&existing, self.namespace.generation)?,
-        ))
+        Ok((StatusCode::OK, self.receipt_from_row(&existing)?))
     }
 
-    fn receipt_from_row(
-        &self,
-        existing: &ExistingCommand,
-        generation: i64,
-    ) -> Result<Value, ApiError> {
-        let ticket = self.ticket(existing.id, generation, existing.deadline_at.timestamp());
+    fn receipt_from_row(&self, existing: &ExistingCommand) -> Result<Value, ApiError> {
+        let ticket = self.ticket(existing.id, existing.deadline_at.timestamp());
         receipt_json(
             self,
             existing.id,
@@ -294,13 +286,12 @@ impl Attempt<'_> {
         )
     }
 
-    fn ticket(&self, command_id: CommandId, generation: i64, deadline_unix: i64) -> String {
+    fn ticket(&self, command_id: CommandId, deadline_unix: i64) -> String {
         sign_ticket(
             self.gateway,
             self.namespace.application_id,
             self.namespace.namespace_id,
             command_id,
-            generation,
             deadline_unix,
         )
     }

@@ -24,15 +24,11 @@ pub async fn caller_command(
 
 /// The full record of `GET /v1/commands/{id}`, `requests/{key}`, `mine` and cancel, with a fresh
 /// ticket so a browser can resume polling after a refresh.
-pub fn command_json(
-    gateway: &Gateway,
-    record: &CommandRecord,
-    generation: i64,
-) -> Result<Value, ApiError> {
+pub fn command_json(gateway: &Gateway, record: &CommandRecord) -> Result<Value, ApiError> {
     let row = &record.row;
     to_data(&CommandAnswer {
         command_id: row.id,
-        ticket: ticket_for(gateway, record, generation),
+        ticket: ticket_for(gateway, record),
         command: &row.command,
         subject: &row.subject,
         request_key: &row.request_key,
@@ -53,13 +49,12 @@ pub fn command_json(
     })
 }
 
-pub fn ticket_for(gateway: &Gateway, record: &CommandRecord, generation: i64) -> String {
+pub fn ticket_for(gateway: &Gateway, record: &CommandRecord) -> String {
     sign_ticket(
         gateway,
         record.row.application_id,
         record.row.namespace_id,
         record.row.id,
-        generation,
         record.row.deadline_at.timestamp(),
     )
 }
@@ -71,14 +66,12 @@ pub fn sign_ticket(
     application_id: ApplicationId,
     namespace_id: NamespaceId,
     command_id: CommandId,
-    generation: i64,
     deadline_unix: i64,
 ) -> String {
     gateway.tickets.sign(&TicketClaims {
         application_id,
         namespace_id,
         command_id,
-        generation: u64::try_from(generation).unwrap_or(0),
         expires_at_unix: deadline_unix + gateway.config.ticket_retention_seconds,
     })
 }

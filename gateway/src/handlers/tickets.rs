@@ -30,7 +30,10 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let keys = AppKeys::new(claims.application_id);
     match read_status(&gateway.redis, &keys, claims.command_id).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
-            from_projection(claims, &projected)
+            match projected.generation {
+                Some(generation) => from_projection(claims, &projected, generation),
+                None => from_postgres(gateway, claims).await,
+            }
         }
         Ok(_) => from_postgres(gateway, claims).await,
         Err(error) => {
@@ -40,7 +43,8 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     }
 }
 
-fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Handled {
+/// The answer from Redis: `generation` is the projection's, the one the status was read at.
+fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus, generation: i64) -> Handled {
     let status = projected.status.unwrap_or(CommandStatus::Accepted);
     let position = projected.position;
     let result: Option<Value> = projected
@@ -60,10 +64,7 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus) -> Handle
             projected.drain_per_second,
             rand::random::<f64>(),
         ),
-        generation: projected
-            .generation
-            .unwrap_or(claims.generation as i64)
-            .to_string(),
+        generation: generation.to_string(),
         updated_at: projected.updated_at.clone(),
         result: shown_result(status, result.as_ref()),
         error: shown_error(
@@ -81,13 +82,15 @@ async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
         .await?
         .ok_or_else(|| ApiError::not_found("the ticket's command no longer exists"))?;
     let status = record.row.status;
+    // PostgreSQL's generation of the projection, as this gateway last read the namespace.
+    let generation = gateway.namespace(claims.namespace_id).await?.generation;
     let answer = TicketAnswer {
         command_id: record.row.id,
         status,
         queue: None,
         eta_seconds: None,
         poll_after_ms: poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
-        generation: claims.generation.to_string(),
+        generation: generation.to_string(),
         updated_at: Some(rfc3339(record.row.updated_at)),
         result: shown_result(status, record.result.as_ref()),
         error: shown_error(

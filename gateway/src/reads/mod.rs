@@ -17,11 +17,11 @@
 //!   within the per-process budget, and everything else is `503`.
 
 mod call;
+mod flights;
 pub mod origin;
 
 pub use call::ReadCall;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::cache::{
     self, Bounds, Entry, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -100,12 +100,10 @@ pub struct View {
     l1_until: Instant,
 }
 
-type Flight = Arc<OnceCell<Result<Arc<View>, ApiError>>>;
-
 pub struct ReadCache {
     config: CacheConfig,
     l1: Cache<String, Arc<View>>,
-    flights: std::sync::Mutex<HashMap<String, Flight>>,
+    flights: flights::Flights<Result<Arc<View>, ApiError>>,
     origin_slots: Arc<Semaphore>,
     client: OriginClient,
     /// Bumped by every invalidation this process hears of: a value looked up before one is
@@ -122,7 +120,7 @@ impl ReadCache {
                 .time_to_live(Duration::from_millis(config.l1_ms.max(1)))
                 .support_invalidation_closures()
                 .build(),
-            flights: std::sync::Mutex::new(HashMap::new()),
+            flights: flights::Flights::default(),
             origin_slots: Arc::new(Semaphore::new(config.origin_per_process.max(1))),
             client: OriginClient::new(),
             epoch: AtomicU64::new(0),
@@ -203,30 +201,10 @@ impl ReadCache {
             self.stats.l1_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(view);
         }
-        let flight = {
-            let mut flights = self
-                .flights
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            flights.entry(call.keys.entry.clone()).or_default().clone()
-        };
-        let answer = flight
-            .get_or_init(|| async { self.lookup(redis, &call).await })
+        // Held until the answer is read, or dropped with this future if the caller goes away.
+        let seat = self.flights.join(&call.keys.entry);
+        seat.answer(|| async { self.lookup(redis, &call).await })
             .await
-            .clone();
-        {
-            let mut flights = self
-                .flights
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if flights
-                .get(&call.keys.entry)
-                .is_some_and(|current| Arc::ptr_eq(current, &flight))
-            {
-                flights.remove(&call.keys.entry);
-            }
-        }
-        answer
     }
 
     /// One lookup (shared by this process's concurrent callers of the key).

@@ -17,7 +17,6 @@ fn claims() -> TicketClaims {
         application_id: ApplicationId::new_v7(),
         namespace_id: NamespaceId::from_uuid(Uuid::new_v4()),
         command_id: CommandId::new_v7(),
-        generation: u64::MAX - 7,
         expires_at_unix: NOW + 600,
     }
 }
@@ -41,21 +40,58 @@ fn format_is_pinned() {
         application_id: ApplicationId::from_uuid(Uuid::from_bytes([1; 16])),
         namespace_id: NamespaceId::from_uuid(Uuid::from_bytes([2; 16])),
         command_id: CommandId::from_uuid(Uuid::from_bytes([3; 16])),
-        generation: 0x0102_0304_0506_0708,
         expires_at_unix: -2,
     };
     let bytes = URL_SAFE_NO_PAD.decode(k.sign(&c)).expect("test fixture");
-    let mut expected = vec![1u8, 3, b'a', b'b', b'c'];
+    let mut expected = vec![2u8, 3, b'a', b'b', b'c'];
     expected.extend([1; 16]);
     expected.extend([2; 16]);
     expected.extend([3; 16]);
-    expected.extend([1, 2, 3, 4, 5, 6, 7, 8]);
     expected.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]);
     let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&[9; 32]).expect("test fixture");
-    mac.update(b"sluice-ticket-v1");
+    mac.update(b"sluice-ticket-v2");
     mac.update(&expected);
     expected.extend(mac.finalize().into_bytes().as_slice());
     assert_eq!(bytes, expected);
+}
+
+/// A version 1 ticket (issued before the generation was dropped) still verifies until it
+/// expires, its generation read past; its MAC is checked under its own domain, so a v1 body
+/// relabelled as v2 (or the reverse) is refused.
+#[test]
+fn a_version_1_ticket_still_verifies() {
+    let k = keys(&format!("abc:{}", secret(9)));
+    let mut body = vec![1u8, 3, b'a', b'b', b'c'];
+    body.extend([1; 16]);
+    body.extend([2; 16]);
+    body.extend([3; 16]);
+    body.extend([1, 2, 3, 4, 5, 6, 7, 8]);
+    body.extend((NOW + 60).to_be_bytes());
+    let sign = |body: &[u8], domain: &[u8]| {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&[9; 32]).expect("test fixture");
+        mac.update(domain);
+        mac.update(body);
+        let mut signed = body.to_vec();
+        signed.extend(mac.finalize().into_bytes().as_slice());
+        URL_SAFE_NO_PAD.encode(signed)
+    };
+    let claims = k
+        .verify(&sign(&body, b"sluice-ticket-v1"), NOW)
+        .expect("a v1 ticket verifies");
+    assert_eq!(
+        claims.command_id,
+        CommandId::from_uuid(Uuid::from_bytes([3; 16]))
+    );
+    assert_eq!(claims.expires_at_unix, NOW + 60);
+    assert_eq!(
+        k.verify(&sign(&body, b"sluice-ticket-v2"), NOW),
+        Err(TicketError::BadSignature),
+        "a v1 body signed under the v2 domain"
+    );
+    assert_eq!(
+        k.verify(&sign(&body, b"sluice-ticket-v1"), NOW + 60),
+        Err(TicketError::Expired)
+    );
 }
 
 #[test]
