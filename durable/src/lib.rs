@@ -9,6 +9,7 @@
 //! - [`declaration`]: TOML declarations of commands and quota pools, parsed and validated.
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
+//! - [`webhook_secret`]: rotating a namespace's webhook secret (two live during a rotation).
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`status`]: the status board operators read.
@@ -38,5 +39,6 @@ pub mod projection;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;
+pub mod webhook_secret;
 
 pub use error::DurableError;

@@ -58,13 +58,61 @@ pub fn is_key_id_format(text: &str) -> bool {
     })
 }
 
+/// A secret's text as it is shown and used: 32 random bytes, base64url without padding. Every
+/// secret Sluice makes (subject keys, webhook secrets) is used as exactly this text, its
+/// ASCII bytes being the HMAC key.
 pub fn encode_secret(bytes: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A value that must never reach a log: its `Debug` says only whether it is set, so a struct
+/// holding one may derive `Debug`. Serialized as the value itself (a file the secret is written
+/// to must hold it).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Redacted<T>(pub T);
+
+impl<T> Redacted<T> {
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::fmt::Debug for Redacted<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_a_secret() {
+        let output = crate::tenancy::BootstrapOutput {
+            application_id: crate::ids::ApplicationId::new_v7(),
+            namespace_id: crate::ids::NamespaceId::from_uuid(uuid::Uuid::nil()),
+            namespace: "main".into(),
+            credential: new_credential_secret(),
+            scopes: vec![],
+            subject_key: crate::tenancy::SubjectKeyOutput {
+                id: new_key_id(),
+                secret: encode_secret(&random_bytes::<32>()),
+            },
+            webhook_secret: encode_secret(&random_bytes::<32>()),
+        };
+        let shown = format!("{output:?} {:?}", Redacted("k1:secret"));
+        for secret in [
+            output.credential.as_str(),
+            &output.subject_key.secret,
+            &output.webhook_secret,
+            "k1:secret",
+        ] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains(&output.subject_key.id), "ids are not secrets");
+    }
 
     #[test]
     fn credential_secrets_are_unique_and_prefixed() {

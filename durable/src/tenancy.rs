@@ -40,8 +40,9 @@ pub struct BootstrapRequest {
     pub resource_access: bool,
 }
 
-/// What `sluice bootstrap` writes to its output file: the only time secrets are shown.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+/// What `sluice bootstrap` writes to its output file: the only time secrets are shown. Its
+/// `Debug` redacts them.
+#[derive(Clone, Serialize, serde::Deserialize)]
 pub struct BootstrapOutput {
     pub application_id: ApplicationId,
     pub namespace_id: NamespaceId,
@@ -52,10 +53,35 @@ pub struct BootstrapOutput {
     pub webhook_secret: String,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+/// A subject key as it is shown once. The HS256 key is `secret` exactly as shown (its ASCII
+/// bytes; see [`secrets::encode_secret`]). Its `Debug` redacts the secret.
+#[derive(Clone, Serialize, serde::Deserialize)]
 pub struct SubjectKeyOutput {
     pub id: String,
     pub secret: String,
+}
+
+impl std::fmt::Debug for SubjectKeyOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubjectKeyOutput")
+            .field("id", &self.id)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for BootstrapOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapOutput")
+            .field("application_id", &self.application_id)
+            .field("namespace_id", &self.namespace_id)
+            .field("namespace", &self.namespace)
+            .field("credential", &"<redacted>")
+            .field("scopes", &self.scopes)
+            .field("subject_key", &self.subject_key)
+            .field("webhook_secret", &"<redacted>")
+            .finish()
+    }
 }
 
 fn validate_bootstrap(req: &BootstrapRequest) -> Result<Vec<String>, FieldError> {

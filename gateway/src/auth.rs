@@ -123,6 +123,25 @@ async fn authenticate_credential(gateway: &Gateway, secret: &str) -> Result<Call
     })
 }
 
+/// The HS256 key of a subject key is its secret exactly as shown (`sluice bootstrap`,
+/// `sluice subject-key create`): the bytes of that base64url text, which is what every JWT
+/// library does with a string secret, and the same rule as the webhook secret. Tokens signed
+/// with the decoded bytes (what this gateway required before the rule was written down) are
+/// still accepted, so no backend minting them breaks; both keys carry the same 256 random bits.
+pub fn verify_with_subject_key(
+    token: &str,
+    stored: &[u8],
+    now_unix: i64,
+) -> Result<subject_token::SubjectClaims, subject_token::SubjectTokenError> {
+    let shown = sluice_durable::secrets::encode_secret(stored);
+    match subject_token::verify(token, shown.as_bytes(), now_unix) {
+        Err(subject_token::SubjectTokenError::BadSignature) => {
+            subject_token::verify(token, stored, now_unix)
+        }
+        verdict => verdict,
+    }
+}
+
 async fn authenticate_subject(gateway: &Gateway, token: &str) -> Result<Caller, ApiError> {
     let invalid = |e: subject_token::SubjectTokenError| {
         ApiError::unauthenticated(format!("the subject token is not valid: {e}"))
@@ -136,7 +155,7 @@ async fn authenticate_subject(gateway: &Gateway, token: &str) -> Result<Caller, 
     let (namespace_id, secret) = gateway.subject_key(&kid).await?.ok_or_else(|| {
         ApiError::unauthenticated("the subject token is not valid: unknown key id")
     })?;
-    let claims = subject_token::verify(token, &secret, now_unix()).map_err(invalid)?;
+    let claims = verify_with_subject_key(token, &secret, now_unix()).map_err(invalid)?;
     Ok(Caller {
         namespace_id,
         principal: Principal::Subject {

@@ -1,13 +1,13 @@
 //! The `sluice` command line: thin wrappers that parse, connect and call the libraries.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::{db, projection};
+use sluice_durable::{db, projection, webhook_secret};
 use tokio_util::sync::CancellationToken;
 
 use sluice_durable::executor::Executor;
@@ -49,6 +49,9 @@ pub enum Command {
     /// Rotate the namespace's subject-token keys.
     #[command(subcommand)]
     SubjectKey(SubjectKeyCommand),
+    /// Rotate the namespace's webhook secret: both sign until the old one is retired.
+    #[command(subcommand)]
+    WebhookSecret(WebhookSecretCommand),
     /// Rebuild an application's Redis projection from PostgreSQL.
     Rebuild(RebuildArgs),
     /// Print the effective settings as TOML (defaults, file, environment and flags applied; the
@@ -123,7 +126,8 @@ pub struct ApplyArgs {
     pub file: PathBuf,
 }
 
-#[derive(Debug, Args)]
+/// No `Debug` derive: it may hold the ticket keys (see the impl below).
+#[derive(Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub settings: ConfigArgs,
@@ -142,6 +146,22 @@ pub struct ServeArgs {
     /// Redis connections (`redis_pool_size`).
     #[arg(long)]
     pub redis_pool_size: Option<String>,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("settings", &self.settings)
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field(
+                "ticket_keys",
+                &self.ticket_keys.as_ref().map(|_| "<redacted>"),
+            )
+            .field("pg_pool_size", &self.pg_pool_size)
+            .field("redis_pool_size", &self.redis_pool_size)
+            .finish()
+    }
 }
 
 impl ServeArgs {
@@ -207,18 +227,27 @@ pub struct DevArgs {
 #[derive(Debug, Subcommand)]
 pub enum SubjectKeyCommand {
     /// Add a key (prints its id and secret once); existing keys stay valid.
-    Create(SubjectKeyArgs),
+    Create(ManageArgs),
     /// Revoke a key by id.
     Revoke {
         #[command(flatten)]
-        key: SubjectKeyArgs,
+        key: ManageArgs,
         #[arg(long)]
         kid: String,
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum WebhookSecretCommand {
+    /// Make a new secret current (printed once); requests are signed with both the new and the
+    /// old one until `retire`.
+    Rotate(ManageArgs),
+    /// Stop signing with the previous secret (once every backend checks the new one).
+    Retire(ManageArgs),
+}
+
 #[derive(Debug, Args)]
-pub struct SubjectKeyArgs {
+pub struct ManageArgs {
     #[command(flatten)]
     pub settings: ConfigArgs,
     /// The credentials file written by `sluice bootstrap` (needs `declarations:manage`).
@@ -250,6 +279,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Execute(args) => execute(args).await,
         Command::Dev(args) => crate::dev::run(args).await,
         Command::SubjectKey(command) => subject_key(command).await,
+        Command::WebhookSecret(command) => webhook_secret(command).await,
         Command::Config(config) => {
             print!("{}", config.load(vec![])?.to_redacted_toml()?);
             Ok(())
@@ -298,15 +328,34 @@ async fn bootstrap(args: BootstrapArgs) -> CliResult {
 }
 
 /// Writes a file only its owner can read: it holds secrets shown nowhere else.
-pub fn write_secret_file(path: &PathBuf, contents: &[u8]) -> std::io::Result<()> {
+///
+/// A symbolic link at `path` is refused, not followed (`O_NOFOLLOW`): whoever could plant one
+/// would otherwise have the secrets written wherever it points. A file that exists already is
+/// narrowed to `0600` before anything is written to it (the mode given to `open` applies only to
+/// a file it creates).
+pub fn write_secret_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
-        .open(path)?;
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|error| {
+            if error.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::other(format!(
+                    "{} is a symbolic link: refusing to write secrets through it",
+                    path.display()
+                ))
+            } else {
+                error
+            }
+        })?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.set_len(0)?;
     file.write_all(contents)?;
-    file.write_all(b"\n")
+    file.write_all(b"\n")?;
+    file.sync_all()
 }
 
 pub fn read_credentials(
@@ -359,6 +408,34 @@ async fn subject_key(command: SubjectKeyCommand) -> CliResult {
     Ok(())
 }
 
+async fn webhook_secret(command: WebhookSecretCommand) -> CliResult {
+    let args = match &command {
+        WebhookSecretCommand::Rotate(args) | WebhookSecretCommand::Retire(args) => args,
+    };
+    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
+    let record = manager(&pg, &args.credentials, "declarations:manage").await?;
+    let actor = format!("credential:{}", record.id);
+    match command {
+        WebhookSecretCommand::Rotate(_) => {
+            let secret = webhook_secret::rotate(&pg, record.namespace_id, &actor).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "webhook_secret": secret }))?
+            );
+            eprintln!(
+                "requests are signed with the new and the previous secret from the executors' next catalog refresh; once every backend checks the new one, run `sluice webhook-secret retire`"
+            );
+        }
+        WebhookSecretCommand::Retire(_) => {
+            webhook_secret::retire(&pg, record.namespace_id, &actor).await?;
+            println!(
+                "the previous webhook secret is retired: requests are signed with the current one only"
+            );
+        }
+    }
+    Ok(())
+}
+
 async fn apply(args: ApplyArgs) -> CliResult {
     let source = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
@@ -378,7 +455,7 @@ async fn apply(args: ApplyArgs) -> CliResult {
 
 async fn serve(args: ServeArgs) -> CliResult {
     let settings = args.load()?;
-    let spec = settings.ticket_keys.as_deref().ok_or(
+    let spec = settings.ticket_keys.as_ref().map(|k| k.expose().as_str()).ok_or(
         "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
     )?;
     let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
@@ -463,5 +540,43 @@ pub async fn watch_signals(shutdown: CancellationToken) {
             }
             else => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::write_secret_file;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_secret_file_is_0600_even_when_it_existed_and_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = dir.path().join("fresh.json");
+        write_secret_file(&fresh, b"{}").expect("write");
+        assert_eq!(mode(&fresh), 0o600);
+
+        let existing = dir.path().join("existing.json");
+        std::fs::write(&existing, "old contents, longer than the new").expect("write");
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_secret_file(&existing, b"{}").expect("write");
+        assert_eq!(mode(&existing), 0o600);
+        assert_eq!(std::fs::read(&existing).expect("read"), b"{}\n");
+
+        let target = dir.path().join("target");
+        std::fs::write(&target, "untouched").expect("write");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let error = write_secret_file(&link, b"{}").expect_err("a symlink is refused");
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "untouched");
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_durable::executor::Executor;
+use sluice_durable::secrets::Redacted;
 use sluice_durable::tenancy::{self, BootstrapRequest};
 use sluice_durable::{db, projection};
 use sluice_servers::{PgServer, RedisServer};
@@ -89,7 +90,7 @@ pub async fn run(args: DevArgs) -> CliResult {
     // Ready before the port opens: the first enqueue must not find the projection missing.
     sluice_durable::projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
 
-    let tickets = match &settings.ticket_keys {
+    let tickets = match settings.ticket_keys.as_ref().map(Redacted::expose) {
         Some(spec) => TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,
         None => TicketKeys::generate().1,
     };

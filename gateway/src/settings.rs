@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::DEFAULT_RETENTION_SECONDS;
+use sluice_durable::secrets::Redacted;
 
 use crate::config::GatewayConfig;
 
@@ -35,7 +36,7 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Ticket signing keys, `kid:secret,kid:secret` (the first signs; all verify). Required by
     /// `serve`; never printed.
-    pub ticket_keys: Option<String>,
+    pub ticket_keys: Option<Redacted<String>>,
     /// Where a gateway serves `GET /metrics` and the detailed `GET /readyz` (port 0: any free
     /// port, logged at start). Loopback by default: neither belongs on a public port.
     pub admin_listen: SocketAddr,
@@ -255,7 +256,7 @@ impl Settings {
     pub fn to_redacted_toml(&self) -> Result<String, toml::ser::Error> {
         let mut shown = self.clone();
         if shown.ticket_keys.is_some() {
-            shown.ticket_keys = Some("(set, not shown)".into());
+            shown.ticket_keys = Some(Redacted("(set, not shown)".into()));
         }
         toml::to_string(&shown)
     }

@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use sluice_durable::executor::webhook::sign;
+use sluice_durable::executor::webhook::verify_signature;
 use tokio_util::sync::CancellationToken;
 
 use crate::bench_stack::BoxError;
@@ -233,11 +233,8 @@ async fn answer(
     )
 }
 
-/// `t=<unix seconds>,v1=<hex>`, recomputed over the body with the secret.
+/// Any `v1` of `t=<unix seconds>,v1=<hex>[,v1=…]` recomputed over the body with the secret,
+/// within five minutes.
 pub fn signature_valid(secret: &str, header: &str, body: &[u8]) -> bool {
-    header
-        .strip_prefix("t=")
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|t| t.parse::<i64>().ok())
-        .is_some_and(|t| sign(secret, t, body) == header)
+    verify_signature(secret, header, body, chrono::Utc::now().timestamp(), 300)
 }

@@ -9,6 +9,7 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
+use crate::executor::webhook::WebhookSecrets;
 use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::AppKeys;
 use crate::projection::Projection;
@@ -25,11 +26,11 @@ pub struct Application {
     pub namespaces: HashMap<NamespaceId, NamespaceInfo>,
 }
 
-/// What a webhook request needs of its namespace.
+/// What a webhook request needs of its namespace (the secrets' `Debug` redacts them).
 #[derive(Debug, Clone)]
 pub struct NamespaceInfo {
     pub name: String,
-    pub webhook_secret: String,
+    pub webhook_secrets: WebhookSecrets,
 }
 
 /// Whether this executor has a handler for the command.
@@ -49,6 +50,7 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
     let rows = sqlx::query!(
         r#"SELECT p.application_id AS "application_id: ApplicationId", p.generation,
                   n.id AS "namespace_id: NamespaceId", n.name, n.webhook_secret,
+                  n.webhook_secret_previous,
                   d.document AS "document?"
              FROM projections p
              JOIN namespaces n ON n.application_id = p.application_id
@@ -73,7 +75,10 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
             namespace_id,
             NamespaceInfo {
                 name: row.name,
-                webhook_secret: row.webhook_secret,
+                webhook_secrets: WebhookSecrets {
+                    current: row.webhook_secret,
+                    previous: row.webhook_secret_previous,
+                },
             },
         );
         let Some(document) = row.document else {

@@ -410,7 +410,7 @@ impl Executor {
         let target = Target {
             url: delivery.url,
             timeout: Duration::from_millis(u64::from(delivery.timeout_ms)),
-            secret: namespace.webhook_secret.clone(),
+            secrets: namespace.webhook_secrets.clone(),
             namespace: namespace.name.clone(),
             rate_keys: rate_keys_of(keys, &row, decl),
             admitted_at: delivery.admitted_at,

@@ -71,9 +71,9 @@ fn flip(ticket: &str, index: usize) -> String {
     chars.into_iter().collect()
 }
 
-/// The namespace's subject key secret.
+/// The namespace's subject key: its secret as shown (the documented HS256 key).
 fn subject_secret(stack: &Stack) -> Vec<u8> {
-    base64_decode(&stack.creds.subject_key.secret)
+    stack.creds.subject_key.secret.as_bytes().to_vec()
 }
 
 /// A token with the namespace's key id and secret and the given times.
@@ -361,6 +361,35 @@ async fn a_revoked_subject_key_is_401() {
         "revoked key",
     );
     assert_eq!(stack.count_rows().await, 0);
+}
+
+/// The HS256 key is the subject key's secret as shown; tokens signed with its decoded bytes
+/// (the earlier rule) are still accepted; any other key is refused and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_key_signs_as_shown_and_as_its_decoded_bytes_and_nothing_else() {
+    let stack = Stack::start().await;
+    let now = now_unix();
+    let kid = &stack.creds.subject_key.id;
+    let shown = stack.creds.subject_key.secret.as_bytes().to_vec();
+    let decoded = base64_decode(&stack.creds.subject_key.secret);
+    for (what, key) in [("as shown", shown.clone()), ("decoded", decoded.clone())] {
+        let token = subject_token::issue(kid, &key, "user-1", now, now + 3600);
+        let reply = stack.post(ENQUEUE, Some(&token), &own_body()).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::ACCEPTED,
+            "{what}: {:?}",
+            reply.body
+        );
+    }
+    let mut other = shown;
+    other[0] ^= 1;
+    let token = subject_token::issue(kid, &other, "user-1", now, now + 3600);
+    assert_unauthenticated(
+        &stack.post(ENQUEUE, Some(&token), &own_body()).await,
+        "another key",
+    );
+    assert_eq!(stack.count_rows().await, 2);
 }
 
 /// A subject token may not name another subject in the body: 403, nothing written.

@@ -232,13 +232,13 @@ impl Stack {
         self.creds.credential.clone()
     }
 
-    /// A subject token signed with the namespace's subject key, valid for an hour.
+    /// A subject token signed with the namespace's subject key (its secret as shown, the
+    /// documented key), valid for an hour.
     pub fn subject_token(&self, subject: &str) -> String {
-        let secret = base64_decode(&self.creds.subject_key.secret);
         let now = sluice_gateway::auth::now_unix();
         subject_token::issue(
             &self.creds.subject_key.id,
-            &secret,
+            self.creds.subject_key.secret.as_bytes(),
             subject,
             now,
             now + 3600,

@@ -29,6 +29,9 @@ pub struct Arrival {
     pub path: String,
     pub idempotency_key: String,
     pub signature_valid: bool,
+    /// The `Sluice-Signature` header and the bytes it signs, for checks with other secrets.
+    pub signature: String,
+    pub raw: bytes::Bytes,
     pub body: Value,
     pub at: Instant,
 }
@@ -249,31 +252,36 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
         idempotency_key,
         signature_valid: verify(secret, &signature, &raw),
         body: serde_json::from_slice(&raw).unwrap_or(Value::Null),
+        signature,
+        raw,
         at,
     }
 }
 
-/// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, within five minutes of now.
+/// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>[,v1=…]`, within five minutes of now:
+/// valid when any `v1` is this secret's (during a rotation Sluice sends one per live secret).
 pub fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
     let mut t = None;
-    let mut v1 = None;
+    let mut signatures = Vec::new();
     for part in header.split(',') {
         match part.split_once('=') {
             Some(("t", value)) => t = value.parse::<i64>().ok(),
-            Some(("v1", value)) => v1 = hex::decode(value).ok(),
+            Some(("v1", value)) => signatures.extend(hex::decode(value).ok()),
             _ => {}
         }
     }
-    let (Some(t), Some(v1)) = (t, v1) else {
+    let Some(t) = t else {
         return false;
     };
     if (chrono::Utc::now().timestamp() - t).abs() > 300 {
         return false;
     }
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(body);
-    mac.verify_slice(&v1).is_ok()
+    signatures.iter().any(|v1| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(body);
+        mac.verify_slice(v1).is_ok()
+    })
 }
 
 /// The pair of arrivals that comes closest to (or beyond) what a token bucket allows.

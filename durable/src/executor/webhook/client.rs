@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fenced_body::{FencedBody, is_fence_closed};
-use super::signature::sign;
+use super::signature::WebhookSecrets;
 use crate::executor::fence::Fence;
 use crate::http_client::{HttpsClient, https_client};
 use crate::ids::CommandId;
@@ -42,7 +42,7 @@ pub enum Answer {
 /// One request: where, signed with what, and how long it may take.
 pub struct Delivery<'a> {
     pub url: &'a str,
-    pub secret: &'a str,
+    pub secrets: &'a WebhookSecrets,
     pub command_id: CommandId,
     pub body: Bytes,
     pub timeout: Duration,
@@ -111,11 +111,9 @@ impl WebhookClient {
 }
 
 fn build_request(delivery: &Delivery<'_>) -> Result<Request<FencedBody>, String> {
-    let signature = sign(
-        delivery.secret,
-        chrono::Utc::now().timestamp(),
-        &delivery.body,
-    );
+    let signature = delivery
+        .secrets
+        .header(chrono::Utc::now().timestamp(), &delivery.body);
     Request::builder()
         .method(Method::POST)
         .uri(delivery.url)

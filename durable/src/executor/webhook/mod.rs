@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use client::{Answer, Delivery, WebhookClient};
 pub use fenced_body::{FenceClosed, FencedBody};
-pub use signature::sign;
+pub use signature::{WebhookSecrets, sign, verify as verify_signature};
 
 use crate::DurableError;
 use crate::executor::fence::Fence;
@@ -47,8 +47,8 @@ pub const TOKEN_FRESHNESS: Duration = Duration::from_millis(200);
 pub struct Target {
     pub url: String,
     pub timeout: Duration,
-    /// The namespace's webhook secret.
-    pub secret: String,
+    /// The namespace's live webhook secrets.
+    pub secrets: WebhookSecrets,
     pub namespace: String,
     /// The start buckets a retry takes a token from.
     pub rate_keys: Vec<RateKey>,
@@ -133,7 +133,7 @@ pub async fn run(
             .client
             .deliver(client::Delivery {
                 url: &target.url,
-                secret: &target.secret,
+                secrets: &target.secrets,
                 command_id: row.id,
                 body: request_body(row, &target.namespace, attempt),
                 timeout: target.timeout.min(remaining),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_durable::executor::fence::Fence;
-use sluice_durable::executor::webhook::{Answer, Delivery, WebhookClient};
+use sluice_durable::executor::webhook::{Answer, Delivery, WebhookClient, WebhookSecrets};
 use sluice_durable::ids::CommandId;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -72,7 +72,10 @@ async fn deliver_through_a_stalled_connect(close_fence: bool) -> (Answer, Vec<u8
             WebhookClient::new()
                 .deliver(Delivery {
                     url: &format!("http://{address}/call"),
-                    secret: "whsec_test",
+                    secrets: &WebhookSecrets {
+                        current: "whsec_test".into(),
+                        previous: None,
+                    },
                     command_id: CommandId::new_v7(),
                     body: Bytes::from_static(br#"{"attempt":1}"#),
                     timeout: CONNECTED_WITHIN + Duration::from_secs(5),

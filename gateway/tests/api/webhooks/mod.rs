@@ -7,6 +7,7 @@ mod life_cycle;
 mod per_subject;
 mod processes;
 mod retries;
+mod rotation;
 
 use std::time::Duration;
 
