@@ -111,7 +111,10 @@ mod tests {
         ] {
             assert!(!shown.contains(secret), "{shown}");
         }
-        assert!(shown.contains(&output.subject_key.id), "ids are not secrets");
+        assert!(
+            shown.contains(&output.subject_key.id),
+            "ids are not secrets"
+        );
     }
 
     #[test]

@@ -237,7 +237,8 @@ pub fn pids_named(name: &str) -> Vec<u32> {
         .collect()
 }
 
-fn resident_mib(pid: u32) -> f64 {
+/// The resident memory of a process (`VmRSS`), in MiB; 0 when it cannot be read.
+pub fn resident_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
