@@ -53,6 +53,12 @@ require_setpriv() {
   command -v setpriv >/dev/null 2>&1 || { log "installing util-linux (setpriv)"; apt_install util-linux; }
 }
 
+# The README's token-minting snippets are run by a test (gateway/tests/api/readme_tokens.rs):
+# node comes with the dashboard test's dependencies, python3 from here.
+require_python() {
+  command -v python3 >/dev/null 2>&1 || { log "installing python3"; apt_install python3; }
+}
+
 # The dashboard's browser test (gateway/tests/api/dashboard.rs) drives Debian's Chromium.
 require_chromium() {
   [ -x /usr/bin/chromium ] || { log "installing chromium"; apt_install chromium; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian machine: installs redis-server, PostgreSQL, Chromium and
+# The whole test suite, on a fresh Debian machine: installs redis-server, PostgreSQL, Chromium, python3 and
 # node with apt when missing, and the dashboard test's playwright-core with npm ci (the tests
 # start their own instances on free ports; nothing running is touched), then checks formatting
 # and lints and runs every test against real servers.
@@ -12,6 +12,7 @@ require_redis
 require_postgres
 require_setpriv
 require_chromium
+require_python
 require_ui_test_deps
 
 log "cargo fmt --check"

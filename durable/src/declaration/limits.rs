@@ -8,16 +8,12 @@ use super::budget::{BURST_RANGE, MAX_IN_FLIGHT_RANGE, PER_SECOND_RANGE};
 use super::input::render_value;
 use super::model::{CommandDecl, LimitDecl, ParamDecl};
 use super::names::first_duplicate;
-use super::template::{self, check_key};
+use super::template::{self, SUBJECT_PLACEHOLDER, check_key, with_subject};
 use super::walk::{Obj, Result};
 use crate::field_error::FieldError;
 
 /// Most limits per command; each costs a Redis round of work per command.
 const MAX_LIMITS: usize = 8;
-/// The placeholder a limit key may use for the caller's subject, so that one person's commands
-/// have a budget of their own (`subject:{subject}`).
-const SUBJECT_PLACEHOLDER: &str = "subject";
-
 impl LimitDecl {
     /// Renders the key template for a validated `input` and the caller's `subject` (see
     /// [`super::template`]: values escaped): each `{name}` becomes the value of parameter `name`
@@ -111,27 +107,21 @@ fn limit_placeholders(
     tables: &[Obj<'_>],
     parameters: &BTreeMap<String, ParamDecl>,
 ) -> Result<BTreeMap<String, ParamDecl>> {
-    let mut names = parameters.clone();
     let subject = format!("{{{SUBJECT_PLACEHOLDER}}}");
     let names_subject = tables.iter().any(|t| {
         t.get("key")
             .and_then(|k| k.as_str())
             .is_some_and(|k| k.contains(&subject))
     });
-    if names_subject && parameters.contains_key(SUBJECT_PLACEHOLDER) {
-        return Err(FieldError::new(
-            format!("{}.{SUBJECT_PLACEHOLDER}", cmd.field("parameters")),
-            "a limit key names {subject}, the caller's subject; no parameter may be named subject",
-        ));
+    if names_subject {
+        with_subject(
+            parameters,
+            &cmd.field("parameters"),
+            "a limit key names {subject}, the caller's subject",
+        )
+    } else {
+        Ok(parameters.clone())
     }
-    names.insert(
-        SUBJECT_PLACEHOLDER.to_owned(),
-        ParamDecl::String {
-            max_length: 128,
-            allowed: None,
-        },
-    );
-    Ok(names)
 }
 
 /// Parses one limit: it must limit something, and `burst` only refines `per_second`.

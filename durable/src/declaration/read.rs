@@ -7,7 +7,9 @@ use super::input::is_uuid;
 use super::model::{ParamDecl, ReadDecl, ReadScope};
 use super::names::{check_code, first_duplicate};
 use super::params::parse_parameters;
-use super::template::{self, Piece, check_key, encode_component, split_template};
+use super::template::{
+    self, Piece, SUBJECT_PLACEHOLDER, check_key, encode_component, split_template, with_subject,
+};
 use super::walk::{Obj, Result, as_str, char_len, index};
 use crate::field_error::FieldError;
 
@@ -91,10 +93,6 @@ fn parse_read(read: &Obj<'_>) -> Result<ReadDecl> {
     })
 }
 
-/// The placeholder a subject-scoped read's origin and dependencies may use for the caller's
-/// subject (the origin has no other way to know whose value it serves).
-const SUBJECT_PLACEHOLDER: &str = "subject";
-
 /// What the origin and dependency templates may name: the declared parameters and, in a
 /// subject-scoped read, `{subject}` (so no parameter may take that name there).
 fn placeholders(
@@ -102,23 +100,14 @@ fn placeholders(
     parameters: &BTreeMap<String, ParamDecl>,
     scope: ReadScope,
 ) -> Result<BTreeMap<String, ParamDecl>> {
-    let mut names = parameters.clone();
-    if scope == ReadScope::Subject {
-        if parameters.contains_key(SUBJECT_PLACEHOLDER) {
-            return Err(FieldError::new(
-                format!("{}.{SUBJECT_PLACEHOLDER}", read.field("parameters")),
-                "a subject-scoped read takes the subject from the caller; no parameter may be named subject",
-            ));
-        }
-        names.insert(
-            SUBJECT_PLACEHOLDER.to_owned(),
-            ParamDecl::String {
-                max_length: 128,
-                allowed: None,
-            },
-        );
+    match scope {
+        ReadScope::Subject => with_subject(
+            parameters,
+            &read.field("parameters"),
+            "a subject-scoped read takes the subject from the caller",
+        ),
+        ReadScope::Application => Ok(parameters.clone()),
     }
-    Ok(names)
 }
 
 /// Parses the optional `scope`, `application` by default.

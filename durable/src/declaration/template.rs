@@ -85,6 +85,34 @@ pub(crate) fn render<'v>(template: &str, value_of: impl Fn(&str) -> Option<&'v s
     out
 }
 
+/// The placeholder that names the caller's subject, where a template may use it (a limit key, a
+/// subject-scoped read).
+pub(crate) const SUBJECT_PLACEHOLDER: &str = "subject";
+
+/// `parameters` and `{subject}`; refused (at `{parameters_path}.subject`, saying `why`) when a
+/// parameter already has that name, since a placeholder must name one value.
+pub(crate) fn with_subject(
+    parameters: &BTreeMap<String, ParamDecl>,
+    parameters_path: &str,
+    why: &str,
+) -> Result<BTreeMap<String, ParamDecl>> {
+    if parameters.contains_key(SUBJECT_PLACEHOLDER) {
+        return Err(FieldError::new(
+            format!("{parameters_path}.{SUBJECT_PLACEHOLDER}"),
+            format!("{why}; no parameter may be named subject"),
+        ));
+    }
+    let mut names = parameters.clone();
+    names.insert(
+        SUBJECT_PLACEHOLDER.to_owned(),
+        ParamDecl::String {
+            max_length: 128,
+            allowed: None,
+        },
+    );
+    Ok(names)
+}
+
 /// Checks a key template: 1..=200 chars, balanced braces, every placeholder one of
 /// `placeholders`, no `%`, and a separator between any two placeholders (see the module).
 pub(crate) fn check_key(

@@ -412,15 +412,7 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
     );
     let mut redis = kill_redis(redis).await;
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            stack
-                .redis
-                .pool()
-                .clients()
-                .iter()
-                .all(|c| !c.is_connected())
-        })
-        .await,
+        stack.redis_disconnected(Duration::from_secs(10)).await,
         "the pool never noticed Redis is gone"
     );
     let refused = control(&stack, json!({"paused": true, "reason": "r"})).await;

@@ -31,6 +31,7 @@ mod openapi;
 mod postgres_outage;
 mod projection;
 mod readiness;
+mod readme_tokens;
 mod reads;
 mod reconcile;
 mod redis_outage;

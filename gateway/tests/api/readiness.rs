@@ -81,17 +81,7 @@ async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
 
     // Redis gone: not ready, and the probe says why.
     let redis = kill_redis(redis).await;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            stack
-                .redis
-                .pool()
-                .clients()
-                .iter()
-                .all(|c| !c.is_connected())
-        })
-        .await
-    );
+    assert!(stack.redis_disconnected(Duration::from_secs(10)).await);
     let (status, text) = probe(&stack).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(text.contains("Redis unavailable"), "{text}");
@@ -154,17 +144,7 @@ async fn the_public_readiness_does_no_io_and_the_public_port_serves_no_metrics()
 
     // Redis gone: not ready, in two words.
     let redis = kill_redis(redis).await;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            stack
-                .redis
-                .pool()
-                .clients()
-                .iter()
-                .all(|c| !c.is_connected())
-        })
-        .await
-    );
+    assert!(stack.redis_disconnected(Duration::from_secs(10)).await);
     assert_eq!(
         public_probe(&stack).await,
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string())

@@ -941,15 +941,7 @@ async fn without_redis_the_origin_sees_only_the_per_process_budget() {
     assert_eq!(item(&read(&stack, "item?id=warm").await)["id"], "warm");
     let redis = kill_redis(redis).await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            stack
-                .redis
-                .pool()
-                .clients()
-                .iter()
-                .all(|c| !c.is_connected())
-        })
-        .await,
+        stack.redis_disconnected(Duration::from_secs(5)).await,
         "the gateway notices that Redis is gone"
     );
     origin.set_delay(Duration::from_millis(300));

@@ -42,20 +42,6 @@ async fn reconnected(stack: &Stack, within: Duration) -> bool {
     .await
 }
 
-/// Waits until no client of the stack's pool believes it is connected (each notices the closed
-/// socket by itself, within milliseconds; a request sent before that waits for its timeout).
-async fn disconnected(stack: &Stack, within: Duration) -> bool {
-    eventually(within, || async {
-        stack
-            .redis
-            .pool()
-            .clients()
-            .iter()
-            .all(|c| !c.is_connected())
-    })
-    .await
-}
-
 /// The gateway's own counters: (answered from PostgreSQL, refused by the budget).
 fn fallbacks(stack: &Stack) -> (u64, u64) {
     let stats = &stack.gateway.stats;
@@ -248,7 +234,7 @@ async fn polls_reach_postgres_only_within_the_fallback_budget_while_redis_is_dow
 
     let redis = kill_redis(redis).await;
     assert!(
-        disconnected(&stack, Duration::from_secs(5)).await,
+        stack.redis_disconnected(Duration::from_secs(5)).await,
         "the gateway notices that Redis is gone"
     );
 

@@ -808,15 +808,7 @@ async fn without_redis_the_board_answers_from_postgres() {
 
     let redis = kill_redis(redis).await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            stack
-                .redis
-                .pool()
-                .clients()
-                .iter()
-                .all(|c| !c.is_connected())
-        })
-        .await,
+        stack.redis_disconnected(Duration::from_secs(5)).await,
         "the gateway notices that Redis is gone"
     );
 

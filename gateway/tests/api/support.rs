@@ -276,6 +276,20 @@ impl Stack {
         .await
     }
 
+    /// Waits until no client of the stack's Redis pool believes it is connected (each notices
+    /// a closed socket by itself, within milliseconds; a request sent before that waits for its
+    /// timeout). True when that happened within `within`.
+    pub async fn redis_disconnected(&self, within: Duration) -> bool {
+        eventually(within, || async {
+            self.redis
+                .pool()
+                .clients()
+                .iter()
+                .all(|c| !c.is_connected())
+        })
+        .await
+    }
+
     /// `GET {path}` on the admin listener.
     pub async fn admin_get(&self, path: &str) -> Reply {
         send_request(
