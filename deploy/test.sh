@@ -22,6 +22,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # deploy/lib.sh builds every query from .sqlx/ (SQLX_OFFLINE=true); this proves .sqlx/ is current.
 log "sqlx offline data"
 deploy/sqlx.sh check
+log "node --test gateway/client (the browser module)"
+node --test gateway/client/test/
 log "cargo test"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -1,0 +1,254 @@
+// The client's state machine, backoff and jitter, against a scripted gateway and fake timers
+// (node --test; no browser, no network). The real gateway and Chromium are in
+// gateway/tests/api/browser.rs.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+
+import {
+  FINAL, MAX_BACKOFF_MS, SluiceError, backoffMs, createClient, pollDelayMs, tokenClaims,
+} from "../sluice.js";
+
+/** A subject token whose payload names `sub` and `exp` (the client does not verify it). */
+function token(sub, exp = Math.floor(Date.now() / 1000) + 3600) {
+  const part = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  return `${part({ alg: "HS256", kid: "k" })}.${part({ sub, exp, iat: 0 })}.sig`;
+}
+
+class MemoryStorage {
+  constructor() { this.map = new Map(); }
+  getItem(k) { return this.map.has(k) ? this.map.get(k) : null; }
+  setItem(k, v) { this.map.set(k, String(v)); }
+  removeItem(k) { this.map.delete(k); }
+}
+
+/** Timers that run only when the test says so, earliest first. */
+class Clock {
+  constructor() { this.timers = []; this.next = 1; this.delays = []; }
+  setTimeout = (fn, ms) => { const id = this.next++; this.timers.push({ id, fn, ms }); this.delays.push(ms); return id; };
+  clearTimeout = (id) => { this.timers = this.timers.filter((t) => t.id !== id); };
+  /** Runs the earliest timer and lets its promises settle; false when none is pending. */
+  async tick() {
+    if (this.timers.length === 0) return false;
+    this.timers.sort((a, b) => a.ms - b.ms);
+    const timer = this.timers.shift();
+    timer.fn();
+    for (let i = 0; i < 20; i += 1) await new Promise((r) => setImmediate(r));
+    return true;
+  }
+  async drain(limit = 50) { let n = 0; while (n < limit && (await this.tick())) n += 1; return n; }
+}
+
+/** A gateway that answers each request with the next scripted answer for its route. */
+function gateway(script) {
+  const calls = [];
+  const fetch = async (url, init) => {
+    const path = new URL(url).pathname;
+    const body = init.body ? JSON.parse(init.body) : null;
+    calls.push({ method: init.method, path, body, headers: init.headers });
+    const route = path.startsWith("/v1/tickets/") ? "poll" : path.endsWith(":enqueue") ? "enqueue" : path;
+    const next = script[route]?.shift();
+    if (next === undefined) throw new Error(`unscripted ${init.method} ${path}`);
+    if (next instanceof Error) throw next;
+    const { status, json, retryAfter } = next;
+    return {
+      status,
+      headers: { get: (name) => (name === "retry-after" && retryAfter ? String(retryAfter) : null) },
+      json: async () => json,
+    };
+  };
+  return { fetch, calls };
+}
+
+const receipt = (status = "accepted", extra = {}) => ({
+  status: 202,
+  json: { data: { command_id: "c1", ticket: "t1", status, queue: { position: 3, observed_at: "x" }, poll_after_ms: 1000, ...extra } },
+});
+const polled = (status, extra = {}) => ({
+  status: 200,
+  json: { data: { command_id: "c1", status, queue: null, eta_seconds: null, poll_after_ms: 800, result: null, error: null, ...extra } },
+});
+const refused = (status, code, retryable, retry_after_ms) => ({
+  status, json: { error: { code, message: code, retryable, retry_after_ms } },
+});
+
+function setup(script, options = {}) {
+  const clock = new Clock();
+  const storage = options.storage ?? new MemoryStorage();
+  const gw = gateway(script);
+  const client = createClient({
+    baseUrl: "http://gw.test",
+    token: options.token ?? token("alice"),
+    storage,
+    fetch: gw.fetch,
+    setTimeout: clock.setTimeout,
+    clearTimeout: clock.clearTimeout,
+    random: () => 0.5,
+    document: options.document,
+  });
+  return { clock, storage, gw, client };
+}
+
+test("backoff doubles to 30 s with jitter and never undercuts Retry-After", () => {
+  for (let attempt = 0; attempt < 40; attempt += 1) {
+    for (const r of [0, 0.5, 0.999]) {
+      const wait = backoffMs(attempt, null, () => r);
+      const ceiling = Math.min(MAX_BACKOFF_MS, 500 * 2 ** attempt);
+      assert.ok(wait >= ceiling / 2 && wait <= ceiling, `${attempt} ${r} ${wait}`);
+    }
+  }
+  assert.equal(backoffMs(0, 7_000, () => 0), 7_000);
+  assert.equal(backoffMs(10, 90_000, () => 1), MAX_BACKOFF_MS, "capped even past Retry-After");
+});
+
+test("polls follow the advice within ±10 %, a hidden tab waits at least 30 s", () => {
+  assert.equal(pollDelayMs(1000, false, () => 0), 900);
+  assert.equal(pollDelayMs(1000, false, () => 1), 1100);
+  assert.equal(pollDelayMs(1000, true, () => 0.5), MAX_BACKOFF_MS);
+  assert.equal(pollDelayMs(undefined, false, () => 0.5), 2000);
+});
+
+test("without a working storage the client refuses to start", () => {
+  assert.throws(() => createClient({ baseUrl: "http://gw", token: "t", storage: null }),
+    (e) => e instanceof SluiceError && e.code === "STORAGE_UNAVAILABLE");
+  const broken = { setItem() { throw new DOMException("quota", "QuotaExceededError"); }, removeItem() {}, getItem() { return null; } };
+  assert.throws(() => createClient({ baseUrl: "http://gw", token: "t", storage: broken }),
+    (e) => e.code === "STORAGE_UNAVAILABLE" && /QuotaExceededError/.test(e.message));
+});
+
+test("the request key is stored before the first request, and a lost answer is retried with it", async () => {
+  let storedAtFirstCall = null;
+  const storage = new MemoryStorage();
+  const { clock, gw, client } = setup({
+    enqueue: [new Error("connection reset"), receipt()],
+    poll: [polled("executing"), polled("succeeded", { result: { allocation_id: "a" } })],
+  }, { storage });
+  const handle = client.command("claim", { key: "offer-1", input: { offer: "o" } });
+  const states = [];
+  handle.subscribe((s) => states.push(s.state));
+  handle.start();
+  storedAtFirstCall = [...storage.map.values()].find((v) => v.includes("requestKey"));
+  assert.ok(storedAtFirstCall, "stored before any timer ran");
+  await clock.drain();
+  const enqueues = gw.calls.filter((c) => c.path.endsWith(":enqueue"));
+  assert.equal(enqueues.length, 2);
+  assert.equal(enqueues[0].body.request_key, enqueues[1].body.request_key, "the same key");
+  assert.equal(enqueues[0].body.request_key, JSON.parse(storedAtFirstCall).requestKey);
+  assert.equal(handle.state, "succeeded");
+  assert.deepEqual(handle.snapshot.result, { allocation_id: "a" });
+  assert.ok(states.includes("error") && states.includes("recovering"), states.join(","));
+  assert.equal(clock.timers.length, 0, "a final status stops polling");
+  const polls = gw.calls.filter((c) => c.path.startsWith("/v1/tickets/"));
+  assert.ok(polls.every((c) => !c.headers.authorization), "polls send the ticket only");
+});
+
+test("a reload resumes the stored intent: the same command, no second enqueue", async () => {
+  const storage = new MemoryStorage();
+  const first = setup({ enqueue: [receipt()], poll: [polled("accepted")] }, { storage });
+  first.client.command("claim", { key: "offer-1", input: { offer: "o" } }).start();
+  await first.clock.tick();
+  // The page reloads: a new client over the same storage.
+  const second = setup({ poll: [polled("running"), polled("succeeded")] }, { storage });
+  const handle = second.client.command("claim", { key: "offer-1" });
+  assert.equal(handle.state, "accepted", "the stored status is shown at once");
+  assert.equal(handle.resume(), true);
+  await second.clock.drain();
+  assert.equal(second.gw.calls.filter((c) => c.path.endsWith(":enqueue")).length, 0);
+  assert.equal(handle.state, "succeeded");
+  // start() on a stored intent continues it too, never a second one.
+  const third = setup({}, { storage });
+  const again = third.client.command("claim", { key: "offer-1", input: { offer: "o" } });
+  again.start();
+  await third.clock.drain();
+  assert.equal(third.gw.calls.length, 0, "a final intent is shown, not sent again");
+  assert.equal(again.state, "succeeded");
+});
+
+test("503 and 429 back off, never earlier than Retry-After, then recover", async () => {
+  const { clock, client } = setup({
+    enqueue: [refused(503, "UNAVAILABLE", true, 4_000), refused(429, "RATE_LIMITED", true, 1_500), receipt()],
+    poll: [polled("succeeded")],
+  });
+  const handle = client.command("claim", { key: "k", input: {} });
+  handle.start();
+  await clock.drain();
+  assert.equal(handle.state, "succeeded");
+  assert.ok(clock.delays.includes(4_000), clock.delays.join(","));
+  assert.ok(clock.delays.includes(1_500), clock.delays.join(","));
+});
+
+test("polls honour poll_after_ms; a hidden tab polls at most every 30 s and catches up when shown", async () => {
+  const listeners = {};
+  const document = {
+    visibilityState: "visible",
+    addEventListener: (name, fn) => { listeners[name] = fn; },
+    removeEventListener: () => {},
+  };
+  const { clock, client } = setup({
+    enqueue: [receipt()], poll: [polled("accepted"), polled("accepted"), polled("succeeded")],
+  }, { document });
+  const handle = client.command("claim", { key: "k", input: {} });
+  handle.start();
+  await clock.tick(); // enqueue
+  assert.equal(clock.timers[0].ms, 1000, "the receipt's poll_after_ms (jitter at its middle)");
+  await clock.tick(); // first poll
+  assert.equal(clock.timers[0].ms, 800);
+  document.visibilityState = "hidden";
+  await clock.tick(); // second poll, now hidden
+  assert.equal(clock.timers[0].ms, MAX_BACKOFF_MS);
+  document.visibilityState = "visible";
+  listeners.visibilitychange();
+  assert.equal(clock.timers[0].ms, 0, "visible again: poll at once");
+  await clock.drain();
+  assert.equal(handle.state, "succeeded");
+});
+
+test("a refusal for good is an error that is not retried, and only then may the intent be cleared", async () => {
+  const { clock, gw, client } = setup({ enqueue: [refused(400, "INVALID_ARGUMENT", false)] });
+  const handle = client.command("claim", { key: "k", input: { offer: 1 } });
+  handle.start();
+  await clock.drain();
+  assert.equal(handle.state, "error");
+  assert.equal(handle.snapshot.error.code, "INVALID_ARGUMENT");
+  assert.equal(gw.calls.length, 1, "not retried");
+  handle.clear();
+  assert.equal(handle.state, "idle");
+});
+
+test("clear() refuses while the command may still run; cancel() asks the gateway", async () => {
+  const { clock, client } = setup({
+    enqueue: [receipt()],
+    poll: [polled("accepted")],
+    "/v1/commands/c1:cancel": [{ status: 200, json: { data: { command_id: "c1", status: "cancelled" } } }],
+  });
+  const handle = client.command("claim", { key: "k", input: {} });
+  handle.start();
+  await clock.tick();
+  assert.throws(() => handle.clear(), (e) => e.code === "STATE_CONFLICT");
+  await handle.cancel();
+  assert.equal(handle.state, "cancelled");
+  assert.ok(FINAL.includes(handle.state));
+  assert.equal(clock.timers.length, 0);
+  handle.clear();
+});
+
+test("a token function is asked again on 401, and a new subject stops the commands", async () => {
+  let issued = 0;
+  const subjects = ["alice", "alice", "bob"];
+  const { clock, client } = setup({
+    enqueue: [refused(401, "UNAUTHENTICATED", false), receipt()],
+    poll: [polled("accepted")],
+    "/v1/reads/offer": [refused(401, "UNAUTHENTICATED", false)],
+  }, { token: async () => token(subjects[issued++]) });
+  const handle = client.command("claim", { key: "k", input: {} });
+  handle.start();
+  await clock.tick();
+  assert.equal(issued, 2, "refreshed after the 401");
+  assert.equal(handle.state, "accepted");
+  // The next refresh names Bob: Alice's command stops where it is, and says why.
+  await assert.rejects(client.read("offer", { id: "1" }), (e) => e.code === "SUBJECT_CHANGED");
+  assert.equal(handle.state, "error");
+  assert.equal(handle.snapshot.error.code, "SUBJECT_CHANGED");
+  assert.equal(clock.timers.length, 0, "nothing polls for Alice any more");
+  assert.equal(tokenClaims(token("x")).sub, "x");
+});
