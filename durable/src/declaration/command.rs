@@ -8,6 +8,7 @@ use super::limits::parse_limits;
 use super::model::{CommandDecl, ParamDecl, QuotaPoolDecl, ResourceKeyDecl};
 use super::names::{check_code, first_duplicate};
 use super::params::parse_parameters;
+use super::waiting_page::parse_waiting_page;
 use super::walk::{Obj, Result, char_len};
 use crate::field_error::FieldError;
 
@@ -29,6 +30,7 @@ const COMMAND_KEYS: &[&str] = &[
     "admission",
     "handler",
     "limits",
+    "waiting_page",
 ];
 
 /// Parses every `[[command]]`, refusing duplicate codes (naming the later one).
@@ -68,6 +70,7 @@ fn parse_command(cmd: &Obj<'_>, pools: &[QuotaPoolDecl]) -> Result<CommandDecl> 
         admission: parse_admission(cmd, deadline_seconds)?,
         handler: parse_handler(cmd, pools)?,
         limits: parse_limits(cmd, &parameters)?,
+        waiting_page: parse_waiting_page(cmd)?,
         parameters,
     })
 }

@@ -17,6 +17,7 @@ mod namespace;
 mod params;
 mod read;
 mod template;
+mod waiting_page;
 mod walk;
 
 #[cfg(test)]
@@ -26,7 +27,7 @@ pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
     NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
-    SubjectRate,
+    SubjectRate, WaitingPageDecl,
 };
 pub use read::parse_read_params;
 

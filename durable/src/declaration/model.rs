@@ -62,6 +62,22 @@ pub struct CommandDecl {
     pub handler: HandlerDecl,
     /// Extra keyed limits, rendered from the input.
     pub limits: Vec<LimitDecl>,
+    /// What the hosted waiting page shows and where it returns (defaults when absent). Absent
+    /// in declarations stored before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_page: Option<WaitingPageDecl>,
+}
+
+/// The hosted waiting page of a command (`waiting_page` in the declaration).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingPageDecl {
+    pub title: String,
+    pub message: String,
+    pub accent_color: String,
+    pub background_color: String,
+    pub text_color: String,
+    /// Where the page may send the browser with the result; nowhere when empty.
+    pub return_urls: Vec<String>,
 }
 
 /// The type of one input parameter, with its constraints.
