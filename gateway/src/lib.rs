@@ -22,6 +22,7 @@
 //!   again), [`url`] (path and query decoding).
 //! - [`cli`]: the `sluice` subcommands; [`dev`]: the one-command local stack.
 //! - [`ui`]: the operator dashboard at `/ui/` (static files embedded in the binary).
+//! - [`sdk`]: the browser module (`/sdk/v1/`) and the hosted waiting page (`/wait/…`).
 
 pub mod admin;
 pub mod auth;
@@ -39,6 +40,7 @@ pub mod poll_policy;
 pub mod reads;
 pub mod response;
 pub mod router;
+pub mod sdk;
 pub mod server;
 pub mod settings;
 pub mod state;

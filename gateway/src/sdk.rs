@@ -1,0 +1,176 @@
+//! The browser module and the hosted waiting page, embedded in the binary.
+//!
+//! - `GET /sdk/v1/sluice.js`: the stable entry, cached five minutes, one line re-exporting
+//!   `sluice.<hash>.js`, whose name changes with its content and which is cached for a year
+//!   (`immutable`): an application imports the stable path and a new release reaches its pages
+//!   within minutes, while every page loads the module itself once.
+//! - `GET /sdk/v1/sluice.d.ts`: the types; `GET /sdk/v1/wait/{wait.js,wait.css}`: the page's own.
+//! - All of these hold no secret and are served with `Access-Control-Allow-Origin: *`, so an
+//!   application's pages on another origin can import them; the API calls the module makes keep
+//!   the namespace's `allowed_origins`.
+//! - `GET /wait/{namespace_id}/{command}`: the waiting page of a declared command, its texts,
+//!   colours and return URLs from the declaration (a JSON block, never markup), under a strict
+//!   `Content-Security-Policy` (same origin only, no inline script, no framing), no cookies and no
+//!   third-party requests.
+
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{
+    ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue,
+    X_CONTENT_TYPE_OPTIONS,
+};
+use hyper::{Response, StatusCode};
+use serde::Serialize;
+use sluice_durable::declaration::WaitingPageDecl;
+use sluice_durable::ids::NamespaceId;
+
+use crate::error::ApiError;
+use crate::response::HttpResponse;
+use crate::state::Gateway;
+
+const MODULE: &str = include_str!("../client/sluice.js");
+const TYPES: &str = include_str!("../client/sluice.d.ts");
+const WAIT_JS: &str = include_str!("../client/wait/wait.js");
+const WAIT_CSS: &str = include_str!("../client/wait/wait.css");
+const WAIT_HTML: &str = include_str!("../client/wait/wait.html");
+
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+const SHORT_CACHE: &str = "public, max-age=300";
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The waiting page may load only this gateway's files and call only this gateway.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+/// `sluice.<first 16 hex digits of the module's SHA-256>.js`.
+static HASHED_NAME: LazyLock<String> = LazyLock::new(|| {
+    let digest = sluice_durable::secrets::sha256(MODULE.as_bytes());
+    format!("sluice.{}.js", &hex::encode(digest)[..16])
+});
+
+/// The stable entry's text: it only points at the hashed file.
+static ENTRY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "// Sluice browser module, stable entry: the code is in the content-hashed file.\nexport * from \"./{}\";\n",
+        *HASHED_NAME
+    )
+});
+
+/// The hashed file's name (the demo and the tests link it).
+pub fn hashed_module_name() -> &'static str {
+    &HASHED_NAME
+}
+
+/// Answers `GET /sdk/v1/{rest…}`.
+pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
+    let file = |content_type, cache, body: Bytes| Ok(public_file(content_type, cache, body));
+    match rest {
+        ["sluice.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(ENTRY.as_bytes())),
+        [name] if *name == HASHED_NAME.as_str() => {
+            file(JAVASCRIPT, IMMUTABLE, Bytes::from_static(MODULE.as_bytes()))
+        }
+        ["sluice.d.ts"] => file(
+            "application/typescript; charset=utf-8",
+            SHORT_CACHE,
+            Bytes::from_static(TYPES.as_bytes()),
+        ),
+        ["wait", "wait.js"] => file(
+            JAVASCRIPT,
+            SHORT_CACHE,
+            Bytes::from_static(WAIT_JS.as_bytes()),
+        ),
+        ["wait", "wait.css"] => file(
+            "text/css; charset=utf-8",
+            SHORT_CACHE,
+            Bytes::from_static(WAIT_CSS.as_bytes()),
+        ),
+        _ => Err(ApiError::not_found(
+            "no such file: /sdk/v1/sluice.js, /sdk/v1/sluice.d.ts",
+        )),
+    }
+}
+
+fn public_file(content_type: &'static str, cache: &'static str, body: Bytes) -> HttpResponse {
+    let mut response = Response::new(Full::new(body));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static(cache));
+    headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// What the page's script reads from its JSON block.
+#[derive(Serialize)]
+struct PageConfig<'a> {
+    namespace: NamespaceId,
+    command: &'a str,
+    #[serde(flatten)]
+    page: &'a WaitingPageDecl,
+}
+
+/// Answers `GET /wait/{namespace_id}/{command}`: `404` unless the namespace declares it.
+pub async fn waiting_page(
+    gateway: &Gateway,
+    namespace: &str,
+    command: &str,
+) -> Result<HttpResponse, ApiError> {
+    let not_found = || ApiError::not_found("no such waiting page");
+    let namespace_id: NamespaceId = namespace.parse().map_err(|_| not_found())?;
+    let config = gateway
+        .namespace(namespace_id)
+        .await
+        .map_err(|_| not_found())?;
+    let decl = config.declaration.command(command).ok_or_else(not_found)?;
+    let defaults = WaitingPageDecl::default();
+    let page = decl.waiting_page.as_ref().unwrap_or(&defaults);
+    let json = serde_json::to_string(&PageConfig {
+        namespace: namespace_id,
+        command: &decl.code,
+        page,
+    })
+    .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
+    // Inside <script type="application/json"> only `</` could end the block: `<` is escaped.
+    let html = WAIT_HTML.replace("{{CONFIG}}", &json.replace('<', "\\u003c"));
+    let mut response = Response::new(Full::new(Bytes::from(html)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        HeaderName::from_static("content-security-policy"),
+        HeaderValue::from_static(PAGE_POLICY),
+    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        HeaderName::from_static("referrer-policy"),
+        HeaderValue::from_static("no-referrer"),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_points_at_the_hashed_file_and_both_are_public() {
+        let entry = serve(&["sluice.js"]).expect("entry");
+        assert_eq!(entry.headers()[CACHE_CONTROL], SHORT_CACHE);
+        assert_eq!(entry.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert!(ENTRY.contains(hashed_module_name()));
+        let hashed = serve(&[hashed_module_name()]).expect("hashed");
+        assert_eq!(hashed.headers()[CACHE_CONTROL], IMMUTABLE);
+        assert!(
+            serve(&["sluice.0000000000000000.js"]).is_err(),
+            "another hash is not served"
+        );
+        assert!(hashed_module_name().starts_with("sluice.") && hashed_module_name().len() == 26);
+    }
+}
