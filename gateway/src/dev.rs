@@ -15,6 +15,7 @@ use sluice_servers::{PgServer, RedisServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{CliResult, DevArgs, read_credentials, watch_signals};
+use crate::demo::Demo;
 use crate::settings::Flag;
 use crate::state::Gateway;
 use crate::ticket::TicketKeys;
@@ -102,8 +103,14 @@ pub async fn run(args: DevArgs) -> CliResult {
     let admin = crate::cli::bind_admin(settings.admin_listen).await?;
     let admin_address = admin.local_addr()?;
     let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
+    let _ = gateway.demo.set(Demo {
+        namespace_id: creds.namespace_id,
+        subject_key_id: creds.subject_key.id.clone(),
+        subject_key: Redacted(creds.subject_key.secret.clone()),
+    });
     println!(
-        "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  metrics:     http://{admin_address}/metrics (admin listener)\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
+        "\nSluice dev stack\n  gateway:     http://{}\n  dashboard:   http://{}/ui/ (sign in with the credential)\n  demo sale:   http://{}/demo/ (the browser module and the waiting page)\n  metrics:     http://{admin_address}/metrics (admin listener)\n  credentials: {} (namespace {}, declaration revision {revision})\n  redis:       {redis_url}\n  postgres:    {database_url}\n",
+        settings.listen,
         settings.listen,
         settings.listen,
         path.display(),

@@ -29,6 +29,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod cors;
+pub mod demo;
 pub mod dev;
 pub mod error;
 pub mod handlers;

@@ -202,6 +202,18 @@ async fn route(
             json(application::configure(gateway, &caller, &parts.headers, &body).await)
         }
         (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
+        (&Method::GET, ["sdk", "v1", rest @ ..]) => crate::sdk::serve(rest).map(Answer::Plain),
+        (&Method::GET, ["wait", namespace, command]) => {
+            crate::sdk::waiting_page(gateway, namespace, command)
+                .await
+                .map(Answer::Plain)
+        }
+        (&Method::GET, ["demo", rest @ ..]) => match gateway.demo.get() {
+            Some(demo) => crate::demo::serve(demo, rest, query.as_deref()).map(Answer::Plain),
+            None => Err(ApiError::not_found(
+                "the demo sale is served by `sluice dev` only",
+            )),
+        },
         (&Method::GET, ["v1", "reads", name]) => {
             let name = decode_segment(name, "name")?;
             let caller = authenticate(gateway, request.headers()).await?;

@@ -45,6 +45,8 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub stats: GatewayStats,
     pub reads: Arc<crate::reads::ReadCache>,
+    /// `sluice dev`'s demo sale (`/demo/`), set by `sluice dev` only.
+    pub demo: std::sync::OnceLock<crate::demo::Demo>,
     namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
@@ -89,6 +91,7 @@ impl Gateway {
             ),
             stats: GatewayStats::default(),
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
+            demo: std::sync::OnceLock::new(),
             pg,
             redis,
             tickets,
