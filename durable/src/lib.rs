@@ -36,6 +36,8 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
 pub mod projection;
+#[cfg(test)]
+mod props;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;

@@ -407,4 +407,6 @@ pub fn validate_subject(s: &str, field: &str) -> Result<(), FieldError> {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

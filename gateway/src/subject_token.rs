@@ -185,4 +185,6 @@ pub fn issue(
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

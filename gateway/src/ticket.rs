@@ -240,4 +240,6 @@ fn decode_body(body: &[u8], expiry_at: usize) -> Option<TicketClaims> {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

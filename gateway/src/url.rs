@@ -66,6 +66,9 @@ fn percent_decode(input: &str, plus_is_space: bool) -> Option<String> {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

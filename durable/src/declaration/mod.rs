@@ -21,6 +21,8 @@ mod waiting_page;
 mod walk;
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 pub use limits::render_limit_keys;

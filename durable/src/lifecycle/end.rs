@@ -272,6 +272,16 @@ pub struct Reported {
     pub invalidate: Vec<String>,
 }
 
+/// Longest error code a backend may report (`:complete` or a webhook's `200` answer).
+pub const MAX_ERROR_CODE_CHARS: usize = 64;
+
+/// The one rule for a backend's error code, wherever it reports it: 1 to
+/// [`MAX_ERROR_CODE_CHARS`] printable ASCII characters, so it is safe in records, logs and
+/// headers.
+pub fn is_error_code(code: &str) -> bool {
+    (1..=MAX_ERROR_CODE_CHARS).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// What a `:complete` came to.
 #[derive(Debug, Clone)]
 pub enum Completion {

@@ -9,7 +9,7 @@ use sluice_durable::declaration::HandlerDecl;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::CommandStatus;
-use sluice_durable::lifecycle::end::{Completion, Reported};
+use sluice_durable::lifecycle::end::{Completion, MAX_ERROR_CODE_CHARS, Reported, is_error_code};
 use sluice_durable::outbox::queries::CommandRecord;
 
 use super::Handled;
@@ -18,9 +18,6 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
-
-/// Longest `error_code` a backend may report.
-const MAX_ERROR_CODE_CHARS: usize = 64;
 
 pub async fn complete(gateway: &Gateway, caller: &Caller, id: CommandId, body: Bytes) -> Handled {
     caller.require_scope("commands:complete")?;
@@ -98,8 +95,7 @@ fn parse_report(body: &[u8]) -> Result<Reported, ApiError> {
                 "only allowed with outcome rejected or failed",
             ));
         }
-        let printable = code.chars().all(|c| c.is_ascii_graphic());
-        if code.is_empty() || code.chars().count() > MAX_ERROR_CODE_CHARS || !printable {
+        if !is_error_code(code) {
             return Err(ApiError::invalid(
                 "error_code",
                 format!("must be 1 to {MAX_ERROR_CODE_CHARS} printable ASCII characters"),

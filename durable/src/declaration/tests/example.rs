@@ -9,7 +9,7 @@ use super::super::{
 };
 
 /// The example from the declaration format's documentation.
-pub(super) const EXAMPLE: &str = r#"
+pub(in crate::declaration) const EXAMPLE: &str = r#"
 [namespace]
 max_waiting = 100000                     # optional, default 1_000_000
 allowed_origins = ["https://shop.example"]  # optional, default []

@@ -1,6 +1,6 @@
 //! Tests of the declaration parser, validation rules and input checks.
 
-mod example;
+pub(super) mod example;
 mod input;
 mod read_helpers;
 mod rules_command;

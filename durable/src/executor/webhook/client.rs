@@ -16,7 +16,7 @@ use crate::executor::fence::Fence;
 use crate::http_client::{HttpsClient, https_client};
 use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
-use crate::lifecycle::end::Reported;
+use crate::lifecycle::end::{Reported, is_error_code};
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -162,7 +162,9 @@ fn classify(
 
 /// The `200` body: `{"outcome": "succeeded"|"rejected", "result": {…}?, "error_code": "…"?,
 /// "invalidate": [...]?}`. A body that says neither is a failed command: the backend broke the
-/// contract, and guessing would be worse.
+/// contract, and guessing would be worse. A rejection's `error_code` follows `:complete`'s rule
+/// ([`is_error_code`]); one that does not (empty, too long, control characters) is dropped
+/// for `REJECTED` and logged: the backend has decided, only its code is unusable.
 fn decision_of(body: &[u8]) -> Reported {
     #[derive(Deserialize)]
     struct Body {
@@ -192,7 +194,7 @@ fn decision_of(body: &[u8]) -> Reported {
         Some(CommandStatus::Rejected) => Reported {
             status: CommandStatus::Rejected,
             error: Some((
-                parsed.error_code.unwrap_or_else(|| "REJECTED".into()),
+                rejection_code(parsed.error_code),
                 "the backend rejected the command".into(),
             )),
             result,
@@ -202,6 +204,19 @@ fn decision_of(body: &[u8]) -> Reported {
             "WEBHOOK_BAD_ANSWER",
             format!("backend answered 200 with outcome {:?}", parsed.outcome),
         ),
+    }
+}
+
+fn rejection_code(code: Option<String>) -> String {
+    match code {
+        Some(code) if is_error_code(&code) => code,
+        Some(_) => {
+            tracing::warn!(
+                "a webhook answer's error_code was unusable (1 to 64 printable ASCII characters are taken); REJECTED is recorded"
+            );
+            "REJECTED".into()
+        }
+        None => "REJECTED".into(),
     }
 }
 
@@ -254,6 +269,9 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
     let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
     Some(wait.to_std().unwrap_or(Duration::ZERO))
 }
+
+#[cfg(test)]
+mod props;
 
 #[cfg(test)]
 mod tests {
@@ -310,6 +328,23 @@ mod tests {
         };
         assert_eq!(rejected.status, CommandStatus::Rejected);
         assert_eq!(rejected.error.map(|e| e.0).as_deref(), Some("NO_CREDIT"));
+        // `:complete`'s rule for the code: an unusable one is recorded as REJECTED.
+        for code in [
+            r#""""#,
+            r#""NO CREDIT""#,
+            &format!("\"{}\"", "X".repeat(65)),
+        ] {
+            let body = format!(r#"{{"outcome":"rejected","error_code":{code}}}"#);
+            let Answer::Decided(unusable) = classify(StatusCode::OK, None, ok(&body)) else {
+                panic!("a 200 decides")
+            };
+            assert_eq!(unusable.status, CommandStatus::Rejected);
+            assert_eq!(
+                unusable.error.map(|e| e.0).as_deref(),
+                Some("REJECTED"),
+                "{body}"
+            );
+        }
         let Answer::Decided(bad) = classify(StatusCode::OK, None, ok("[]")) else {
             panic!("a 200 decides")
         };
