@@ -85,6 +85,8 @@ pub struct ApiError {
     pub message: String,
     pub retry_after_ms: Option<u64>,
     pub details: Option<Map<String, Value>>,
+    /// Set on a method the path does not serve: the answer is `405` with this `Allow` header.
+    pub allow: Option<&'static str>,
 }
 
 impl ApiError {
@@ -94,6 +96,28 @@ impl ApiError {
             message: message.into(),
             retry_after_ms: code.default_retry_after_ms(),
             details: None,
+            allow: None,
+        }
+    }
+
+    /// `405 Method Not Allowed` with `Allow: allow`, for a path that exists with other methods.
+    /// API.md's codes have none for this, so the envelope carries `INVALID_ARGUMENT` naming the
+    /// field `method` ("fix the request; do not retry as is"): not `NOT_FOUND`, which would
+    /// tell a client that the command or read it named does not exist.
+    pub fn method_not_allowed(method: &str, path: &str, allow: &'static str) -> Self {
+        let mut error = Self::invalid(
+            "method",
+            format!("{method} is not allowed on {path}; allowed: {allow}"),
+        );
+        error.allow = Some(allow);
+        error
+    }
+
+    /// The HTTP status of the answer: the code's, or `405` for a method the path does not serve.
+    pub fn status(&self) -> StatusCode {
+        match self.allow {
+            Some(_) => StatusCode::METHOD_NOT_ALLOWED,
+            None => self.code.status(),
         }
     }
 
@@ -210,6 +234,24 @@ mod tests {
         assert_eq!(
             error.details.and_then(|d| d.get("field").cloned()),
             Some(Value::from("input.offer"))
+        );
+    }
+
+    #[test]
+    fn a_wrong_method_is_405_with_the_allowed_ones() {
+        let error = ApiError::method_not_allowed("DELETE", "/v1/status", "GET");
+        assert_eq!(error.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(error.code, ErrorCode::InvalidArgument);
+        assert_eq!(error.allow, Some("GET"));
+        assert_eq!(error.retry_after_ms, None);
+        assert_eq!(
+            error.details.and_then(|d| d.get("field").cloned()),
+            Some(Value::from("method"))
+        );
+        assert_eq!(
+            ApiError::not_found("x").status(),
+            StatusCode::NOT_FOUND,
+            "other failures keep their code's status"
         );
     }
 

@@ -1,10 +1,10 @@
 //! The JSON envelope of every answer: `{"request_id", "data"}` or `{"request_id", "error"}`, with
-//! `X-Request-Id` and, for retryable refusals, `Retry-After`.
+//! `X-Request-Id` and, for retryable refusals, `Retry-After` (for a wrong method, `Allow`).
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+    ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Response, StatusCode};
 use serde::Serialize;
@@ -66,7 +66,12 @@ pub fn failure(request_id: &str, error: &ApiError) -> HttpResponse {
             details: error.details.as_ref(),
         },
     };
-    let mut response = json_response(request_id, error.code.status(), &body);
+    let mut response = json_response(request_id, error.status(), &body);
+    if let Some(allow) = error.allow {
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static(allow));
+    }
     if let Some(ms) = error.retry_after_ms {
         // Retry-After is in whole seconds: round up so a client never retries too early.
         let seconds = ms.div_ceil(1_000).max(1);

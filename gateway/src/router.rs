@@ -125,6 +125,16 @@ async fn route(
     let path = request.uri().path().to_string();
     let query = request.uri().query().map(str::to_string);
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // Before authentication: a wrong method costs no lookup, and is the same answer for all.
+    if let Some(allow) = allowed_methods(&segments)
+        && !allow.split(", ").any(|m| m == method.as_str())
+    {
+        return Err(ApiError::method_not_allowed(
+            method.as_str(),
+            &logged_path(&path),
+            allow,
+        ));
+    }
     match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => Ok(Answer::Plain(plain(StatusCode::OK, "ok\n"))),
         // No I/O: `/metrics` and the detailed readiness are on the admin listener.
@@ -248,6 +258,35 @@ async fn route(
     }
 }
 
+/// The methods a path is served with (its `Allow`), or `None` when the router alone decides
+/// (no such path: `404`). Every other method on an existing path is `405` (OPTIONS, the CORS
+/// preflight, is answered before routing, on any path). A last segment ending in a custom
+/// method (`claim:enqueue`, `{id}:cancel`, `{name}:invalidate`) is served with `POST` only; one
+/// without a colon names a resource, read with `GET`; one with an unknown verb is left to the
+/// router (`POST …:frobnicate` is `404` naming the verb). Keep in step with [`route`]:
+/// `router::tests` checks every documented operation.
+fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
+    const COMMAND_VERBS: &[&str] = &["enqueue", "cancel", "complete"];
+    let by_verb = |segment: &str, verbs: &[&str]| {
+        let decoded = decode_segment(segment, "path").unwrap_or_else(|_| segment.to_owned());
+        match decoded.rsplit_once(':') {
+            None => Some("GET"),
+            Some((_, verb)) if verbs.contains(&verb) => Some("POST"),
+            Some(_) => None,
+        }
+    };
+    match segments {
+        ["healthz"] | ["readyz"] | ["ui", ..] => Some("GET"),
+        ["v1", "tickets", _] => Some("GET"),
+        ["v1", "commands", last] => by_verb(last, COMMAND_VERBS),
+        ["v1", "reads", last] => by_verb(last, &["invalidate"]),
+        ["v1", "commands", _, "requests", _] | ["v1", "commands", _, "mine"] => Some("GET"),
+        ["v1", "application", "resources"] | ["v1", "status"] => Some("GET"),
+        ["v1", "application", "resources:configure"] | ["v1", "control"] => Some("POST"),
+        _ => None,
+    }
+}
+
 /// Command codes are declared as `^[a-z][a-z0-9_-]*$`; anything else cannot exist.
 fn check_command_code(code: &str) -> Result<(), ApiError> {
     if handlers::is_command_code(code) {
@@ -260,6 +299,50 @@ fn check_command_code(code: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every operation of `docs/openapi.json` (as `gateway/tests/api/openapi.rs` lists them),
+    /// with a concrete path: its method is allowed, every other one is not.
+    #[test]
+    fn every_path_allows_exactly_its_documented_methods() {
+        let id = "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10";
+        let cases: &[(&str, &str)] = &[
+            ("POST", "/v1/commands/claim:enqueue"),
+            ("POST", "/v1/commands/claim%3Aenqueue"),
+            ("GET", "/v1/tickets/abc"),
+            ("GET", &format!("/v1/commands/{id}")),
+            ("GET", "/v1/commands/claim/requests/key-1"),
+            ("GET", "/v1/commands/claim/mine"),
+            ("POST", &format!("/v1/commands/{id}:cancel")),
+            ("POST", &format!("/v1/commands/{id}:complete")),
+            ("GET", "/v1/application/resources"),
+            ("POST", "/v1/application/resources:configure"),
+            ("GET", "/v1/reads/offer"),
+            ("POST", "/v1/reads/offer:invalidate"),
+            ("POST", "/v1/control"),
+            ("GET", "/v1/status"),
+            ("GET", "/healthz"),
+            ("GET", "/readyz"),
+            ("GET", "/ui/index.html"),
+        ];
+        for (method, path) in cases {
+            let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            assert_eq!(allowed_methods(&segments), Some(*method), "{method} {path}");
+        }
+        for path in [
+            "/",
+            "/v1",
+            "/v1/commands",
+            "/v1/nothing",
+            "/v1/commands/a/b",
+            "/metrics",
+            // An unknown custom method: the router's own 404 names it.
+            "/v1/commands/claim:frobnicate",
+            "/v1/reads/offer:refresh",
+        ] {
+            let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            assert_eq!(allowed_methods(&segments), None, "{path} is not a path");
+        }
+    }
 
     #[test]
     fn tickets_never_reach_the_logs() {

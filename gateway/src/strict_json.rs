@@ -16,6 +16,9 @@ use serde_json::{Map, Value};
 
 use sluice_durable::field_error::FieldError;
 
+/// Largest float magnitude read as an integer: up to 2^53 every integer has one float.
+const EXACT_FLOAT_INTEGER: f64 = 9_007_199_254_740_992.0;
+
 /// Location of a value inside the body, rendered only when an error needs it.
 #[derive(Clone, Copy)]
 enum Path<'a> {
@@ -35,14 +38,21 @@ impl fmt::Display for Path<'_> {
     }
 }
 
-/// Walks the document once without building anything, to find repeated keys.
+const DUPLICATE: &str = "duplicate key";
+/// PostgreSQL's `text` and `jsonb` cannot hold U+0000: a body carrying one would be refused by
+/// the database after validation (a `503` that blames the database), so it is refused here.
+const NUL: &str = "must not contain U+0000";
+
+/// Walks the document once without building anything, to find repeated keys and U+0000 in any
+/// string or key.
 ///
 /// This is a separate pass (rather than a custom `Value` builder) so that numbers are still
 /// built by serde_json itself, whatever its feature set (`arbitrary_precision` routes numbers
 /// through `visit_map`, which a hand-written builder would mistake for objects).
 struct DuplicateCheck<'a> {
     path: Path<'a>,
-    found: &'a mut Option<String>,
+    /// The first refusal: its path and message.
+    found: &'a mut Option<(String, &'static str)>,
 }
 
 impl<'de> DeserializeSeed<'de> for DuplicateCheck<'_> {
@@ -70,7 +80,11 @@ impl<'de> Visitor<'de> for DuplicateCheck<'_> {
     fn visit_f64<E>(self, _: f64) -> Result<(), E> {
         Ok(())
     }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<(), E> {
+        if value.contains('\0') {
+            *self.found = Some((self.path.to_string(), NUL));
+            return Err(E::custom(NUL));
+        }
         Ok(())
     }
     fn visit_unit<E>(self) -> Result<(), E> {
@@ -97,8 +111,12 @@ impl<'de> Visitor<'de> for DuplicateCheck<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let path = Path::Key(&self.path, &key);
             if seen.contains(&key) {
-                *self.found = Some(path.to_string());
-                return Err(de::Error::custom("duplicate key"));
+                *self.found = Some((path.to_string(), DUPLICATE));
+                return Err(de::Error::custom(DUPLICATE));
+            }
+            if key.contains('\0') {
+                *self.found = Some((path.to_string(), NUL));
+                return Err(de::Error::custom(NUL));
             }
             map.next_value_seed(DuplicateCheck {
                 path,
@@ -110,7 +128,8 @@ impl<'de> Visitor<'de> for DuplicateCheck<'_> {
     }
 }
 
-/// Parses a request body that must be a JSON object with no repeated key at any depth.
+/// Parses a request body that must be a JSON object with no repeated key at any depth and no
+/// U+0000 in any string or key.
 ///
 /// Syntax errors and invalid UTF-8 are reported on field `body` with serde_json's line and
 /// column; a repeated key is reported on its own path (`input.offer`, `items[2].id`).
@@ -123,8 +142,8 @@ pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, FieldError> {
         found: &mut found,
     }
     .deserialize(&mut de);
-    if let Some(path) = found {
-        return Err(FieldError::new(path, "duplicate key"));
+    if let Some((path, message)) = found {
+        return Err(FieldError::new(path, message));
     }
     checked.and_then(|()| de.end()).map_err(invalid)?;
     match serde_json::from_slice(body).map_err(invalid)? {
@@ -253,9 +272,12 @@ impl ObjectReader {
         self.take(name)?.map(|v| self.boolean(name, v)).transpose()
     }
 
-    /// Checks an integer against `[lo, hi]`. `1.0` is refused as "must be an integer", but an
-    /// integral float outside the range (serde_json's form for integers beyond u64) is reported
-    /// as out of range, which is what the client needs to hear.
+    /// Checks an integer against `[lo, hi]`. An integer is a number without a fractional part,
+    /// as JSON Schema (and so `docs/openapi.json`) defines it: `3.0` and `3e0` are the integer
+    /// 3 (a client whose numbers pass through a float writes them so, and schemathesis sends
+    /// them as valid), up to 2^53 where a float still spells one integer exactly; `1.5` is
+    /// "must be an integer". An integral float outside the range (serde_json's form for
+    /// integers beyond u64) is reported as out of range, which is what the client needs to hear.
     fn integer<T>(&self, name: &str, value: &Value, lo: T, hi: T) -> Result<T, FieldError>
     where
         T: Copy + PartialOrd + fmt::Display + TryFrom<i64> + TryFrom<u64> + Into<i128>,
@@ -269,13 +291,18 @@ impl ObjectReader {
             (None, Some(u)) => T::try_from(u).ok(),
             (None, None) => {
                 let f = n.as_f64().unwrap_or(f64::NAN);
-                let (lo_f, hi_f) = (lo.into() as f64, hi.into() as f64);
                 let integral = f.is_finite() && f.fract() == 0.0;
-                return Err(if integral && !(lo_f..=hi_f).contains(&f) {
-                    out_of_range()
+                if integral && f.abs() <= EXACT_FLOAT_INTEGER {
+                    // Exact: |f| ≤ 2^53, so the cast neither rounds nor saturates.
+                    T::try_from(f as i64).ok()
                 } else {
-                    self.error(name, "must be an integer")
-                });
+                    let (lo_f, hi_f) = (lo.into() as f64, hi.into() as f64);
+                    return Err(if integral && !(lo_f..=hi_f).contains(&f) {
+                        out_of_range()
+                    } else {
+                        self.error(name, "must be an integer")
+                    });
+                }
             }
         };
         match parsed {

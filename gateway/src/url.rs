@@ -3,10 +3,11 @@
 
 use sluice_durable::field_error::FieldError;
 
+const INVALID: &str = "is not valid percent-encoded UTF-8 without U+0000";
+
 /// Decodes `%XX` escapes of one path segment.
 pub fn decode_segment(segment: &str, field: &str) -> Result<String, FieldError> {
-    percent_decode(segment, false)
-        .ok_or_else(|| FieldError::new(field, "is not valid percent-encoded UTF-8"))
+    percent_decode(segment, false).ok_or_else(|| FieldError::new(field, INVALID))
 }
 
 /// Parses `a=1&b=2` (form encoding: `+` is a space), refusing repeats and names not in `allowed`.
@@ -17,10 +18,10 @@ pub fn parse_query(
     let mut pairs: Vec<(String, String)> = Vec::new();
     for part in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (raw_name, raw_value) = part.split_once('=').unwrap_or((part, ""));
-        let name = percent_decode(raw_name, true)
-            .ok_or_else(|| FieldError::new("query", "is not valid percent-encoded UTF-8"))?;
+        let name =
+            percent_decode(raw_name, true).ok_or_else(|| FieldError::new("query", INVALID))?;
         let value = percent_decode(raw_value, true)
-            .ok_or_else(|| FieldError::new(name.clone(), "is not valid percent-encoded UTF-8"))?;
+            .ok_or_else(|| FieldError::new(name.clone(), INVALID))?;
         if !allowed.contains(&name.as_str()) {
             return Err(FieldError::new(name, "unknown query parameter"));
         }
@@ -61,6 +62,10 @@ fn percent_decode(input: &str, plus_is_space: bool) -> Option<String> {
                 i += 1;
             }
         }
+    }
+    // U+0000 is valid UTF-8 but no value of this API (nor PostgreSQL's text) holds one.
+    if out.contains(&0) {
+        return None;
     }
     String::from_utf8(out).ok()
 }

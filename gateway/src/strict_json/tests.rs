@@ -145,12 +145,22 @@ fn missing_null_and_wrong_types_name_the_field() {
 #[test]
 fn integers_must_be_integral_and_in_range() {
     let body = r#"{"a":"1","b":1.5,"c":1.0,"d":11,"e":-1,"f":18446744073709551615,
-        "g":1e30,"h":-1e30,"i":true,"j":5,"k":9223372036854775808}"#;
+        "g":1e30,"h":-1e30,"i":true,"j":5,"k":9223372036854775808,"l":-3e0,"m":11.0,
+        "n":9007199254740992.0,"o":9007199254740994.0}"#;
     let mut r = reader(body, "p");
     let int = "must be an integer";
     assert_eq!(r.required_i64_in("a", 0..=10), Err(err("p.a", int)));
     assert_eq!(r.required_i64_in("b", 0..=10), Err(err("p.b", int)));
-    assert_eq!(r.required_i64_in("c", 0..=10), Err(err("p.c", int)));
+    // JSON Schema's integers: a number without a fraction, however it is written.
+    assert_eq!(r.required_i64_in("c", 0..=10), Ok(1));
+    assert_eq!(r.required_i64_in("l", -5..=5), Ok(-3));
+    assert_eq!(
+        r.required_u64_in("m", 0..=10),
+        Err(err("p.m", "must be between 0 and 10"))
+    );
+    assert_eq!(r.required_u64_in("n", 0..=u64::MAX), Ok(1 << 53));
+    // Past 2^53 a float names several integers: not read as one.
+    assert_eq!(r.required_u64_in("o", 0..=u64::MAX), Err(err("p.o", int)));
     let range = "must be between 0 and 10";
     assert_eq!(r.required_i64_in("d", 0..=10), Err(err("p.d", range)));
     assert_eq!(r.optional_u64_in("e", 0..=10), Err(err("p.e", range)));

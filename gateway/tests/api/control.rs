@@ -300,7 +300,8 @@ async fn bad_control_calls_are_refused_and_change_nothing() {
     let anonymous = stack.post("/v1/control", None, &good).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     let wrong_method = stack.get("/v1/control", Some(&stack.credential())).await;
-    assert_eq!(wrong_method.status, StatusCode::NOT_FOUND);
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.headers["allow"], "POST");
 
     // Nothing of any of them was stored, audited or projected.
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM controls WHERE namespace_id = $1")

@@ -541,15 +541,20 @@ async fn an_undeclared_command_is_404() {
     assert_nothing_written(&stack, "claim").await;
 }
 
-/// Paths and methods the API does not define are 404 `NOT_FOUND`.
+/// Paths the API does not define, and custom methods it does not know, are 404 `NOT_FOUND`; a
+/// path it defines asked with another method is 405 (`openapi::wrong_methods_are_405_…`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_endpoint_is_404() {
     let stack = Stack::start().await;
     let credential = stack.credential();
     let body = json!({"request_key": "a", "subject": "u", "input": {"offer": OFFER}}).to_string();
+    let wrong_method = stack
+        .post("/v1/commands/claim", Some(&credential), &body)
+        .await;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.headers["allow"], "GET");
     let posts = [
         "/v1/commands/claim:launch",
-        "/v1/commands/claim",
         "/v1/nothing",
         "/v2/commands/claim:enqueue",
         "/",

@@ -182,7 +182,15 @@ fn decision_of(body: &[u8]) -> Reported {
             "backend answered 200 with a body that is not {\"outcome\": …}".into(),
         );
     };
-    let result = parsed.result.filter(Value::is_object);
+    let result = parsed.result.filter(Value::is_object).filter(|result| {
+        let storable = !has_nul(result);
+        if !storable {
+            tracing::warn!(
+                "a webhook answer's result held U+0000, which PostgreSQL cannot store; it is dropped"
+            );
+        }
+        storable
+    });
     let invalidate = dependencies(parsed.invalidate.as_ref());
     match CommandStatus::parse(&parsed.outcome) {
         Some(CommandStatus::Succeeded) => Reported {
@@ -204,6 +212,16 @@ fn decision_of(body: &[u8]) -> Reported {
             "WEBHOOK_BAD_ANSWER",
             format!("backend answered 200 with outcome {:?}", parsed.outcome),
         ),
+    }
+}
+
+/// Whether U+0000 is in any string or key of `value` (`jsonb` cannot hold one).
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
     }
 }
 
@@ -229,7 +247,7 @@ fn failed(code: &str, message: String) -> Reported {
     }
 }
 
-/// The answer's `invalidate` list: at most 100 strings of 1 to 200 characters. The backend has
+/// The answer's `invalidate` list: at most 100 strings of 1 to 200 characters (no U+0000). The backend has
 /// already acted, so a malformed list does not fail the command: what is unusable is dropped
 /// (and logged), and those views expire by age.
 fn dependencies(list: Option<&Value>) -> Vec<String> {
@@ -242,7 +260,7 @@ fn dependencies(list: Option<&Value>) -> Vec<String> {
             items
                 .iter()
                 .filter_map(Value::as_str)
-                .filter(|d| !d.is_empty() && d.chars().count() <= 200)
+                .filter(|d| !d.is_empty() && d.chars().count() <= 200 && !d.contains('\0'))
                 .take(100)
                 .map(str::to_string)
                 .collect()

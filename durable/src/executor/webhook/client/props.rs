@@ -118,7 +118,10 @@ proptest! {
         prop_assert!(reported.invalidate.len() <= 100);
         for name in &reported.invalidate {
             prop_assert!((1..=200).contains(&name.chars().count()));
+            prop_assert!(!name.contains('\0'));
         }
+        // Nothing PostgreSQL cannot store (`jsonb` refuses U+0000).
+        prop_assert!(!reported.result.as_ref().is_some_and(has_nul));
     }
 
     #[test]
