@@ -7,15 +7,22 @@
 # failure.
 #
 #   deploy/fuzz.sh --minutes M [--cases N] [--max-cases N] [--release]
+#   deploy/fuzz.sh --engine libfuzzer --minutes M
 #
 # Every round prints its seed; a failure prints the command that replays it, and proptest keeps
 # the shrunk case in <crate>/proptest-regressions/ (commit it with the fix: every later run,
 # `cargo test` included, tries it first). Exits 0 when the time is up with no failure.
+#
+# --engine libfuzzer runs the coverage-guided targets of fuzz/ instead (libFuzzer through
+# cargo-fuzz, installed with `cargo install` when missing), each for an equal share of M minutes,
+# on the stable toolchain with `--sanitizer none` (the sanitizers want nightly). A crash stops
+# the run; its input is in fuzz/artifacts/<target>/ and the replay command is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . deploy/lib.sh
 
 minutes=""
+engine=proptest
 cases=1000
 max_cases=64000
 profile=()
@@ -25,7 +32,8 @@ while [ $# -gt 0 ]; do
     --cases) cases=$2; shift 2 ;;
     --max-cases) max_cases=$2; shift 2 ;;
     --release) profile=(--release); shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --engine) engine=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +43,41 @@ if ! [[ "$minutes" =~ ^[0-9]+$ ]] || [ "$minutes" -lt 1 ]; then
 fi
 
 require_cargo
+
+if [ "$engine" = libfuzzer ]; then
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    log "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+  fi
+  cd fuzz
+  # Its own workspace and target directory; the queries compile from the main one's .sqlx/.
+  unset CARGO_TARGET_DIR
+  export SQLX_OFFLINE_DIR="$PWD/../.sqlx"
+  log "building the libFuzzer targets (stable, no sanitizer)"
+  cargo fuzz build --sanitizer none
+  mapfile -t targets < <(cargo fuzz list)
+  share=$((minutes * 60 / ${#targets[@]}))
+  [ "$share" -ge 1 ] || share=1
+  for target in "${targets[@]}"; do
+    log "$target: ${share}s"
+    mkdir -p "corpus/$target"
+    set +e
+    # New inputs go to corpus/<target> (not committed); seeds/<target> starts it off.
+    cargo fuzz run --sanitizer none "$target" "corpus/$target" "seeds/$target" -- \
+        -max_total_time="$share" -print_final_stats=1 2>&1 \
+      | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|INFO: Seed|==|thread|SUMMARY|artifact|Failing input|\s+cargo fuzz)'
+    status=${PIPESTATUS[0]}
+    set -e
+    if [ "$status" -ne 0 ]; then
+      log "$target failed: the input is in fuzz/artifacts/$target/ (replay: cd fuzz && cargo fuzz run --sanitizer none $target fuzz/artifacts/$target/<file>)"
+      exit 1
+    fi
+  done
+  log "no crash in $minutes min (${#targets[@]} targets, ${share}s each)"
+  exit 0
+fi
+[ "$engine" = proptest ] || { echo "unknown engine: $engine (proptest or libfuzzer)" >&2; exit 2; }
+
 # The two test binaries, run directly (in their package's directory, as cargo runs them, so
 # that proptest finds and writes <crate>/proptest-regressions/): a time box then stops the
 # binary itself, not a cargo that would leave it running.

@@ -29,6 +29,14 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
+# A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
+# tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
+# 0 server errors and 0 answers outside the document, or the suite fails.
+if [ "$status" -eq 0 ]; then
+  log "schemathesis (short run; deploy/schemathesis.sh for longer ones)"
+  SLUICE_BIN="${CARGO_TARGET_DIR:-target}/debug/sluice" timeout 300 \
+    deploy/schemathesis.sh --if-supported --max-examples 10 || status=1
+fi
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$out"

@@ -277,6 +277,20 @@ fn dependencies(list: Option<&Value>) -> Vec<String> {
     usable
 }
 
+/// What an answer of `status` with `Retry-After: retry_after` and `body` comes to, for the
+/// coverage-guided fuzz targets (`fuzz/`, feature `fuzzing`): the header parser and the
+/// classification of the answer, exactly as [`WebhookClient::deliver`] runs them.
+#[cfg(feature = "fuzzing")]
+pub fn classify_for_fuzzing(status: u16, retry_after: &str, body: &[u8]) -> Option<Answer> {
+    let status = StatusCode::from_u16(status).ok()?;
+    let retry_after = parse_retry_after(retry_after);
+    Some(classify(
+        status,
+        retry_after,
+        Ok(Bytes::copy_from_slice(body)),
+    ))
+}
+
 /// `Retry-After` as delay-seconds or an HTTP date.
 fn parse_retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();

@@ -21,6 +21,8 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "fuzzing")]
+pub use client::classify_for_fuzzing;
 pub use client::{Answer, Delivery, WebhookClient};
 pub use fenced_body::{FenceClosed, FencedBody};
 pub use signature::{WebhookSecrets, sign, verify as verify_signature};
