@@ -4,8 +4,10 @@
 # nothing running on this machine is touched), reads the credential and the subject key from
 # its credentials.json, mints a subject token, installs schemathesis into a venv with pip when
 # missing, and runs every operation with `--checks all`, positive and negative cases:
-#   1. with the credential: every operation but the one only a subject token may call (`mine`);
-#   2. with the subject token: every operation a subject token may call.
+#   1. with the credential: every operation but the one only a subject token may call (`mine`)
+#      and the control (its pauses would answer every later enqueue `503 INTAKE_PAUSED`);
+#   2. with the subject token: every operation a subject token may call;
+#   3. the control, with the credential.
 # The target is 0 failures: no server error and no answer outside the document.
 #
 #   deploy/schemathesis.sh [--max-examples N] [--seed S] [--max-time SECONDS] [--workers N]
@@ -114,7 +116,8 @@ done
 
 # The credential, and a subject token minted as an application backend would: HS256 over the
 # subject key's decoded bytes (credentials.json holds it base64url-encoded), `kid` its id.
-read -r credential token < <(python3 - "$work/dev/credentials.json" <<'PY'
+subject=schemathesis-user
+read -r credential token < <("$python" - "$work/dev/credentials.json" "$subject" <<'PY'
 import base64, hashlib, hmac, json, sys, time
 creds = json.load(open(sys.argv[1]))
 key = creds["subject_key"]
@@ -123,19 +126,20 @@ raw = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
 b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 now = int(time.time())
 header = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": key["id"]}).encode())
-claims = b64(json.dumps({"sub": "schemathesis-user", "iat": now, "exp": now + 3600}).encode())
+claims = b64(json.dumps({"sub": sys.argv[2], "iat": now, "exp": now + 3600}).encode())
 signature = b64(hmac.new(raw, f"{header}.{claims}".encode(), hashlib.sha256).digest())
 print(creds["credential"], f"{header}.{claims}.{signature}")
 PY
 )
 
-# Two copies of the document, one per scheme, both with `input` as the demo declaration
-# (deploy/demo.toml, which `sluice dev` applies) declares it: the document cannot know a
-# namespace's parameters, and without them every positive enqueue is a 400 on `input`. The
-# credential's copy also requires what `x-required-with-credential` marks (a subject token
-# supplies `subject`; a credential must name it, and JSON Schema cannot see which scheme
-# authenticated a request).
-"$python" - docs/openapi.json deploy/demo.toml "$out" <<'PY'
+# Two copies of the document, one per scheme, both with the commands and `input` as the demo
+# declaration (deploy/demo.toml, which `sluice dev` applies) declares them: the document cannot
+# know a namespace's commands and parameters, and without them every positive enqueue is a 404
+# or a 400 on `input`. What
+# `x-required-with-credential` marks (`subject`) is required in the credential's copy and, in
+# the token's, may only name the token's own subject: JSON Schema cannot see which scheme
+# authenticated a request.
+"$python" - docs/openapi.json deploy/demo.toml "$out" "$subject" <<'PY'
 import copy, json, sys, tomllib
 doc = json.load(open(sys.argv[1]))
 declaration = tomllib.load(open(sys.argv[2], "rb"))
@@ -156,6 +160,9 @@ inputs = [{"type": "object", "additionalProperties": False,
            "required": sorted(c.get("parameters", {})),
            "properties": {n: parameter(p) for n, p in c.get("parameters", {}).items()}}
           for c in declaration.get("command", [])]
+# The commands the namespace declares: positive cases name them (negative ones anything else).
+doc["components"]["parameters"]["CommandCode"]["schema"]["enum"] = [
+    c["code"] for c in declaration.get("command", [])]
 body = doc["components"]["schemas"]["EnqueueRequest"]["properties"]
 body["input"] = {**inputs[0], "description": body["input"].get("description", "")} if len(inputs) == 1 \
     else {"anyOf": inputs}
@@ -172,33 +179,55 @@ def require_marked(node):
     elif isinstance(node, list):
         for value in node:
             require_marked(value)
-json.dump(doc, open(f"{sys.argv[3]}/openapi.subject.json", "w"), indent=2)
 credential = copy.deepcopy(doc)
+# With a subject token, a marked field may be absent or name the token's own subject only.
+def own_subject(node):
+    if isinstance(node, dict):
+        if node.get("x-required-with-credential") is True:
+            (node["schema"] if "in" in node else node)["enum"] = [sys.argv[4]]
+        for value in node.values():
+            own_subject(value)
+    elif isinstance(node, list):
+        for value in node:
+            own_subject(value)
+own_subject(doc)
+json.dump(doc, open(f"{sys.argv[3]}/openapi.subject.json", "w"), indent=2)
 require_marked(credential)
 json.dump(credential, open(f"{sys.argv[3]}/openapi.credential.json", "w"), indent=2)
 PY
 
 common=(
   --url "http://$listen"
-  --checks all --mode all --phases examples,coverage,fuzzing,stateful
+  --checks all --mode all
   --max-examples "$max_examples" --seed "$seed" --workers "$workers"
   --request-timeout 10 --suppress-health-check all --generation-database none
 )
 if [ -n "$max_time" ]; then common+=(--max-time "$max_time"); fi
 
+# Three runs: the credential on every operation but `mine` and the control (a pause it sets
+# makes every later enqueue a `503 INTAKE_PAUSED`, which is the contract but reads as a server
+# error), the subject token on what it may call, then the control alone.
 status=0
 log "schemathesis (seed $seed, at most $max_examples examples per operation): with the credential"
 # From inside $out: schemathesis keeps what `st replay <id>` needs in ./.schemathesis.
 st=$(cd "$venv/bin" && pwd)/st
-(cd "$out" && "$st" --no-color run openapi.credential.json "${common[@]}" \
+all_phases=(--phases examples,coverage,fuzzing,stateful)
+(cd "$out" && "$st" --no-color run openapi.credential.json "${common[@]}" "${all_phases[@]}" \
   -H "Authorization: Bearer $credential" \
-  --exclude-operation-id listMyCommands \
+  --exclude-operation-id-regex '^(listMyCommands|setControl)$' \
   --report junit,ndjson --report-dir credential) || status=1
 log "schemathesis (seed $seed): with a subject token"
-(cd "$out" && "$st" --no-color run openapi.subject.json "${common[@]}" \
+(cd "$out" && "$st" --no-color run openapi.subject.json "${common[@]}" "${all_phases[@]}" \
   -H "Authorization: Bearer $token" \
   --include-operation-id-regex '^(enqueueCommand|getCommand|getCommandByRequestKey|listMyCommands|cancelCommand|getRead)$' \
   --report junit,ndjson --report-dir subject) || status=1
+log "schemathesis (seed $seed): the control, with the credential"
+# No stateful phase: no link leads to or from the control.
+(cd "$out" && "$st" --no-color run openapi.credential.json "${common[@]}" \
+  --phases examples,coverage,fuzzing \
+  -H "Authorization: Bearer $credential" \
+  --include-operation-id setControl \
+  --report junit,ndjson --report-dir control) || status=1
 
 if [ "$status" -ne 0 ]; then
   log "schemathesis found failures (seed $seed; reports in $out; replay a case with: cd $out && $st replay ID)"
