@@ -114,15 +114,14 @@ until [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$admin/readyz")" = 200
   sleep 0.2
 done
 
-# The credential, and a subject token minted as an application backend would: HS256 over the
-# subject key's decoded bytes (credentials.json holds it base64url-encoded), `kid` its id.
+# The credential, and a subject token minted as an application backend would (README): HS256
+# with the subject key's secret text as the key, `kid` its id.
 subject=schemathesis-user
 read -r credential token < <("$python" - "$work/dev/credentials.json" "$subject" <<'PY'
 import base64, hashlib, hmac, json, sys, time
 creds = json.load(open(sys.argv[1]))
 key = creds["subject_key"]
-secret = key["secret"]
-raw = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
+raw = key["secret"].encode()
 b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 now = int(time.time())
 header = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": key["id"]}).encode())

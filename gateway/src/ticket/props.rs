@@ -24,34 +24,36 @@ prop_compose! {
         application in any::<[u8; 16]>(),
         namespace in any::<[u8; 16]>(),
         command in any::<[u8; 16]>(),
-        generation in any::<u64>(),
         lifetime in 1..=i64::MAX - NOW,
     ) -> TicketClaims {
         TicketClaims {
             application_id: Uuid::from_bytes(application).into(),
             namespace_id: Uuid::from_bytes(namespace).into(),
             command_id: Uuid::from_bytes(command).into(),
-            generation,
             expires_at_unix: NOW + lifetime,
         }
     }
 }
 
 /// Strings a caller may send in the path: anything at all, base64url text of plausible
-/// lengths, and base64url of bytes that start like a ticket (version 1 and a kid length), so
+/// lengths, and base64url of bytes that start like a ticket (a version and a kid length), so
 /// every later check is reached too.
 fn caller_ticket() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<String>(),
         proptest::collection::vec(proptest::sample::select(ALPHABET), 0..=600)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
-        (any::<u8>(), proptest::collection::vec(any::<u8>(), 0..=200)).prop_map(
-            |(kid_len, rest)| {
-                let mut bytes = vec![1u8, kid_len % 20];
+        (
+            1u8..=3,
+            any::<u8>(),
+            proptest::collection::vec(any::<u8>(), 0..=200)
+        )
+            .prop_map(|(version, kid_len, rest)| {
+                // Version 2 signs now; version 1 tickets still verify until they expire.
+                let mut bytes = vec![version, kid_len % 20];
                 bytes.extend(rest);
                 URL_SAFE_NO_PAD.encode(bytes)
-            }
-        ),
+            }),
     ]
 }
 
