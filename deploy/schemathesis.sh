@@ -67,7 +67,10 @@ fi
 venv=${SCHEMATHESIS_VENV:-target/schemathesis-venv-$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}
 if ! "$venv/bin/st" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
   log "installing schemathesis $SCHEMATHESIS_VERSION into $venv ($("$python" --version))"
-  "$python" -m venv "$venv"
+  "$python" -m venv "$venv" || {
+    echo "cannot make a venv with $python (Debian's python3 wants: apt-get install python3-venv)" >&2
+    exit 1
+  }
   "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
 
