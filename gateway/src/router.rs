@@ -277,6 +277,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     };
     match segments {
         ["healthz"] | ["readyz"] | ["ui", ..] => Some("GET"),
+        ["sdk", "v1", ..] | ["wait", _, _] | ["demo", ..] => Some("GET"),
         ["v1", "tickets", _] => Some("GET"),
         ["v1", "commands", last] => by_verb(last, COMMAND_VERBS),
         ["v1", "reads", last] => by_verb(last, &["invalidate"]),
@@ -323,6 +324,9 @@ mod tests {
             ("GET", "/healthz"),
             ("GET", "/readyz"),
             ("GET", "/ui/index.html"),
+            ("GET", "/sdk/v1/sluice.js"),
+            ("GET", "/wait/0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10/claim"),
+            ("GET", "/demo/"),
         ];
         for (method, path) in cases {
             let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
