@@ -40,6 +40,17 @@ pub fn eta_seconds(position: Option<u64>, drain_per_second: Option<f64>) -> Opti
     Some((ahead / rate).ceil() as u64)
 }
 
+/// The hint of an answer about a command in `status`: none once it is final (nothing will
+/// change, so a client has no reason to ask again), else [`poll_after_ms`].
+pub fn advice(
+    status: sluice_durable::lifecycle::CommandStatus,
+    position: Option<u64>,
+    drain_per_second: Option<f64>,
+    jitter: f64,
+) -> Option<u64> {
+    (!status.is_final()).then(|| poll_after_ms(position, drain_per_second, jitter))
+}
+
 /// Milliseconds the client should wait before its next poll.
 ///
 /// The enqueue answer passes the command's declared start rate as `drain_per_second` (no drain

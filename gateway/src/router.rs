@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
+use hyper::header::{CACHE_CONTROL, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use tracing::{Instrument, Level};
 
@@ -53,6 +53,13 @@ pub async fn handle(
             let answer = route(&gateway, request, &mut namespace).await;
             let (mut response, code) = match answer {
                 Ok(Answer::Json(status, data)) => (success(&request_id, status, data), None),
+                Ok(Answer::Cacheable(status, data, cache)) => {
+                    let mut response = success(&request_id, status, data);
+                    response
+                        .headers_mut()
+                        .insert(CACHE_CONTROL, HeaderValue::from_static(cache));
+                    (response, None)
+                }
                 Ok(Answer::Plain(response)) => (response, None),
                 Err(error) => {
                     // `detail`, not `message`: that name is the line's own message in JSON.
@@ -107,6 +114,8 @@ fn answer_level(status: StatusCode, code: Option<ErrorCode>) -> Level {
 
 enum Answer {
     Json(StatusCode, serde_json::Value),
+    /// A JSON answer a cache may keep as `Cache-Control` says (others are `no-store`).
+    Cacheable(StatusCode, serde_json::Value, &'static str),
     Plain(HttpResponse),
 }
 
@@ -142,7 +151,9 @@ async fn route(
         (&Method::GET, ["v1", "tickets", ticket]) => {
             let claims = tickets::verify(gateway, ticket)?;
             *namespace = Some(claims.namespace_id);
-            json(tickets::poll(gateway, &claims).await)
+            let (status, data) = tickets::poll(gateway, &claims).await?;
+            let cache = tickets::cache_control(&data);
+            Ok(Answer::Cacheable(status, data, cache))
         }
         (&Method::POST, ["v1", "commands", action]) => {
             let action = decode_segment(action, "path")?;

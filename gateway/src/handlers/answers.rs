@@ -20,7 +20,8 @@ pub struct Receipt<'a> {
     pub accepted_at: &'a str,
     pub deadline_at: &'a str,
     pub queue: Option<QueuePlace>,
-    pub poll_after_ms: u64,
+    /// None (`null`) once the command is final: there is nothing more to poll for.
+    pub poll_after_ms: Option<u64>,
     pub deduplicated: bool,
 }
 
@@ -51,7 +52,8 @@ pub struct TicketAnswer<'a> {
     pub status: CommandStatus,
     pub queue: Option<QueuePlace>,
     pub eta_seconds: Option<u64>,
-    pub poll_after_ms: u64,
+    /// None (`null`) once the command is final: there is nothing more to poll for.
+    pub poll_after_ms: Option<u64>,
     /// A decimal string: generations are 64-bit and JavaScript numbers are not.
     pub generation: String,
     pub updated_at: Option<String>,

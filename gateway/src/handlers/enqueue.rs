@@ -324,7 +324,8 @@ fn receipt_json(
         // No drain has been measured for a fresh acceptance; the declared start rate is the
         // fastest its queue can drain, so the first hint is never later than the turn can come
         // (a 10,000-subject drop measured 15 s hints for turns that came within 8 s).
-        poll_after_ms: poll_policy::poll_after_ms(
+        poll_after_ms: poll_policy::advice(
+            status,
             position,
             Some(f64::from(attempt.decl.admission.per_second)),
             rand::random::<f64>(),

@@ -26,6 +26,21 @@ pub fn verify(gateway: &Gateway, ticket: &str) -> Result<TicketClaims, ApiError>
         .map_err(|e| ApiError::unauthenticated(format!("the ticket is not valid: {e}")))
 }
 
+/// What a cache may keep of a poll's answer: a final status never changes again, so the browser
+/// may keep it (privately: the answer is about one person's command) for an hour; anything
+/// else is stale at once and is never stored.
+pub fn cache_control(data: &Value) -> &'static str {
+    let final_status = data["status"]
+        .as_str()
+        .and_then(CommandStatus::parse)
+        .is_some_and(CommandStatus::is_final);
+    if final_status {
+        "private, max-age=3600, immutable"
+    } else {
+        "no-store"
+    }
+}
+
 pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
     let keys = AppKeys::new(claims.application_id);
     match read_status(&gateway.redis, &keys, claims.command_id).await {
@@ -59,7 +74,8 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus, generatio
             observed_at: millis_rfc3339(projected.observed_at_ms),
         }),
         eta_seconds: poll_policy::eta_seconds(position, projected.drain_per_second),
-        poll_after_ms: poll_policy::poll_after_ms(
+        poll_after_ms: poll_policy::advice(
+            status,
             position,
             projected.drain_per_second,
             rand::random::<f64>(),
@@ -89,7 +105,7 @@ async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
         status,
         queue: None,
         eta_seconds: None,
-        poll_after_ms: poll_policy::poll_after_ms(None, None, rand::random::<f64>()),
+        poll_after_ms: poll_policy::advice(status, None, None, rand::random::<f64>()),
         generation: generation.to_string(),
         updated_at: Some(rfc3339(record.row.updated_at)),
         result: shown_result(status, record.result.as_ref()),

@@ -40,5 +40,6 @@ mod sluice_process;
 mod startup_checks;
 mod status_board;
 mod strict_bodies;
+mod ticket_answers;
 mod webhook_backend;
 mod webhooks;
