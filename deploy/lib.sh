@@ -72,7 +72,8 @@ require_ui_test_deps() {
   local dir=gateway/tests/ui
   local installed="$dir/node_modules/.package-lock.json"
   if [ ! -f "$installed" ] || [ "$dir/package-lock.json" -nt "$installed" ] \
-      || [ ! -f "$dir/node_modules/playwright-core/package.json" ]; then
+      || [ ! -f "$dir/node_modules/playwright-core/package.json" ] \
+      || [ ! -f "$dir/node_modules/axe-core/package.json" ]; then
     log "npm ci in $dir"
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi

@@ -13,6 +13,7 @@ export declare const FINAL: readonly Status[];
 export declare const MAX_BACKOFF_MS: number;
 export declare const FIRST_BACKOFF_MS: number;
 export declare const DEFAULT_POLL_MS: number;
+export declare const REQUEST_TIMEOUT_MS: number;
 
 export declare class SluiceError extends Error {
   /** The API's error code (`UNAVAILABLE`, `RATE_LIMITED`, …) or the client's own
@@ -74,6 +75,8 @@ export interface ClientOptions {
   token: string | (() => string | Promise<string>);
   /** Where intents are kept across reloads; sessionStorage by default. */
   storage?: Storage;
+  /** A request abandoned after this long counts as a network error (default 15 s). */
+  requestTimeoutMs?: number;
 }
 
 export declare function createClient(options: ClientOptions): Client;

@@ -23,6 +23,8 @@ export const FINAL = Object.freeze(["succeeded", "rejected", "failed", "expired"
 export const MAX_BACKOFF_MS = 30_000;
 /** First wait after an error. */
 export const FIRST_BACKOFF_MS = 500;
+/** How long one request may take before the client gives up on it and backs off. */
+export const REQUEST_TIMEOUT_MS = 15_000;
 /** Poll interval when the gateway advised none. */
 export const DEFAULT_POLL_MS = 2_000;
 const STORAGE_PREFIX = "sluice:v1:";
@@ -113,6 +115,7 @@ export function createClient(options) {
     random = Math.random,
     now = () => Date.now(),
     document: doc = globalThis.document,
+    requestTimeoutMs = REQUEST_TIMEOUT_MS,
   } = options ?? {};
   if (typeof baseUrl !== "string" || !/^https?:\/\//.test(baseUrl)) {
     throw new SluiceError("INVALID_ARGUMENT", "baseUrl must be an http(s) URL");
@@ -144,21 +147,29 @@ export function createClient(options) {
     return current;
   }
 
+  /** One request, abandoned after `requestTimeoutMs` (a stuck gateway must not hold a page). */
+  async function send(method, path, headers, body) {
+    const abort = typeof AbortController === "function" ? new AbortController() : null;
+    const timer = abort ? setTimer(() => abort.abort(), requestTimeoutMs) : null;
+    try {
+      return await fetchImpl(`${base}${path}`, {
+        method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+        credentials: "omit", cache: "no-store", signal: abort?.signal,
+      });
+    } finally {
+      if (timer !== null) clearTimer(timer);
+    }
+  }
+
   /** One API call; resolves to {status, data, error, retryAfterMs}. Network errors reject. */
   async function call(method, path, { body, auth = true, retryOn401 = true } = {}) {
     const headers = { accept: "application/json" };
     if (auth) headers.authorization = `Bearer ${await bearer()}`;
     if (body !== undefined) headers["content-type"] = "application/json";
-    let response = await fetchImpl(`${base}${path}`, {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: "omit", cache: "no-store",
-    });
+    let response = await send(method, path, headers, body);
     if (response.status === 401 && auth && retryOn401 && typeof token === "function") {
       headers.authorization = `Bearer ${await bearer(true)}`;
-      response = await fetchImpl(`${base}${path}`, {
-        method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-        credentials: "omit", cache: "no-store",
-      });
+      response = await send(method, path, headers, body);
     }
     let json = null;
     try { json = await response.json(); } catch { json = null; }

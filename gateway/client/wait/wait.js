@@ -36,6 +36,7 @@ const WORDS = {
   needs_review: "Your request is being reviewed; you will hear about it.",
 };
 
+/** What the link brought, kept in sessionStorage; throws when storage refuses. */
 function fragment() {
   const params = new URLSearchParams(location.hash.slice(1));
   const scope = `sluice:v1:wait:${config.namespace}:${config.command}`;
@@ -80,7 +81,9 @@ function about(seconds) {
 }
 
 function show(snapshot, handle, returnUrl) {
-  $("state").textContent = WORDS[snapshot.state] ?? snapshot.state;
+  // A confirmed command keeps its last status while polls fail: say that we reconnect.
+  const reconnecting = snapshot.error?.retryable && !FINAL.includes(snapshot.state);
+  $("state").textContent = reconnecting ? WORDS.error : (WORDS[snapshot.state] ?? snapshot.state);
   const waiting = snapshot.position !== null && !FINAL.includes(snapshot.state);
   $("figures").hidden = !waiting;
   $("position").textContent = waiting ? String(snapshot.position + 1) : "—";
@@ -100,8 +103,20 @@ function show(snapshot, handle, returnUrl) {
   }
 }
 
+function refuse(why) {
+  $("state").textContent = "This page cannot keep your place in this browser.";
+  $("problem").hidden = false;
+  $("problem").textContent = why;
+}
+
 function start() {
-  const given = fragment();
+  let given;
+  try {
+    given = fragment();
+  } catch (error) {
+    refuse(`storage refused (${error?.name ?? "error"}): allow this site to store data for this tab, then reload`);
+    return;
+  }
   if (!given.token || !given.key) {
     $("state").textContent = "This page needs a link from the site that sent you here.";
     return;
@@ -110,9 +125,7 @@ function start() {
   try {
     client = createClient({ baseUrl: location.origin, token: given.token });
   } catch (error) {
-    $("state").textContent = "This page cannot keep your place in this browser.";
-    $("problem").hidden = false;
-    $("problem").textContent = error.message;
+    refuse(error.message);
     return;
   }
   const returnUrl = allowedReturn(given.returnUrl);

@@ -6,52 +6,16 @@
 //! Needs `/usr/bin/chromium`, `node` and `npm ci` in `gateway/tests/ui` (deploy/test.sh does all
 //! three).
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
+use crate::browser_driver::{Run, artifacts_dir, run_script};
 use crate::execution::{OPEN_INTAKE, fast_executor, pool, start_executor};
 use crate::support::*;
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// How long one browser scenario may take, launch included.
-const SCENARIO_TIMEOUT: Duration = Duration::from_secs(240);
-
-fn ui_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui")
-}
-
-/// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`).
-fn artifacts_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
-    dir.canonicalize().unwrap_or(dir)
-}
-
-/// Fails with what to do when the browser side is not installed.
-fn require_browser_tools() {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: `apt-get install -y chromium` (deploy/test.sh does it)"
-    );
-    assert!(
-        ui_dir()
-            .join("node_modules/playwright-core/package.json")
-            .exists(),
-        "playwright-core is not installed: run `npm ci` in gateway/tests/ui (deploy/test.sh does it)"
-    );
-}
 
 /// A quota command keyed by offer whose admission drains slowly, so a backlog builds up and the
 /// numbers move while the browser looks; the pool sells out before the load ends.
@@ -70,77 +34,13 @@ handler = {{ kind = "quota", pool = "stock", mode = "committed" }}
     )
 }
 
-/// What a browser scenario printed, and how it ended.
-struct Run {
-    success: bool,
-    transcript: String,
-}
-
-/// Runs `dashboard.mjs` with `args`; each `@@event detail` line it prints is handed to
-/// `on_event`, and the script continues once that returns.
-async fn run_browser<F, Fut>(
-    stack: &Stack,
-    credential: &str,
-    args: &[String],
-    mut on_event: F,
-) -> Run
+/// Runs `dashboard.mjs` against the stack's gateway (see [`run_script`]).
+async fn run_browser<F, Fut>(stack: &Stack, credential: &str, args: &[String], on_event: F) -> Run
 where
     F: FnMut(String, String) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    require_browser_tools();
-    let mut child = Command::new("node")
-        .arg("dashboard.mjs")
-        .arg(&stack.base)
-        .arg(credential)
-        .arg(artifacts_dir())
-        .args(args)
-        .current_dir(ui_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start node (install nodejs: deploy/test.sh does it)");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let errors = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text).await;
-        text
-    });
-    let mut transcript = String::new();
-    let conversation = async {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            transcript.push_str(&line);
-            transcript.push('\n');
-            if let Some(event) = line.strip_prefix("@@") {
-                let (name, detail) = event.split_once(' ').unwrap_or((event, ""));
-                on_event(name.to_string(), detail.to_string()).await;
-                stdin
-                    .write_all(b"continue\n")
-                    .await
-                    .expect("answer the browser script");
-            }
-        }
-        child.wait().await
-    };
-    let status = tokio::time::timeout(SCENARIO_TIMEOUT, conversation).await;
-    let errors = errors.await.unwrap_or_default();
-    transcript.push_str(&errors);
-    let success = matches!(status, Ok(Ok(ref s)) if s.success());
-    if status.is_err() {
-        transcript.push_str(&format!(
-            "dashboard.mjs did not finish within {SCENARIO_TIMEOUT:?}\n"
-        ));
-    }
-    println!("---- dashboard.mjs {args:?} ----\n{transcript}---- end ----");
-    Run {
-        success,
-        transcript,
-    }
+    run_script("dashboard.mjs", &stack.base, credential, args, on_event).await
 }
 
 /// Enqueues `claim` for a fresh subject and key.

@@ -79,6 +79,40 @@ impl GatewayProcess {
         panic!("sluice serve did not start in three attempts; last log:\n{last_log}");
     }
 
+    /// Kills the process (SIGKILL, no drain) and waits until it is gone: its ports refuse
+    /// connections from here on.
+    pub(crate) async fn kill(&mut self) {
+        self.process.signal("KILL");
+        assert!(
+            self.process.exited(Duration::from_secs(10)).await.is_some(),
+            "the gateway did not die"
+        );
+    }
+
+    /// Starts `sluice serve` again on the same ports (after [`kill`](Self::kill)), and waits
+    /// until it is ready.
+    pub(crate) async fn restart(&mut self, stack: &Stack, dir: &Path, name: &str) {
+        let (listen, admin) = (
+            self.base.trim_start_matches("http://").to_string(),
+            self.admin_base.trim_start_matches("http://").to_string(),
+        );
+        self.process = SluiceProcess::spawn(
+            stack,
+            &["serve", "--pg-pool-size", "16"],
+            &[
+                ("SLUICE_LISTEN", listen.as_str()),
+                ("SLUICE_ADMIN_LISTEN", admin.as_str()),
+                ("SLUICE_TICKET_KEYS", stack.ticket_spec.as_str()),
+            ],
+            dir.join(format!("{name}-restarted.log")),
+        );
+        assert!(
+            self.ready(Duration::from_secs(15)).await,
+            "the gateway did not come back on its ports:\n{}",
+            self.log_text()
+        );
+    }
+
     /// Polls the detailed `/readyz` until it answers `200`, the process exits, or `within`
     /// passes.
     async fn ready(&mut self, within: Duration) -> bool {

@@ -8,6 +8,8 @@ mod support;
 mod application;
 mod auth;
 mod auth_flood;
+mod browser;
+mod browser_driver;
 mod chaos;
 mod cli;
 mod code_map;

@@ -1,4 +1,4 @@
-//! The README's subject-token snippets work: the Node and the Python block of its Security
+//! The README's subject-token snippets work: the Node and the Python block of its Browser
 //! section are run as they stand, with a stack's key, and the gateway accepts what they mint for
 //! the subject they were given (and refuses it for another).
 
@@ -10,20 +10,20 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// The fenced blocks of `language` in the README's Security section.
+/// The fenced blocks of `language` in the README's Browser section.
 fn snippet(language: &str) -> String {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
             .expect("README.md");
     let section = readme
-        .split("\n## Security\n")
+        .split("\n## Browser\n")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .expect("README.md has a Security section");
+        .expect("README.md has a Browser section");
     let fence = format!("```{language}\n");
     let start = section
         .find(&fence)
-        .unwrap_or_else(|| panic!("the Security section has no {language} block"))
+        .unwrap_or_else(|| panic!("the Browser section has no {language} block"))
         + fence.len();
     let end = section[start..].find("```").expect("the block ends") + start;
     section[start..end].to_string()
