@@ -104,6 +104,14 @@ pub async fn mine(
         .map(decode_cursor)
         .transpose()?;
     let resource_key = query_value(query, "resource_key").filter(|r| !r.is_empty());
+    // An undeclared command is a wrong path, as it is for enqueue, not an empty list: a client
+    // with a typo in the code would otherwise believe the subject has no commands.
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    if namespace.declaration.command(command).is_none() {
+        return Err(ApiError::not_found(format!(
+            "no command {command:?} is declared in this namespace"
+        )));
+    }
     let page = MinePage {
         namespace_id: caller.namespace_id,
         command,

@@ -477,6 +477,13 @@ async fn mine_refuses_bad_queries_and_credentials() {
         "PERMISSION_DENIED",
         "credential",
     );
+    // A code the namespace does not declare is a wrong path, not an empty list.
+    for code in ["null", "clam"] {
+        let undeclared = stack
+            .get(&format!("/v1/commands/{code}/mine"), Some(&token))
+            .await;
+        assert_code(&undeclared, StatusCode::NOT_FOUND, "NOT_FOUND", code);
+    }
 }
 
 /// Cancelling a waiting command answers `cancelled` at once; cancelling again answers the same
