@@ -246,7 +246,7 @@ pub async fn audit(
 }
 
 /// A credential as authentication needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CredentialRecord {
     pub id: CredentialId,
     pub namespace_id: NamespaceId,

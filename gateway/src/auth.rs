@@ -1,7 +1,8 @@
 //! Who is calling: a scoped namespace credential (backends, operators) or a browser's subject
 //! token. Both end as a [`Caller`] bound to exactly one namespace.
 
-use sluice_durable::ids::{CredentialId, NamespaceId};
+use sluice_durable::ids::NamespaceId;
+use sluice_durable::tenancy::CredentialRecord;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,10 +15,9 @@ use crate::subject_token;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
-    Credential {
-        id: CredentialId,
-        scopes: Arc<Vec<String>>,
-    },
+    /// A backend's bearer credential: the cached record itself, shared, so an authenticated
+    /// request copies no scope strings.
+    Credential(Arc<CredentialRecord>),
     /// A browser acting for one subject; it may touch only that subject's objects.
     Subject { subject: String },
 }
@@ -32,20 +32,20 @@ impl Caller {
     /// Who did it, as audit rows name them.
     pub fn actor(&self) -> String {
         match &self.principal {
-            Principal::Credential { id, .. } => format!("credential:{id}"),
+            Principal::Credential(record) => format!("credential:{}", record.id),
             Principal::Subject { subject } => format!("subject:{subject}"),
         }
     }
 
     fn has_scope(&self, scope: &str) -> bool {
-        matches!(&self.principal, Principal::Credential { scopes, .. } if scopes.iter().any(|s| s == scope))
+        matches!(&self.principal, Principal::Credential(record) if record.scopes.iter().any(|s| s == scope))
     }
 
     /// Credential-only endpoints.
     pub fn require_scope(&self, scope: &str) -> Result<(), ApiError> {
         match &self.principal {
-            Principal::Credential { .. } if self.has_scope(scope) => Ok(()),
-            Principal::Credential { .. } => Err(ApiError::permission_denied(format!(
+            Principal::Credential(_) if self.has_scope(scope) => Ok(()),
+            Principal::Credential(_) => Err(ApiError::permission_denied(format!(
                 "the credential lacks the scope {scope}"
             ))),
             Principal::Subject { .. } => Err(ApiError::permission_denied(format!(
@@ -61,14 +61,14 @@ impl Caller {
             Principal::Subject { .. } => Err(ApiError::permission_denied(
                 "the command belongs to another subject",
             )),
-            Principal::Credential { .. } => self.require_scope(scope),
+            Principal::Credential(_) => self.require_scope(scope),
         }
     }
 
     pub fn subject(&self) -> Option<&str> {
         match &self.principal {
             Principal::Subject { subject } => Some(subject),
-            Principal::Credential { .. } => None,
+            Principal::Credential(_) => None,
         }
     }
 }
@@ -116,10 +116,7 @@ async fn authenticate_credential(gateway: &Gateway, secret: &str) -> Result<Call
         .ok_or_else(|| ApiError::unauthenticated("the credential is not valid"))?;
     Ok(Caller {
         namespace_id: record.namespace_id,
-        principal: Principal::Credential {
-            id: record.id,
-            scopes: Arc::new(record.scopes.clone()),
-        },
+        principal: Principal::Credential(record),
     })
 }
 

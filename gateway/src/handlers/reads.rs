@@ -29,7 +29,7 @@ const MAX_INVALIDATED: usize = 100;
 const MAX_DEPENDENCY_CHARS: usize = 200;
 
 pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<&str>) -> Handled {
-    if matches!(caller.principal, Principal::Credential { .. }) {
+    if matches!(caller.principal, Principal::Credential(_)) {
         caller.require_scope("reads:read")?;
     }
     let namespace = gateway.namespace(caller.namespace_id).await?;
@@ -42,7 +42,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
             ApiError::not_found(format!("no read {name:?} is declared in this namespace"))
         })?;
     let mut allowed: Vec<&str> = decl.parameters.keys().map(String::as_str).collect();
-    let credential = matches!(caller.principal, Principal::Credential { .. });
+    let credential = matches!(caller.principal, Principal::Credential(_));
     if decl.scope == ReadScope::Subject && credential {
         allowed.push("subject");
     }
@@ -50,7 +50,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
     let subject = match (&decl.scope, &caller.principal) {
         (ReadScope::Application, _) => String::new(),
         (ReadScope::Subject, Principal::Subject { subject }) => subject.clone(),
-        (ReadScope::Subject, Principal::Credential { .. }) => {
+        (ReadScope::Subject, Principal::Credential(_)) => {
             let at = pairs
                 .iter()
                 .position(|(n, _)| n == "subject")
