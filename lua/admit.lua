@@ -9,8 +9,10 @@
 -- ARGV: 1 min_generation  2 max_heads  3 scan_limit  4 lease_ms  5 lookahead
 --       6 .. 5 + max_heads: one attempt token per command this call may start
 --
--- Returns {"NOT_READY"} or {"OK", generation, id, suffix, seq, attempt, id, suffix, seq, ...}:
--- the generation is the epoch of the admission (the claim in PostgreSQL is fenced on it), the
+-- Returns {"NOT_READY"} or {"OK", generation, now_ms, id, suffix, seq, attempt, id, suffix, seq,
+-- ...}: the generation is the epoch of the admission (the claim in PostgreSQL is fenced on it),
+-- now_ms the Redis time of the admission (the claim records it as the commands' `started_at`:
+-- the instant their turn came, on the clock their tickets' positions were observed on), the
 -- attempt the token the claim records and every later step of that attempt is fenced on.
 --
 -- Fairness, by construction. Two round-robin levels: commands of every namespace in `ready`,
@@ -149,7 +151,7 @@ local function app_room()
   return app.held < app.max and app.tokens >= 1
 end
 
-local answer = {'OK', generation}
+local answer = {'OK', generation, now}
 if not app_room() then return answer end
 
 local last_turn = tonumber(redis.call('GET', turn) or '0')

@@ -32,3 +32,4 @@ pub mod scenario;
 pub mod servers;
 pub mod stack;
 pub mod summary;
+pub mod waiting;

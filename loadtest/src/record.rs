@@ -55,6 +55,28 @@ struct Tallies {
     /// Every command id a caller was told is accepted, with the terminal status the caller saw
     /// last (`None` while none was seen).
     accepted: HashMap<CommandId, Option<CommandStatus>>,
+    /// How each accepted command's caller waited: its first ETA and the pace of its polls.
+    waits: HashMap<CommandId, Wait>,
+}
+
+/// How one caller waited for its accepted command: what it was first told and how it polled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wait {
+    /// When the caller learnt its command is accepted (this machine's clock, Unix ms).
+    pub accepted_ms: i64,
+    /// The first `eta_seconds` a poll answered, and when Redis observed the position it was
+    /// computed from (`queue.observed_at`, Unix milliseconds): compared afterwards with when
+    /// the command really started (PostgreSQL's `started_at`, on the same clock).
+    pub first_eta: Option<(u64, i64)>,
+    /// Ticket polls sent.
+    pub polls: u64,
+    /// The sum of the waits advised before each poll (`poll_after_ms` of the answer before it,
+    /// or `Retry-After`).
+    pub advised: Duration,
+    /// Polls sent before the advised wait had passed.
+    pub early: u64,
+    /// From the acceptance to the last poll.
+    pub span: Duration,
 }
 
 struct EndpointTally {
@@ -156,6 +178,13 @@ impl Recorder {
         });
     }
 
+    /// How the caller of an accepted command waited (recorded once its polling ended).
+    pub fn wait(&self, command_id: CommandId, wait: Wait) {
+        self.with(|t| {
+            t.waits.insert(command_id, wait);
+        });
+    }
+
     /// A person's story ended; `arrived` is when it began.
     pub fn ending(&self, arrived: Instant, ending: Ending) {
         let now = Instant::now();
@@ -212,6 +241,7 @@ impl Recorder {
                     .unwrap_or_default(),
                 timeline,
                 accepted: t.accepted.clone(),
+                waits: t.waits.clone(),
             }
         })
     }
@@ -238,4 +268,5 @@ pub struct Recorded {
     pub final_latency: Latency,
     pub timeline: Vec<Second>,
     pub accepted: HashMap<CommandId, Option<CommandStatus>>,
+    pub waits: HashMap<CommandId, Wait>,
 }

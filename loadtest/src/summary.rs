@@ -110,6 +110,12 @@ pub fn text(report: &Report) -> String {
             u.name, u.cpu_average_percent, u.cpu_peak_percent, u.rss_peak_mib
         );
     }
+    if let Some(waiting) = &report.waiting {
+        let _ = writeln!(out, "\n| waiting | value |\n| --- | ---: |");
+        for (name, value) in waiting.rows() {
+            let _ = writeln!(out, "| {name} | {value} |");
+        }
+    }
     let _ = writeln!(
         out,
         "\n| target | measured | goal | met |\n| --- | ---: | --- | --- |"

@@ -17,7 +17,7 @@ use serde_json::json;
 use sluice_loadtest::report::html::render;
 use sluice_loadtest::report::{
     Check, Endpoint, Latency, Machine, PeakOf, Peaks, People, ProcessUsage, Report, Second,
-    StatusSample, Target,
+    StatusSample, Target, Waiting,
 };
 
 const HOSTILE: &str = "<script>alert(1)</script>";
@@ -193,6 +193,17 @@ fn sample() -> Report {
                 detail: "1,000 accepted, 1,000 rows".into(),
             },
         ],
+        waiting: Some(Waiting {
+            told: 812,
+            eta_error_p50: 0.12,
+            eta_error_p90: 0.3449,
+            eta_ratio_p50: 1.05,
+            polls_per_minute_p50: 41.34,
+            advised_polls_per_minute_p50: 42.0,
+            inversions: 0,
+            started: 1_000,
+            ..Waiting::default()
+        }),
         targets: vec![
             Target {
                 name: "unknown outcomes".into(),
@@ -227,6 +238,7 @@ fn empty() -> Report {
         peaks: Peaks::default(),
         processes: Vec::new(),
         invariants: Vec::new(),
+        waiting: None,
         targets: Vec::new(),
         invariants_hold: true,
     }
@@ -408,6 +420,10 @@ fn sample_page_shows_the_run_formatted_for_people() {
     assert!(page.contains("<td class=\"num\">183.3</td><td class=\"num\">412</td>"));
     assert!(page.contains("<td class=\"num\">1,234.5</td>"));
     assert!(page.contains("<code>{&quot;burst&quot;:100,&quot;per_second&quot;:500}</code>"));
+    // The waiting figures, in percent and per minute.
+    assert!(page.contains("<td class=\"num\">12 % / 34 %</td>"));
+    assert!(page.contains("41.3 / 0.0 (advised 42.0 / 0.0, 0 waiters)"));
+    assert!(page.contains("<td class=\"num\">0, 0 of 1000 started</td>"));
     // One SVG per chart, and no "no data" note.
     assert_eq!(page.matches("<svg").count(), 3);
     assert_eq!(page.matches("class=\"nodata\"").count(), 0);

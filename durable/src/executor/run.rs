@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, Semaphore};
@@ -61,6 +62,8 @@ struct Admitted {
     generation: i64,
     heads: Vec<AdmittedHead>,
     at: Instant,
+    /// The admission's Redis time, recorded by the claim as the heads' `started_at`.
+    started_at: DateTime<Utc>,
 }
 
 impl Executor {
@@ -196,10 +199,16 @@ impl Executor {
         let at = Instant::now();
         match admit(&self.redis, &keys, limits).await? {
             Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
-            Admission::Heads { generation, heads } => Ok(Some(Admitted {
+            Admission::Heads {
+                generation,
+                at_ms,
+                heads,
+            } => Ok(Some(Admitted {
                 generation,
                 heads,
                 at,
+                // A Redis time out of chrono's range is not a time: the claim's own clock then.
+                started_at: DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now),
             })),
             Admission::NotReady => {
                 rebuild::ensure_ready(&self.pg, &self.redis, app.id).await?;
@@ -239,6 +248,7 @@ impl Executor {
             application_id: app.id,
             generation: batch.generation,
             heads: &batch.heads,
+            started_at: batch.started_at,
             external: &external,
             owner: self.owner,
             lease: self.lease(),

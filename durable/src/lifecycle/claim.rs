@@ -108,6 +108,9 @@ pub struct ClaimOrder<'a> {
     /// The epoch the heads were admitted under.
     pub generation: i64,
     pub heads: &'a [AdmittedHead],
+    /// When `admit.lua` took the heads' permits (Redis time): recorded as `started_at` by a
+    /// row's first claim.
+    pub started_at: DateTime<Utc>,
     /// Heads whose handler reaches outside (a webhook): in doubt from here on, since nobody
     /// knows whether the backend acted if this executor dies mid-request.
     pub external: &'a [CommandId],
@@ -140,7 +143,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
          claimed AS (
              UPDATE commands c
                 SET status = 'executing', attempts = c.attempts + 1, lease_owner = $5,
-                    attempt_id = old.attempt_id,
+                    attempt_id = old.attempt_id, started_at = COALESCE(c.started_at, $8),
                     lease_expires_at = now() + make_interval(secs => $6::double precision / 1000),
                     updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($7)
                FROM old
@@ -173,6 +176,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         order.owner,
         order.lease.as_millis() as f64,
         order.external as _,
+        order.started_at,
     ))
     .fetch_all(stores.pg)
     .await?;

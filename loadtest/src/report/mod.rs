@@ -40,6 +40,10 @@ pub struct Report {
     pub processes: Vec<ProcessUsage>,
     /// Checked at the end from PostgreSQL (and the webhook receiver's own observations).
     pub invariants: Vec<Check>,
+    /// How the waiters were told and how they polled (`drop` and `steady`; absent in reports
+    /// written before it existed).
+    #[serde(default)]
+    pub waiting: Option<Waiting>,
     /// The targets with the measured value, met or not.
     pub targets: Vec<Target>,
     /// All invariants hold (targets are reported, not enforced).
@@ -175,6 +179,47 @@ pub struct ProcessUsage {
     pub samples: u64,
 }
 
+/// The waiting figures: the first ETA each waiter was told against when its command really
+/// started (PostgreSQL's `started_at`), the waiters' polls against what they were advised, and
+/// the order of starts within each resource against the order of acceptance.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Waiting {
+    /// Waiters that were told an ETA (their first `eta_seconds`) and whose command started.
+    pub told: u64,
+    /// |told − actual| / actual of the first ETA (0.2 = 20 %), the actual wait running from the
+    /// observation of the position the ETA was computed from to the start.
+    pub eta_error_p50: f64,
+    pub eta_error_p90: f64,
+    /// The same, less the half second an answer in whole seconds cannot avoid: what the
+    /// estimate itself got wrong.
+    pub eta_error_beyond_rounding_p50: f64,
+    pub eta_error_beyond_rounding_p90: f64,
+    /// told / actual: above 1, the estimate was too long.
+    pub eta_ratio_p10: f64,
+    pub eta_ratio_p50: f64,
+    pub eta_ratio_p90: f64,
+    /// The actual waits of those told, seconds.
+    pub actual_wait_p50_seconds: f64,
+    pub actual_wait_p90_seconds: f64,
+    /// Waiters that polled their ticket at least once.
+    pub waiters_polling: u64,
+    /// Each waiter's polls per minute, from its acceptance to its last poll.
+    pub polls_per_minute_p50: f64,
+    pub polls_per_minute_p90: f64,
+    /// The rate the advice it was given allowed (its polls over the sum of the advised waits).
+    pub advised_polls_per_minute_p50: f64,
+    pub advised_polls_per_minute_p90: f64,
+    /// Polls sent before the advised wait had passed (the goal is 0).
+    pub polls_sooner_than_advised: u64,
+    /// Commands with a `started_at`.
+    pub started: u64,
+    /// Pairs of commands of one resource accepted in one order (`queue_seq`) and started in the
+    /// other (the goal is 0).
+    pub inversions: u64,
+    /// Commands that a command of their resource accepted after them started before.
+    pub overtaken: u64,
+}
+
 /// An invariant checked after the run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Check {
@@ -191,6 +236,71 @@ pub struct Target {
     pub measured: String,
     pub goal: String,
     pub met: bool,
+}
+
+impl Waiting {
+    /// The figures as (name, value) lines, shared by the Markdown summary and the HTML page.
+    pub fn rows(&self) -> Vec<(&'static str, String)> {
+        let percent = |v: f64| format!("{:.0} %", v * 100.0);
+        vec![
+            (
+                "waiters told an ETA that then started",
+                self.told.to_string(),
+            ),
+            (
+                "ETA error p50 / p90 (|told − actual| / actual, first ETA)",
+                format!(
+                    "{} / {}",
+                    percent(self.eta_error_p50),
+                    percent(self.eta_error_p90)
+                ),
+            ),
+            (
+                "ETA error beyond whole-second rounding p50 / p90",
+                format!(
+                    "{} / {}",
+                    percent(self.eta_error_beyond_rounding_p50),
+                    percent(self.eta_error_beyond_rounding_p90)
+                ),
+            ),
+            (
+                "told / actual p10 / p50 / p90",
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    self.eta_ratio_p10, self.eta_ratio_p50, self.eta_ratio_p90
+                ),
+            ),
+            (
+                "actual wait p50 / p90",
+                format!(
+                    "{:.1} / {:.1} s",
+                    self.actual_wait_p50_seconds, self.actual_wait_p90_seconds
+                ),
+            ),
+            (
+                "polls per waiter per minute p50 / p90",
+                format!(
+                    "{:.1} / {:.1} (advised {:.1} / {:.1}, {} waiters)",
+                    self.polls_per_minute_p50,
+                    self.polls_per_minute_p90,
+                    self.advised_polls_per_minute_p50,
+                    self.advised_polls_per_minute_p90,
+                    self.waiters_polling
+                ),
+            ),
+            (
+                "polls sooner than advised",
+                self.polls_sooner_than_advised.to_string(),
+            ),
+            (
+                "order inversions within a resource (pairs, commands overtaken)",
+                format!(
+                    "{}, {} of {} started",
+                    self.inversions, self.overtaken, self.started
+                ),
+            ),
+        ]
+    }
 }
 
 impl Latency {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::api::{Exchange, Outcome, command_status, exchange, is_terminal};
 use crate::driver::HttpClient;
-use crate::record::{Ending, Recorder};
+use crate::record::{Ending, Recorder, Wait};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::CommandStatus;
 
@@ -108,7 +108,9 @@ impl Context {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        if !self.poll_until_terminal(intent, &ticket, &accepted).await {
+        let (terminal, wait) = self.poll_until_terminal(intent, &ticket, &accepted).await;
+        self.recorder.wait(id, wait);
+        if !terminal {
             return Ending::Unknown;
         }
         match self.read_result(intent, id).await {
@@ -168,27 +170,45 @@ impl Context {
     }
 
     /// Polls the ticket, each time after the `poll_after_ms` the last answer advised, until a
-    /// terminal status; `false` if the caller's patience ran out first.
+    /// terminal status; `false` if the caller's patience ran out first. Also returns how the
+    /// caller waited: its first ETA and the pace of its polls against the advice.
     async fn poll_until_terminal(
         &self,
         intent: &Intent<'_>,
         ticket: &str,
         accepted: &Value,
-    ) -> bool {
+    ) -> (bool, Wait) {
         // A status this client does not know is not terminal: it polls on.
         let mut status = command_status(accepted).unwrap_or(CommandStatus::Accepted);
         let mut advice = poll_after(accepted);
         let path = format!("/v1/tickets/{ticket}");
+        let since = Instant::now();
+        let mut answered = since;
+        let mut wait = Wait {
+            accepted_ms: chrono::Utc::now().timestamp_millis(),
+            ..Wait::default()
+        };
         while !is_terminal(status) {
             if Instant::now() + advice > self.give_up_at(intent.arrived) {
-                return false;
+                return (false, wait);
             }
             tokio::time::sleep(advice).await;
+            let sent = Instant::now();
+            wait.polls += 1;
+            wait.advised += advice;
+            if sent < answered + advice {
+                wait.early += 1;
+            }
             let answer = self.call(POLL, Method::GET, &path, None, None).await;
+            answered = Instant::now();
+            wait.span = answered - since;
             match answer.outcome {
                 Outcome::Success { data, .. } => {
                     status = command_status(&data).unwrap_or(CommandStatus::Accepted);
                     advice = poll_after(&data);
+                    if wait.first_eta.is_none() {
+                        wait.first_eta = first_eta(&data);
+                    }
                 }
                 Outcome::Refused { retry_after, .. } => {
                     advice = retry_after.unwrap_or(Duration::from_secs(1));
@@ -196,7 +216,7 @@ impl Context {
                 Outcome::Unknown { .. } => advice = Duration::from_secs(1),
             }
         }
-        true
+        (true, wait)
     }
 
     /// `GET /v1/commands/{id}`: the full record, retried within the caller's patience.
@@ -220,6 +240,21 @@ impl Context {
         }
         None
     }
+}
+
+/// A poll's `eta_seconds` with the Redis time its position was observed at (Unix ms; this
+/// machine's clock when the answer has none).
+fn first_eta(data: &Value) -> Option<(u64, i64)> {
+    let eta = data.get("eta_seconds").and_then(Value::as_u64)?;
+    let observed = data
+        .pointer("/queue/observed_at")
+        .and_then(Value::as_str)
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .map_or_else(
+            || chrono::Utc::now().timestamp_millis(),
+            |at| at.timestamp_millis(),
+        );
+    Some((eta, observed))
 }
 
 fn poll_after(data: &Value) -> Duration {

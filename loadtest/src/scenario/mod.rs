@@ -336,7 +336,11 @@ async fn drive_on(
     }
     checks.push(invariants::executing_within_limits(&peaks));
     let invariants_hold = checks.iter().all(|c| c.holds);
-    let targets = targets(options, &recorded);
+    let waiting = crate::waiting::figures(
+        &recorded.waits,
+        &crate::waiting::started(&tenant.pg, creds.namespace_id).await?,
+    );
+    let targets = targets(options, &recorded, &waiting);
     Ok(Report {
         scenario: options.scenario.name().into(),
         started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -351,13 +355,18 @@ async fn drive_on(
         peaks,
         processes,
         invariants: checks,
+        waiting: Some(waiting),
         targets,
         invariants_hold,
     })
 }
 
 /// The targets for a drop, reported whatever the scenario (the numbers mean the same).
-fn targets(options: &Options, recorded: &crate::record::Recorded) -> Vec<Target> {
+fn targets(
+    options: &Options,
+    recorded: &crate::record::Recorded,
+    waiting: &crate::report::Waiting,
+) -> Vec<Target> {
     let enqueue_p99 = recorded
         .endpoints
         .get(journey::ENQUEUE)
@@ -381,6 +390,24 @@ fn targets(options: &Options, recorded: &crate::record::Recorded) -> Vec<Target>
             measured: format!("{:.1} s", recorded.final_latency.max_ms / 1000.0),
             goal: format!("within the {} s deadline", options.deadline_seconds),
             met: recorded.final_latency.max_ms <= deadline_ms,
+        },
+        Target {
+            name: "ETA error p90 (first ETA against the actual start)".into(),
+            measured: format!("{:.0} %", waiting.eta_error_p90 * 100.0),
+            goal: "< 20 %".into(),
+            met: waiting.told > 0 && waiting.eta_error_p90 < 0.2,
+        },
+        Target {
+            name: "order inversions within a resource".into(),
+            measured: waiting.inversions.to_string(),
+            goal: "0".into(),
+            met: waiting.inversions == 0,
+        },
+        Target {
+            name: "polls sooner than advised".into(),
+            measured: waiting.polls_sooner_than_advised.to_string(),
+            goal: "0".into(),
+            met: waiting.polls_sooner_than_advised == 0,
         },
     ]
 }

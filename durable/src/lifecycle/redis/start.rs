@@ -22,9 +22,12 @@ pub struct AdmittedHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     NotReady,
-    /// The heads admitted under the projection's `generation` (the claim is fenced on it).
+    /// The heads admitted under the projection's `generation` (the claim is fenced on it), at
+    /// `at_ms` (Redis time, Unix milliseconds: when their turn came, which the claim records as
+    /// their `started_at`).
     Heads {
         generation: i64,
+        at_ms: i64,
         heads: Vec<AdmittedHead>,
     },
 }
@@ -70,7 +73,11 @@ pub async fn admit(
                 .get(1)
                 .and_then(Value::as_i64)
                 .ok_or_else(|| bad("generation"))?;
-            let rest = &answer[2..];
+            let at_ms = answer
+                .get(2)
+                .and_then(Value::as_i64)
+                .ok_or_else(|| bad("time"))?;
+            let rest = &answer[3..];
             if !rest.len().is_multiple_of(4) {
                 return Err(bad("heads are not quadruples"));
             }
@@ -93,7 +100,11 @@ pub async fn admit(
                     })
                 })
                 .collect::<Result<Vec<_>, DurableError>>()?;
-            Ok(Admission::Heads { generation, heads })
+            Ok(Admission::Heads {
+                generation,
+                at_ms,
+                heads,
+            })
         }
         _ => Err(bad("unknown verdict")),
     }

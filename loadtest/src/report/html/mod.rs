@@ -27,7 +27,7 @@ use format::text_or;
 use header::header;
 use outcomes::outcomes;
 use style::STYLE;
-use tables::{endpoints, invariants, peaks, processes, settings, targets};
+use tables::{endpoints, invariants, peaks, processes, settings, targets, waiting};
 
 /// The whole page: the verdict first, then the figures a capacity review asks about, then the
 /// charts and the detail behind them.
@@ -35,6 +35,7 @@ pub fn render(report: &Report) -> String {
     let main = [
         outcomes(&report.people),
         targets(&report.targets),
+        waiting(report.waiting.as_ref()),
         invariants(&report.invariants),
         charts(report),
         endpoints(&report.requests),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::format::{count, decimal, esc, millis, seconds, signed};
 use super::markup::{mark, no_data, section, table};
-use crate::report::{Check, Endpoint, PeakOf, Peaks, ProcessUsage, Target};
+use crate::report::{Check, Endpoint, PeakOf, Peaks, ProcessUsage, Target, Waiting};
 
 /// The targets against what was measured: reported, not enforced, so a missed one is
 /// marked rather than failing the run.
@@ -31,6 +31,32 @@ pub(super) fn targets(targets: &[Target]) -> String {
             &[false, true, true, false],
             &rows,
             &no_data("no targets were given"),
+        ),
+    )
+}
+
+/// How the waiters were told and polled: the first ETA against the actual start, polls against
+/// the advice, and the order of starts within each resource.
+pub(super) fn waiting(waiting: Option<&Waiting>) -> String {
+    let rows: Vec<String> = waiting
+        .map(Waiting::rows)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| {
+            format!(
+                "<tr><td class=\"text\">{}</td><td class=\"num\">{}</td></tr>\n",
+                esc(name),
+                esc(&value)
+            )
+        })
+        .collect();
+    section(
+        "Waiting",
+        &table(
+            &["figure", "value"],
+            &[false, true],
+            &rows,
+            &no_data("no waiting figures in this report"),
         ),
     )
 }
