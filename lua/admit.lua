@@ -6,6 +6,8 @@
 -- KEYS[3] cfg (hash: "<ns>:<cmd>" -> "max_in_flight per_second burst per_resource";
 --              "lim:<ns>:<template>" -> "max_in_flight per_second burst", 0 = unlimited)
 -- KEYS[4] count  KEYS[5] turn (the last round-robin turn handed out)
+-- KEYS[6] starts (hash: queue suffix -> "<decayed> <at_ms> <born_ms> <cap>", each resource
+--         queue's start rate behind ticket ETAs; see durable/src/projection/start_rate.rs)
 -- ARGV: 1 min_generation  2 max_heads  3 scan_limit  4 lease_ms  5 lookahead
 --       6 .. 5 + max_heads: one attempt token per command this call may start
 --
@@ -46,6 +48,7 @@
 -- anything else (it ended or started meanwhile) leaves its queue and is counted out of it.
 
 local meta, ready, cfg, count, turn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local starts = KEYS[6]
 local now = epoch_now()
 local generation = epoch_check(meta, tonumber(ARGV[1]), now)
 if not generation then
@@ -161,6 +164,9 @@ local function to_back(set, member)
 end
 
 local taken = 0
+-- Starts of this call per resource, in the order the resources first started something:
+-- {suffix, count, cap} (the command's declared per_second).
+local started_in, started_order = {}, {}
 
 -- Starts `id` (sequence `seq`) of resource `suffix` with every permit and token it needs.
 local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq)
@@ -200,6 +206,14 @@ local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq
   answer[#answer + 1] = seq
   answer[#answer + 1] = attempt
   taken = taken + 1
+  local s = started_in[suffix]
+  if not s then
+    s = {suffix = suffix, count = 0}
+    started_in[suffix] = s
+    started_order[#started_order + 1] = s
+  end
+  s.count = s.count + 1
+  s.cap = st.rate
 end
 
 -- One visit of a resource: starts at most one command. Returns 'taken', 'empty' (no waiting
@@ -314,6 +328,29 @@ for _, nscmd in ipairs(window) do
 end
 rotate(ready, kept, command_served)
 redis.call('SET', turn, last_turn)
+
+-- The start rate of each resource queue that started something (ticket ETAs read it): its
+-- starts since its first admission (`born`), decayed with τ = 10 s (`STARTS_TAU_MS`, the same
+-- constant as durable/src/projection/start_rate.rs, which turns the record into a rate). A queue
+-- left empty forgets its record; whoever waits there next starts a new one.
+local STARTS_TAU_MS = 10000
+for _, s in ipairs(started_order) do
+  local record = redis.call('HGET', starts, s.suffix)
+  local value
+  if record then
+    local f = numbers(record)
+    local decayed = f[1] * math.exp(-math.max(0, now - f[2]) / STARTS_TAU_MS) + s.count
+    value = string.format('%.4f %d %d %d', decayed, now, f[3], s.cap)
+  else
+    value = string.format('%d %d %d %d', s.count, now, now, s.cap)
+  end
+  redis.call('HSET', starts, s.suffix, value)
+end
+for _, plan in ipairs(plans) do
+  for _, suffix in ipairs(plan.looked) do
+    if plan.emptied[suffix] then redis.call('HDEL', starts, suffix) end
+  end
+end
 
 -- Persist the start buckets that gave tokens.
 local function persist(st)

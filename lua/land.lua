@@ -18,8 +18,8 @@
 -- final status is written for ticket polls without counting, and a late accept.lua, finding the
 -- hash, does not queue it. Permits are zset members, so releasing twice changes nothing.
 -- The same transition counts the outcome in `<prefix>:outcomes:<ns>:<unix second>` (a hash by
--- status, read by the status board) and the drain of the second (`<prefix>:drain:<ns>:<cmd>:<s>`,
--- behind ticket ETAs).
+-- status, read by the status board). (Ticket ETAs no longer read completions: they follow the
+-- starts admit.lua records.)
 --
 -- Returns "NOT_READY" while the projection is not trusted (the caller lands again once it is:
 -- a rebuild meanwhile may or may not have seen the end), else 1 when this call counted the
@@ -44,9 +44,6 @@ if TERMINAL[status] then
   if current then
     redis.call('HINCRBY', count, 'unfinished', -1)
     local second = math.floor(now / 1000)
-    local drain = prefix .. ':drain:' .. ns .. ':' .. cmd .. ':' .. second
-    redis.call('INCR', drain)
-    redis.call('EXPIRE', drain, 30)
     local outcomes = prefix .. ':outcomes:' .. ns .. ':' .. second
     redis.call('HINCRBY', outcomes, status, 1)
     redis.call('EXPIRE', outcomes, 120)

@@ -136,12 +136,10 @@ impl AppKeys {
         format!("lim:{namespace_id}:{template}")
     }
 
-    /// Completions of a command during one Unix second (the drain rate behind ETAs).
-    pub fn drain(&self, namespace_id: NamespaceId, command: &str, unix_second: i64) -> String {
-        format!(
-            "{}:drain:{namespace_id}:{command}:{unix_second}",
-            self.prefix
-        )
+    /// The start rate of each resource queue (field: its suffix), written by `admit.lua` and
+    /// read by `ticket.lua`: the rate behind ticket ETAs ([`super::start_rate`]).
+    pub fn starts(&self) -> String {
+        format!("{}:starts", self.prefix)
     }
 
     /// The part of a queue key after `:q:`, as the ready set and admit.lua name queues.

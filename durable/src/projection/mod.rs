@@ -15,6 +15,7 @@ pub mod keys;
 pub mod rebuild;
 mod scripts;
 pub mod settings;
+pub mod start_rate;
 pub mod ticket;
 
 pub use connect::connect_redis;

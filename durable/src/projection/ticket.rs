@@ -7,6 +7,7 @@ use crate::DurableError;
 use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 use crate::projection::Projection;
+use crate::projection::start_rate::StartRecord;
 
 /// The projected state of one command, as `ticket.lua` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,9 +27,9 @@ pub struct ProjectedStatus {
     pub error_message: Option<String>,
     /// Redis time of the observation, in Unix milliseconds.
     pub observed_at_ms: i64,
-    /// Completions per second of the command's queues over the last 10 seconds (or since the
-    /// first completion in them), when waiting and something completed.
-    pub drain_per_second: Option<f64>,
+    /// Starts per second of the command's own queue lately ([`StartRecord::per_second`]),
+    /// when it waits and its queue started something since it last had none waiting.
+    pub starts_per_second: Option<f64>,
 }
 
 pub async fn read_status(
@@ -37,7 +38,10 @@ pub async fn read_status(
     command_id: CommandId,
 ) -> Result<ProjectedStatus, DurableError> {
     let answer: Vec<Value> = redis
-        .ticket(vec![keys.meta(), keys.command(command_id)], vec![])
+        .ticket(
+            vec![keys.meta(), keys.command(command_id), keys.starts()],
+            vec![],
+        )
         .await?;
     if answer.len() != 12 {
         return Err(DurableError::script(
@@ -46,6 +50,7 @@ pub async fn read_status(
         ));
     }
     let text = |i: usize| answer[i].as_string();
+    let observed_at_ms = answer[10].as_i64().unwrap_or_default();
     Ok(ProjectedStatus {
         ready: text(0).as_deref() == Some("1"),
         generation: answer[1].as_i64(),
@@ -57,10 +62,10 @@ pub async fn read_status(
         result: text(7),
         error_code: text(8),
         error_message: text(9),
-        observed_at_ms: answer[10].as_i64().unwrap_or_default(),
-        drain_per_second: answer[11]
-            .as_i64()
-            .filter(|millis| *millis > 0)
-            .map(|millis| millis as f64 / 1000.0),
+        observed_at_ms,
+        starts_per_second: text(11)
+            .as_deref()
+            .and_then(StartRecord::parse)
+            .and_then(|record| record.per_second(observed_at_ms)),
     })
 }

@@ -6,3 +6,4 @@ mod lua_epoch;
 mod lua_fixture;
 mod lua_limits;
 mod lua_scripts;
+mod lua_start_rate;

@@ -73,11 +73,11 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus, generatio
             position,
             observed_at: millis_rfc3339(projected.observed_at_ms),
         }),
-        eta_seconds: poll_policy::eta_seconds(position, projected.drain_per_second),
+        eta_seconds: poll_policy::eta_seconds(position, projected.starts_per_second),
         poll_after_ms: poll_policy::advice(
             status,
             position,
-            projected.drain_per_second,
+            projected.starts_per_second,
             rand::random::<f64>(),
         ),
         generation: generation.to_string(),

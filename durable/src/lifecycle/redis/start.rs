@@ -55,6 +55,7 @@ pub async fn admit(
         keys.admission_config(),
         keys.count(),
         keys.turn(),
+        keys.starts(),
     ];
     let mut args: Vec<Value> = vec![
         limits.min_generation.into(),

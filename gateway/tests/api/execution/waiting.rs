@@ -108,10 +108,10 @@ async fn a_waiting_command_past_its_deadline_expires() {
     assert_counters_settle_at_zero(&stack, &["claim"]).await;
 }
 
-/// The drain rate measured from landed commands turns a waiting ticket's position into an ETA
-/// and a poll interval that grows with the wait.
+/// The start rate measured from admissions of the ticket's queue turns a waiting ticket's
+/// position into an ETA and a poll interval that grows with the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
+async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
     let declaration = quota_command(
         "slow",
         "per_second = 4, burst = 1, max_queue = 1000",
@@ -131,7 +131,7 @@ async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
     assert_eq!(
         before.data()["eta_seconds"],
         serde_json::Value::Null,
-        "no drain measured yet"
+        "nothing started yet"
     );
     let shutdown = start_executor(&stack, fast_executor());
     let seen = std::sync::Mutex::new(None);
@@ -142,8 +142,8 @@ async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
             data["eta_seconds"].as_u64(),
             data["queue"]["position"].as_u64(),
         ) {
-            // Sampled once a few commands landed, so the rate is measured over more than the
-            // first completion (one completion in its first second reads as 1 per second).
+            // Sampled once a few commands started, so the rate is measured past the first
+            // admission.
             (Some(eta), Some(position)) if position > 0 && position <= 34 => {
                 let poll_after = data["poll_after_ms"].as_u64().unwrap_or(0);
                 *seen.lock().expect("lock") = Some((eta, position, poll_after));
@@ -155,13 +155,115 @@ async fn waiting_tickets_get_an_eta_from_the_measured_drain() {
     .await;
     assert!(measured, "an ETA appears once commands have landed");
     let (eta, position, poll_after) = seen.lock().expect("lock").expect("observed");
-    // About 4 completions per second: an ETA of roughly position / 4 seconds.
+    // About 4 starts per second: an ETA of roughly position / 4 seconds.
     assert!(
         eta >= 1 && eta <= position + 1,
         "eta {eta}s for position {position}"
     );
     assert!(poll_after >= 400, "poll_after_ms {poll_after}");
     shutdown.cancel();
+}
+
+/// The first ETA a waiter is told predicts when its command starts. 80 claims on one offer are
+/// drained at a declared `per_second = 10` (burst 1); once the first few started, each waiting
+/// ticket is polled once and its `eta_seconds` compared with when its command really started
+/// (`started_at` in PostgreSQL, the Redis time of its admission, the clock `queue.observed_at`
+/// is on). The completions-based estimate this replaced divided a drain seen for a fraction of
+/// a second by a whole one, and completions lag starts: early in a drain its ETAs were too long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_etas_predict_when_a_paced_drain_starts_each_command() {
+    let declaration = quota_command(
+        "paced",
+        "per_second = 10, burst = 1, max_in_flight = 64, max_queue = 1000",
+        "",
+        "stock",
+    ) + &pool("stock", 1000);
+    let stack = Stack::with_declaration(&declaration).await;
+    let resource = offer();
+    let mut waiters = Vec::new();
+    for i in 0..80 {
+        let reply = enqueue_command(&stack, "paced", &format!("p-{i}"), &key(), &resource).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        waiters.push((id_of(&reply), ticket_of(&reply)));
+    }
+    let shutdown = start_executor(&stack, fast_executor());
+    let started = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM commands WHERE application_id = $1 AND started_at IS NOT NULL",
+        )
+        .bind(stack.creds.application_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("count started")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async { started().await >= 4 }).await,
+        "the drain begins"
+    );
+    // Each waiter's first ETA, with the Redis time of the position it was computed from.
+    let mut told = Vec::new();
+    for (id, ticket) in &waiters {
+        let poll = stack.poll(ticket).await;
+        let data = poll.data();
+        if let (Some(eta), Some(observed)) = (
+            data["eta_seconds"].as_u64(),
+            data["queue"]["observed_at"].as_str(),
+        ) {
+            let observed = chrono::DateTime::parse_from_rfc3339(observed)
+                .expect("an RFC 3339 time")
+                .timestamp_millis();
+            told.push((id.clone(), eta, observed));
+        }
+    }
+    assert!(
+        all_terminal(&stack, Duration::from_secs(30)).await,
+        "the drain ends"
+    );
+    shutdown.cancel();
+    let rows: Vec<(uuid::Uuid, f64)> = sqlx::query_as(
+        "SELECT id, (extract(epoch FROM started_at) * 1000)::float8 FROM commands
+          WHERE application_id = $1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("started_at of every command");
+    let started_ms: std::collections::HashMap<String, f64> = rows
+        .into_iter()
+        .map(|(id, at)| (id.to_string(), at))
+        .collect();
+    // Waits of 2 s and more: whole seconds cost at most 0.5 s, a quarter of the wait.
+    let mut errors = Vec::new();
+    let mut ratios = Vec::new();
+    for (id, eta, observed) in &told {
+        let actual = (started_ms[id] - *observed as f64) / 1000.0;
+        if actual >= 2.0 {
+            errors.push((*eta as f64 - actual).abs() / actual);
+            ratios.push(*eta as f64 / actual);
+        }
+    }
+    assert!(
+        errors.len() >= 30,
+        "{} of {} told ETAs wait 2 s or more",
+        errors.len(),
+        told.len()
+    );
+    errors.sort_by(f64::total_cmp);
+    ratios.sort_by(f64::total_cmp);
+    let p90 = errors[errors.len() * 9 / 10];
+    let median_ratio = ratios[ratios.len() / 2];
+    eprintln!(
+        "{} first ETAs of waits ≥ 2 s: p90 error {p90:.2}, median told / actual {median_ratio:.2}",
+        errors.len()
+    );
+    assert!(
+        p90 < 0.35,
+        "p90 ETA error {p90:.2} (told / actual: median {median_ratio:.2}, all {ratios:?})"
+    );
+    assert!(
+        (0.8..1.25).contains(&median_ratio),
+        "told / actual: median {median_ratio:.2}"
+    );
 }
 
 /// Retention: terminal rows older than the retention are pruned with their request keys; waiting
