@@ -125,6 +125,10 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values[rank - 1]
 }
 
+/// One started command of a resource: its queue sequence, when its caller learnt it is accepted
+/// (if one did) and when it started, Unix ms.
+type QueuedStart = (i64, Option<f64>, f64);
+
 /// Order inversions within each resource (command and resource key): pairs (a, b) where a was
 /// ahead of b in the queue (smaller `queue_seq`), a's caller had its acceptance answered before b
 /// started (`accepted_ms`, so a was in the queue then: the acceptance is projected before it is
@@ -137,7 +141,7 @@ pub fn inversions(
     rows: &HashMap<CommandId, Started>,
     accepted_ms: &HashMap<CommandId, i64>,
 ) -> (u64, u64) {
-    let mut resources: BTreeMap<(&str, &str), Vec<(i64, Option<f64>, f64)>> = BTreeMap::new();
+    let mut resources: BTreeMap<(&str, &str), Vec<QueuedStart>> = BTreeMap::new();
     for (id, row) in rows {
         if let Some(started) = row.started_ms {
             resources
