@@ -53,6 +53,9 @@ pub struct StackSpec<'a> {
     pub external_gateway: Option<&'a str>,
     /// Logs and `sluice dev`'s state directory.
     pub dir: &'a Path,
+    /// Extra environment of the gateway process (`sluice serve`, or `sluice dev`), e.g. a
+    /// setting a benchmark needs other than its default.
+    pub gateway_env: &'a [(&'a str, &'a str)],
 }
 
 impl Stack {
@@ -88,7 +91,7 @@ impl Stack {
                         "--dir",
                         &spec.dir.join("sluice-dev").display().to_string(),
                     ],
-                    &[],
+                    spec.gateway_env,
                 )?;
                 Self {
                     kind: spec.kind,
@@ -103,11 +106,13 @@ impl Stack {
                 let listen = free_loopback_addr()?;
                 let admin = free_loopback_addr()?;
                 let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
+                let mut env = vec![("SLUICE_TICKET_KEYS", ticket_keys.as_str())];
+                env.extend_from_slice(spec.gateway_env);
                 let gateway = spawn(
                     &spec,
                     "sluice-serve",
                     &["serve", "--listen", &listen, "--admin-listen", &admin],
-                    &[("SLUICE_TICKET_KEYS", ticket_keys.as_str())],
+                    &env,
                 )?;
                 let executor = spawn(&spec, "sluice-execute", &["execute"], &[])?;
                 Self {

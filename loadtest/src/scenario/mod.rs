@@ -155,6 +155,7 @@ async fn drive(
             redis_url: &options.servers.redis_url,
             external_gateway: options.gateway.as_deref(),
             dir,
+            gateway_env: &[],
         },
         &client,
     )
