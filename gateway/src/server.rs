@@ -5,6 +5,8 @@
 
 use std::convert::Infallible;
 use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use hyper::{Request, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -89,15 +91,9 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let (gateway, closing) = (gateway.clone(), shutdown.clone());
-                let service =
-                    service_fn(move |request| answer(gateway.clone(), request, closing.clone()));
-                let connection = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let closing = shutdown.clone();
+                let connection = serve(&builder, stream, gateway.clone(), shutdown.clone());
                 connections.spawn(async move {
-                    drive(connection, closing).await;
+                    connection.await;
                     drop(slot);
                 });
             }
@@ -115,14 +111,47 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
     }
 }
 
+/// The most an HTTP/1 connection buffers of what it reads: a request head must fit (larger is
+/// `431`), bodies are read in pieces of at most this. hyper's default (about 400 KiB) let one
+/// large body grow a connection's read buffer for the rest of its life; 16 KiB is what Node.js
+/// allows for a head, and the gateway's own requests are far smaller.
+pub const HTTP1_MAX_BUF_BYTES: usize = 16 * 1024;
+
+/// What a connection keeps between two requests is what 10,000 open connections cost (see
+/// docs/performance.md, "Memory per connection"), so the per-request future is boxed: hyper
+/// keeps a `Box<Option<future>>` for each connection from its first byte to its close, sized for
+/// the future whether or not a request is in progress. Boxed, that is one pointer; the request's
+/// own state is allocated when it arrives and freed when it is answered.
+type AnswerFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
+
+/// One accepted connection, as the task that serves it to its end (see [`drive`]).
+fn serve(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: TcpStream,
+    gateway: Arc<Gateway>,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + use<> {
+    let closing = shutdown.clone();
+    let service = service_fn(move |request| -> AnswerFuture {
+        Box::pin(answer(gateway.clone(), request, closing.clone()))
+    });
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .into_owned();
+    drive(connection, shutdown)
+}
+
 /// HTTP/1 and HTTP/2 with the configured limits. hyper applies its header read timeout only
-/// with a timer, so one is always given.
+/// with a timer, so one is always given. HTTP/1 writes the head from a buffer and the body from
+/// its own bytes (`writev`) instead of copying bodies into a buffer that would keep their size.
 fn connection_builder(config: &GatewayConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(config.header_read_timeout_ms));
+        .header_read_timeout(Duration::from_millis(config.header_read_timeout_ms))
+        .max_buf_size(HTTP1_MAX_BUF_BYTES)
+        .writev(true);
     let ping = Duration::from_millis(config.http2_keep_alive_interval_ms);
     builder
         .http2()
@@ -193,6 +222,44 @@ pub async fn flush_committer(gateway: &Gateway) {
     {
         tracing::warn!(
             "the group committer did not finish in time; its last batches were not committed (no caller was told they were accepted)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `function` returns, without calling it.
+    fn output_size<F, R>(_: &F) -> usize
+    where
+        F: FnOnce(&auto::Builder<TokioExecutor>, TcpStream, Arc<Gateway>, CancellationToken) -> R,
+    {
+        std::mem::size_of::<R>()
+    }
+
+    fn answer_size<F, R>(_: &F) -> usize
+    where
+        F: FnOnce(Arc<Gateway>, Request<Incoming>, CancellationToken) -> R,
+    {
+        std::mem::size_of::<R>()
+    }
+
+    /// What an idle connection holds: its task (the connection and [`drive`]'s state, inline)
+    /// and hyper's box for the request future, which must stay one pointer whatever the router
+    /// grows into (unboxed, the answer future was about 16 KiB, on every open connection).
+    #[test]
+    fn an_idle_connection_holds_no_request_state() {
+        let task = output_size(&serve);
+        let request = answer_size(&answer);
+        let held = std::mem::size_of::<Option<AnswerFuture>>();
+        println!(
+            "connection task {task} bytes, request future {request} bytes (boxed per request), held between requests {held} bytes"
+        );
+        assert_eq!(held, 16, "hyper's per-connection box holds a pointer");
+        assert!(
+            task < 4 * 1024,
+            "a connection task of {task} bytes: what grew it?"
         );
     }
 }
