@@ -51,6 +51,9 @@ pub struct Run {
     pub transcript: String,
 }
 
+/// Held while a browser script runs; see [`run_script`].
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Runs `node <script> <base> <first> <artifacts dir> <args…>` in `gateway/tests/ui`; each
 /// `@@event detail` line it prints is handed to `on_event`, and the script continues once that
 /// returns (it waits for a line `continue` on its stdin).
@@ -66,6 +69,10 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     require_browser_tools();
+    // One Chromium at a time in this test binary: six at once (the dashboard's and the waiting
+    // page's scripts, one with 50 pages) starve a 2-core machine, and the tests running beside
+    // them then see their own Redis calls time out.
+    let _one_browser = BROWSER.lock().await;
     let mut child = Command::new("node")
         .arg(script)
         .arg(base)
