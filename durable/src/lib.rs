@@ -36,8 +36,6 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
 pub mod projection;
-#[cfg(test)]
-mod props;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;

@@ -38,8 +38,6 @@ pub mod lookup_budget;
 mod mac;
 pub mod pg_budget;
 pub mod poll_policy;
-#[cfg(test)]
-mod props;
 pub mod reads;
 pub mod response;
 pub mod router;

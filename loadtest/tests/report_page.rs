@@ -331,15 +331,7 @@ fn between<'a>(page: &'a str, start: &str, end: &str) -> &'a str {
     &rest[..rest.find(end).unwrap_or(rest.len())]
 }
 
-/// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`).
-fn artifacts_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
-    dir.canonicalize().unwrap_or(dir)
-}
+use sluice_testkit::artifacts_dir;
 
 /// Writes the sample page; through a temporary file and a rename, so a test reading it while
 /// another writes it never sees half a page.

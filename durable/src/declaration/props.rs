@@ -15,7 +15,7 @@ use toml::Table;
 
 use super::tests::example::EXAMPLE;
 use super::*;
-use crate::props::json_value;
+use sluice_testkit::props::json_value;
 
 /// Keys and words of the declaration format, so that mutations mostly stay close to it.
 const WORDS: &[&str] = &[
@@ -293,7 +293,7 @@ fn serve(
 }
 
 proptest! {
-    #![proptest_config(crate::props::config(128))]
+    #![proptest_config(sluice_testkit::props::config(128))]
 
     #[test]
     fn parse_is_total_and_what_it_accepts_round_trips(

@@ -8,6 +8,7 @@
 use std::sync::OnceLock;
 
 mod poll;
+pub mod props;
 mod redis_keys;
 
 pub use poll::eventually;
@@ -28,4 +29,15 @@ pub fn shared_redis() -> &'static RedisServer {
 pub fn shared_postgres() -> &'static PgServer {
     static SHARED: OnceLock<PgServer> = OnceLock::new();
     SHARED.get_or_init(PgServer::start)
+}
+
+/// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`): screenshots and pages
+/// the browser tests keep for a person to look at.
+pub fn artifacts_dir() -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
+    dir.canonicalize().unwrap_or(dir)
 }

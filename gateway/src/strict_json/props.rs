@@ -4,9 +4,9 @@
 //! exactly what the API's rules allow.
 
 use super::*;
-use crate::props::{json_key, json_object, json_value};
 use proptest::prelude::*;
 use serde_json::json;
+use sluice_testkit::props::{json_key, json_object, json_value};
 
 /// The key written with every character as a `\uXXXX` escape (surrogate pairs beyond the BMP):
 /// the same key to a JSON reader, different bytes on the wire.
@@ -77,7 +77,7 @@ fn caller_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(crate::props::config(256))]
+    #![proptest_config(sluice_testkit::props::config(256))]
 
     #[test]
     fn parse_object_is_total_and_agrees_with_serde_json(body in caller_body()) {

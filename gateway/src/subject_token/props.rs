@@ -3,9 +3,9 @@
 //! one-character change or another secret is refused.
 
 use super::*;
-use crate::props::{json_object, json_value};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use sluice_testkit::props::{json_object, json_value};
 
 const NOW: i64 = 1_750_000_000;
 const SECRET: &[u8] = b"namespace-subject-key-0123456789abcdef";
@@ -86,7 +86,7 @@ fn caller_token() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(crate::props::config(256))]
+    #![proptest_config(sluice_testkit::props::config(256))]
 
     #[test]
     fn parsing_is_total(token in caller_token(), now in time()) {

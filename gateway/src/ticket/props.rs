@@ -58,7 +58,7 @@ fn caller_ticket() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(crate::props::config(256))]
+    #![proptest_config(sluice_testkit::props::config(256))]
 
     #[test]
     fn verify_is_total(ticket in caller_ticket(), now in any::<i64>()) {

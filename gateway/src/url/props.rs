@@ -31,7 +31,7 @@ fn encode(s: &str, random: &[bool], form: bool) -> String {
 const NAMES: &[&str] = &["limit", "cursor", "resource_key", "subject"];
 
 proptest! {
-    #![proptest_config(crate::props::config(256))]
+    #![proptest_config(sluice_testkit::props::config(256))]
 
     #[test]
     fn decoding_is_total(s in any::<String>(), raw in proptest::collection::vec(any::<u8>(), 0..64)) {

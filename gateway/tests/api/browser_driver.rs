@@ -21,15 +21,7 @@ pub fn ui_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui")
 }
 
-/// `target/test-artifacts` of the workspace (or of `CARGO_TARGET_DIR`).
-pub fn artifacts_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
-    dir.canonicalize().unwrap_or(dir)
-}
+pub use sluice_testkit::artifacts_dir;
 
 /// Fails with what to do when the browser side is not installed.
 pub fn require_browser_tools() {

@@ -3,9 +3,9 @@
 //! that says nothing usable fails the command), and `Retry-After` is read as seconds or a date.
 
 use super::*;
-use crate::props::{json_object, json_value};
 use proptest::prelude::*;
 use serde_json::Map;
+use sluice_testkit::props::{json_object, json_value};
 
 /// `200` bodies: any bytes, any JSON, and answers shaped like the contract with any values.
 fn answer_body() -> impl Strategy<Value = Vec<u8>> {
@@ -56,7 +56,7 @@ fn answer_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(crate::props::config(256))]
+    #![proptest_config(sluice_testkit::props::config(256))]
 
     #[test]
     fn every_answer_is_classified(

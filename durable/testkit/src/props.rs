@@ -1,6 +1,7 @@
-//! The property tests' shared configuration and strategies (tests only). Every parser that sees
-//! caller bytes has a `props` module beside its unit tests: `cargo test -p sluice-durable --lib
-//! props::` runs them all, and `deploy/fuzz.sh` runs them for longer.
+//! The property tests' shared configuration and strategies, for the gateway and durable crates
+//! alike. Every parser that sees caller bytes has a `props` module beside its unit tests:
+//! `cargo test -p sluice-durable -p sluice-gateway --lib props::` runs them all, and
+//! `deploy/fuzz.sh` runs them for longer.
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -8,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// Cases per property: `PROPTEST_CASES` when set (`deploy/fuzz.sh` raises it), else `cases`,
 /// kept small so the suite's run stays short. `PROPTEST_RNG_SEED` fixes the seed.
-pub(crate) fn config(cases: u32) -> Config {
+pub fn config(cases: u32) -> Config {
     let mut config = Config::default();
     if std::env::var_os("PROPTEST_CASES").is_none() {
         config.cases = cases;
@@ -18,7 +19,7 @@ pub(crate) fn config(cases: u32) -> Config {
 
 /// Object keys: mostly a few short names, so that equal keys and near misses (case) are common,
 /// and sometimes any string at all.
-pub(crate) fn json_key() -> impl Strategy<Value = String> {
+pub fn json_key() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[a-cA-C_]{1,3}",
         1 => any::<String>(),
@@ -26,7 +27,7 @@ pub(crate) fn json_key() -> impl Strategy<Value = String> {
 }
 
 /// Any JSON value serde_json can hold: every number kind, any string, nested up to four deep.
-pub(crate) fn json_value() -> impl Strategy<Value = Value> {
+pub fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
@@ -45,7 +46,7 @@ pub(crate) fn json_value() -> impl Strategy<Value = Value> {
 }
 
 /// An object of `values` under [`json_key`]s.
-pub(crate) fn json_object(
+pub fn json_object(
     values: impl Strategy<Value = Value>,
 ) -> impl Strategy<Value = Map<String, Value>> {
     prop::collection::btree_map(json_key(), values, 0..8).prop_map(|m| m.into_iter().collect())
