@@ -213,9 +213,13 @@ async function dropScenario(browser) {
         polls.push({ at, status: response.status(), advice: body?.data?.poll_after_ms ?? null, state: body?.data?.status });
       } catch { polls.push({ at, status: response.status(), advice: null }); }
     });
-    const sent = { enqueues: 0 };
+    // Every enqueue a page sends, and the request keys they carry: a retry after a 503 or a
+    // lost answer resends the same key (the module's promise), a second intent would not.
+    const sent = { enqueues: 0, keys: new Set() };
     opened.page.on('request', (request) => {
-      if (request.url().includes(':enqueue')) sent.enqueues += 1;
+      if (!request.url().includes(':enqueue')) return;
+      sent.enqueues += 1;
+      try { sent.keys.add(JSON.parse(request.postData() ?? '{}').request_key); } catch { sent.keys.add('unreadable'); }
     });
     await opened.page.goto(pageUrl(subject), { waitUntil: 'commit', timeout: STEP_MS });
     return { subject, polls, sent, ...opened };
@@ -228,6 +232,7 @@ async function dropScenario(browser) {
   let early = 0;
   let intervals = 0;
   let advisedTotal = 0;
+  let waitedTotal = 0;
   let polls = 0;
   for (const { subject, polls: unordered } of pages) {
     // The handlers await the bodies, so they may record out of order.
@@ -238,6 +243,7 @@ async function dropScenario(browser) {
       if (advised === null) continue;
       intervals += 1;
       advisedTotal += advised;
+      waitedTotal += seen[i].at - seen[i - 1].at;
       // The page waits advice × [0.9, 1.1] after the previous answer, so from one request's
       // start to the next there is at least 0.9 × advice; 50 ms of slack for timers under load.
       if (seen[i].at - seen[i - 1].at < advised * 0.9 - 50) {
@@ -249,21 +255,25 @@ async function dropScenario(browser) {
       fail(`${subject}: a waiting status came without advice`);
     }
   }
-  const minutes = (ended - started) / 60_000;
   const figures = {
     pages: pages.length,
     polls,
     intervals,
     early,
     seconds: Math.round((ended - started) / 100) / 10,
-    polls_per_page_per_minute: Math.round((polls / pages.length / minutes) * 10) / 10,
+    // Over the same advised intervals as the figure below (polls while a page joined, before
+    // every page waited, would otherwise count against the drop's shorter window).
+    polls_per_page_per_minute: intervals ? Math.round((60_000 / (waitedTotal / intervals)) * 10) / 10 : null,
     // What the advice allows: one poll per mean advised interval.
     advised_polls_per_minute: intervals ? Math.round((60_000 / (advisedTotal / intervals)) * 10) / 10 : null,
     enqueues: pages.reduce((n, p) => n + p.sent.enqueues, 0),
+    intents: pages.reduce((n, p) => n + p.sent.keys.size, 0),
   };
   await step('figures', JSON.stringify(figures));
   if (early) fail(`${early} of ${intervals} polls came earlier than advised`);
-  if (figures.enqueues !== pages.length) fail(`${figures.enqueues} enqueues for ${pages.length} pages`);
+  for (const { subject, sent } of pages) {
+    if (sent.keys.size !== 1) fail(`${subject} sent ${sent.keys.size} request keys in ${sent.enqueues} enqueues`);
+  }
   await Promise.all(pages.map(({ context }) => context.close()));
 }
 
