@@ -8,7 +8,9 @@
 #
 # How long: the release build (about 10 minutes from scratch on 2 cores, seconds when nothing
 # changed), then sluice-bench-baselines (3 pairs x 3 rounds x 2 sides x 3 s, warm-ups and 3
-# pgbench runs: about 75 s with the defaults), then the drop scenario of 10,000 subjects.
+# pgbench runs: about 75 s with the defaults), then the drop scenario of 10,000 subjects, then
+# 10,000 idle keep-alive connections against a gateway and a bare hyper server (about a minute),
+# and last the efficiency table of issue 19 (sluice-bench-table) from those three reports.
 # Arguments are passed to sluice-bench-baselines, e.g.
 #   loadtest/bench.sh --rounds 5 --seconds 5
 # (callers at once: SLUICE_BENCH_CONCURRENCY, default 256).
@@ -37,9 +39,21 @@ target/release/sluice-bench-baselines --concurrency "${SLUICE_BENCH_CONCURRENCY:
 
 echo
 echo "== sluice-loadtest drop"
-target/release/sluice-loadtest drop --subjects 10000 --stack dev --out target/loadtest
+target/release/sluice-loadtest drop --subjects 10000 --stack dev --out "$out"
+# The report directory the drop just wrote (drop-<time>, the newest).
+drop_report="$(ls -td "$out"/drop-*/ | head -n 1)report.json"
+
+echo
+echo "== sluice-bench-connections --mode idle (10,000 keep-alive connections, bare hyper beside)"
+target/release/sluice-bench-connections --mode idle --connections 10000 --json "$out/connections-idle.json"
+
+echo
+echo "== Issue 19's table: each figure beside its baseline from this run"
+target/release/sluice-bench-table --baselines "$out/baselines.json" --drop "$drop_report" \
+  --connections "$out/connections-idle.json"
 
 echo
 echo "Reports:"
 echo "  baselines: the tables above, and $out/baselines.json"
-echo "  drop scenario: $out/ (JSON and HTML)"
+echo "  drop scenario: $drop_report (and report.html beside it)"
+echo "  idle connections: $out/connections-idle.json"

@@ -59,7 +59,10 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         .count(202);
     accepted += raw.round(callers, options.warmup()).await?.reserved;
     for r in 0..options.rounds {
-        let round = http_round(addr, callers, options.round(), &make, check).await?;
+        bench.perf.enable();
+        let round = http_round(addr, callers, options.round(), &make, check).await;
+        bench.perf.disable();
+        let round = round?;
         round.expect_only(&[202, 429], "decision")?;
         accepted += round.count(202);
         sluice.push_http(&round, 429);
@@ -90,7 +93,8 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         "intake decisions/s (HTTP 429 RATE_LIMITED vs raw EVALSHA intake.lua)",
         sluice,
         ceiling,
-        Some(0.5),
+        // Issue 19: an HTTP decision as cheap as the raw script call it makes.
+        Some(1.0),
     ))
 }
 

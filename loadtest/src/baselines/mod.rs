@@ -42,6 +42,7 @@ mod durable;
 mod environment;
 mod intake;
 mod naive;
+mod perf_gate;
 mod pgbench;
 mod polls;
 mod rounds;
@@ -97,6 +98,31 @@ pub struct Options {
     /// Also write the numbers as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Measure only these pairs (repeatable; all three by default): a profile of one answer
+    /// (`loadtest/profile.sh`) wants nothing else running.
+    #[arg(long, value_enum)]
+    pub only: Vec<Pair>,
+    /// A `perf record --control fifo:PATH` FIFO: sampling is switched on only during Sluice's
+    /// measured rounds (`loadtest/profile.sh`).
+    #[arg(long)]
+    pub perf_control: Option<PathBuf>,
+}
+
+/// The pairs, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pair {
+    /// Intake decisions (`429`) against raw `EVALSHA intake.lua`.
+    Intake,
+    /// Durable acceptances against the naive transaction, and the pgbench ceiling.
+    Durable,
+    /// Ticket polls against a static hyper server.
+    Polls,
+}
+
+impl Options {
+    fn runs(&self, pair: Pair) -> bool {
+        self.only.is_empty() || self.only.contains(&pair)
+    }
 }
 
 impl Options {
@@ -202,6 +228,8 @@ struct Bench<'a> {
     baseline: &'a BaselineServer,
     bearer: String,
     namespace: Arc<NamespaceConfig>,
+    /// On only while Sluice's side is measured, when a profile is recorded.
+    perf: perf_gate::PerfGate,
 }
 
 /// What the pairs measured.
@@ -234,6 +262,7 @@ async fn run_pairs(
         baseline,
         bearer: format!("Bearer {}", tenant.creds.credential),
         namespace,
+        perf: perf_gate::PerfGate::open(options.perf_control.as_deref())?,
     };
     println!(
         "baselines benchmark: {} callers, {} rounds x {:.1} s per side (alternating), {} \
@@ -247,11 +276,18 @@ async fn run_pairs(
         tenant.creds.application_id
     );
     let versions = Versions::read(tenant).await?;
-    let mut comparisons = vec![intake::pair(&bench).await?];
-    let durable = durable::pair(&bench).await?;
-    comparisons.push(durable.naive);
-    comparisons.push(pgbench::ceiling(&bench, durable.sluice, durable.batch).await);
-    comparisons.push(polls::pair(&bench).await?);
+    let mut comparisons = Vec::new();
+    if options.runs(Pair::Intake) {
+        comparisons.push(intake::pair(&bench).await?);
+    }
+    if options.runs(Pair::Durable) {
+        let durable = durable::pair(&bench).await?;
+        comparisons.push(durable.naive);
+        comparisons.push(pgbench::ceiling(&bench, durable.sluice, durable.batch).await);
+    }
+    if options.runs(Pair::Polls) {
+        comparisons.push(polls::pair(&bench).await?);
+    }
     let problem = comparisons.iter().find_map(|c| c.problem.clone());
     Ok(Outcome {
         versions,

@@ -59,7 +59,10 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         .await?
         .expect_only(&[200], "warm-up static answer")?;
     for r in 0..options.rounds {
-        let round = http_round(gateway, callers, options.round(), &make, None).await?;
+        bench.perf.enable();
+        let round = http_round(gateway, callers, options.round(), &make, None).await;
+        bench.perf.disable();
+        let round = round?;
         sluice.push_http(round.expect_only(&[200], "poll")?, 200);
         let static_round = http_round(baseline, callers, options.round(), &make, None).await?;
         floor.push_http(static_round.expect_only(&[200], "static answer")?, 200);

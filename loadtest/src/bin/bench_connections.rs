@@ -104,6 +104,9 @@ struct Args {
     /// options, so that the allocator is the same on both sides (idle mode).
     #[arg(long)]
     floor_preload: Option<PathBuf>,
+    /// Also write the idle mode's figures as JSON to this file (`loadtest/bench.sh` reads it).
+    #[arg(long)]
+    json: Option<PathBuf>,
     /// Internal: serve as the bare hyper baseline on this address (idle mode starts it).
     #[arg(long, hide = true)]
     floor_server: Option<String>,
@@ -420,7 +423,29 @@ async fn run_idle(args: &Args, database_url: &str) -> Result<(), BoxError> {
         floors.push(idle_against_floor(args, poll_body_bytes, Some(preload)).await?);
     }
     print_idle(args, &figures, &floors);
+    if let Some(path) = &args.json {
+        std::fs::write(path, idle_json(args, &figures, &floors).to_string())?;
+    }
     Ok(())
+}
+
+/// The idle figures as JSON: `gateways` (this build first, then `--before-bin`) and `floors` (the
+/// bare hyper baseline, then with `--floor-preload`), MiB and bytes per idle connection.
+fn idle_json(args: &Args, gateways: &[IdleFigures], floors: &[IdleFigures]) -> serde_json::Value {
+    let side = |f: &IdleFigures| {
+        serde_json::json!({
+            "name": f.name,
+            "rss_before_mib": f.rss_before,
+            "rss_open_mib": f.rss_open,
+            "rss_after_mib": f.rss_after,
+            "bytes_per_connection": f.bytes_per_connection(args.connections),
+        })
+    };
+    serde_json::json!({
+        "connections": args.connections,
+        "gateways": gateways.iter().map(side).collect::<Vec<_>>(),
+        "floors": floors.iter().map(side).collect::<Vec<_>>(),
+    })
 }
 
 /// The gateway's jemalloc options (gateway/src/main.rs), for the baseline with jemalloc preloaded.

@@ -38,7 +38,7 @@ pub(super) struct Caller {
 }
 
 /// Endpoint name of the offer read in the report.
-const READ_OFFER: &str = "read offer";
+pub(super) const READ_OFFER: &str = "read offer";
 
 impl Caller {
     /// A person in a sale: reads the offer (retrying a `filling` answer within its patience),
