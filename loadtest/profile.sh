@@ -2,10 +2,12 @@
 # Where one answer's CPU goes: a perf profile of Sluice's side of one sluice-bench-baselines pair,
 # a flame graph, and the process's CPU per answer split by side and by what the CPU ran.
 #
-#   loadtest/profile.sh intake|durable|polls [--bin DIR] [-- extra sluice-bench-baselines args]
+#   loadtest/profile.sh intake|durable|polls [--bin DIR] [--preload LIB] [-- extra args]
 #
 # --bin DIR takes sluice-bench-baselines from DIR instead of building target/release (e.g. a
-# build of an older commit, for a before/after split). The benchmark runs the gateway in its own
+# build of an older commit, for a before/after split); --preload LIB runs it with LD_PRELOAD=LIB
+# (e.g. Debian's /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 for a build from before the
+# benchmark ran on jemalloc, as the `sluice` binary does). The benchmark runs the gateway in its own
 # process beside its HTTP client; perf samples only while Sluice's rounds are measured (the
 # benchmark switches it through `perf record --control`), so the baselines measured between the
 # rounds are not in the profile. Samples are split by side from their stacks: the client (the
@@ -29,11 +31,15 @@ case "$pair" in
     ;;
 esac
 bin_dir=target/release
-if [[ "${1:-}" == "--bin" ]]; then
-  bin_dir="$2"
-  shift 2
-fi
-[[ "${1:-}" == "--" ]] && shift
+preload=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin) bin_dir="$2"; shift 2 ;;
+    --preload) preload=(env "LD_PRELOAD=$2"); shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
 
 export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export SLUICE_BENCH_REDIS_URL="${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
@@ -52,14 +58,15 @@ out="target/profile/$pair"
 rm -rf "$out"
 mkdir -p "$out"
 mkfifo "$out/control"
-# 499 Hz with DWARF stacks (release builds have no frame pointers): a few hundred MB per pair.
-perf record -F 499 -g --call-graph dwarf,16384 -D -1 --control "fifo:$out/control" \
+# 499 Hz with DWARF stacks (release builds have no frame pointers), the largest stack copy perf
+# takes: async stacks are deep, and shorter copies left most socket writes unattributed.
+perf record -F 499 -g --call-graph dwarf,65528 -D -1 --control "fifo:$out/control" \
   -o "$out/perf.data" -- \
-  "$bin_dir/sluice-bench-baselines" --only "$pair" --concurrency 256 --rounds 3 --seconds 3 \
+  "${preload[@]}" "$bin_dir/sluice-bench-baselines" --only "$pair" --concurrency 256 --rounds 3 --seconds 3 \
   --perf-control "$out/control" --json "$out/baselines.json" "$@"
 
 perf script -i "$out/perf.data" --no-inline 2>/dev/null |
-  "$tools/bin/inferno-collapse-perf" >"$out/stacks.folded"
+  "$tools/bin/inferno-collapse-perf" --all >"$out/stacks.folded"
 "$tools/bin/inferno-flamegraph" --title "sluice-bench-baselines --only $pair: Sluice's rounds" \
   <"$out/stacks.folded" >"$out/flame.svg"
 
@@ -79,13 +86,13 @@ awk -v per_answer="$per_answer" -v pair="$pair" '
     n = split(stack, frames, ";")
     leaf = frames[n]
     if (stack ~ /hyper::client|role::Client|sluice_loadtest::baselines::rounds/) side = "client"
-    else if (stack ~ /sluice_gateway|sluice_durable|hyper::server|role::Server|fred::|sqlx|redis_protocol/) side = "gateway"
-    else side = "runtime"
+    else if (stack ~ /sluice_gateway|sluice_durable|hyper::server|hyper_util::server|HttpService|role::Server|fred::|sqlx|redis_protocol/) side = "gateway"
+    else side = "shared or unattributed (socket I/O and wake-ups of both sides: DWARF unwinding stops in writev)"
     total += count
     sides[side] += count
     if (side != "gateway") next
     if (leaf ~ /_\[k\]$/) what = "kernel (syscalls, TCP, scheduling)"
-    else if (leaf ~ /malloc|free|realloc|calloc|_rjem_|je_|sdallocx|arena_|tcache/) what = "allocator (jemalloc)"
+    else if (leaf ~ /malloc|free|realloc|calloc|_rjem_|je_|sdallocx|arena_|tcache|_int_|unlink_chunk/) what = "allocator (malloc, free)"
     else if (leaf ~ /memcpy|memmove|memset|memcmp/) what = "memcpy and friends"
     else if (leaf ~ /serde_json|serde::/) what = "JSON (serde_json)"
     else if (leaf ~ /sha2|hmac|Sha256|sha256|compress256/) what = "hashing (SHA-256, HMAC)"
@@ -101,7 +108,7 @@ awk -v per_answer="$per_answer" -v pair="$pair" '
   }
   END {
     if (total == 0) { print "no samples: was perf allowed to record (perf_event_paranoid)?"; exit 1 }
-    printf "CPU of the benchmark process per answer (%s, Sluice side): %.1f us, %d samples\n\n", pair, per_answer, total
+    printf "CPU of the benchmark process per answer (%s, Sluice side): %.1f us, split by sampled cycles\n\n", pair, per_answer
     print "| side | share | us per answer |"
     print "| --- | ---: | ---: |"
     for (s in sides) printf "| %s | %.1f %% | %.1f |\n", s, 100 * sides[s] / total, per_answer * sides[s] / total

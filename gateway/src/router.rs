@@ -125,6 +125,10 @@ fn json(handled: Handled) -> Result<Answer, ApiError> {
 
 /// Routes one request. `namespace` learns which namespace the request belongs to as soon as the
 /// credential, token or ticket tells, so that even a refusal carries the right CORS headers.
+///
+/// The handlers of rare requests (operators, reads of one command, the waiting page) are boxed:
+/// this future is as large as its largest arm, and hyper boxes (copies) it once per request, so
+/// an unboxed status board would make every ticket poll and enqueue copy its kilobytes too.
 async fn route(
     gateway: &Gateway,
     request: Request<Incoming>,
@@ -175,7 +179,7 @@ async fn route(
                     let id = commands::parse_command_id(target)?;
                     let caller = authenticate(gateway, request.headers()).await?;
                     *namespace = Some(caller.namespace_id);
-                    json(commands::cancel(gateway, &caller, id).await)
+                    json(Box::pin(commands::cancel(gateway, &caller, id)).await)
                 }
                 "complete" => {
                     let id = commands::parse_command_id(target)?;
@@ -183,7 +187,7 @@ async fn route(
                     *namespace = Some(caller.namespace_id);
                     let (parts, body) = request.into_parts();
                     let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-                    json(complete::complete(gateway, &caller, id, body).await)
+                    json(Box::pin(complete::complete(gateway, &caller, id, body)).await)
                 }
                 other => Err(ApiError::not_found(format!("no custom method :{other}"))),
             }
@@ -192,7 +196,7 @@ async fn route(
             let id = commands::parse_command_id(id)?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(commands::get(gateway, &caller, id).await)
+            json(Box::pin(commands::get(gateway, &caller, id)).await)
         }
         (&Method::GET, ["v1", "commands", command, "requests", key]) => {
             check_command_code(command)?;
@@ -200,32 +204,45 @@ async fn route(
             let query = parse_query(query.as_deref(), &["subject"])?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(commands::by_request_key(gateway, &caller, command, &key, &query).await)
+            json(
+                Box::pin(commands::by_request_key(
+                    gateway, &caller, command, &key, &query,
+                ))
+                .await,
+            )
         }
         (&Method::GET, ["v1", "commands", command, "mine"]) => {
             check_command_code(command)?;
             let query = parse_query(query.as_deref(), &["resource_key", "cursor", "limit"])?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(commands::mine(gateway, &caller, command, &query).await)
+            json(Box::pin(commands::mine(gateway, &caller, command, &query)).await)
         }
         (&Method::GET, ["v1", "application", "resources"]) => {
             parse_query(query.as_deref(), &[])?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(application::read(gateway, &caller).await)
+            json(Box::pin(application::read(gateway, &caller)).await)
         }
         (&Method::POST, ["v1", "application", "resources:configure"]) => {
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-            json(application::configure(gateway, &caller, &parts.headers, &body).await)
+            json(
+                Box::pin(application::configure(
+                    gateway,
+                    &caller,
+                    &parts.headers,
+                    &body,
+                ))
+                .await,
+            )
         }
         (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
         (&Method::GET, ["sdk", "v1", rest @ ..]) => crate::sdk::serve(rest).map(Answer::Plain),
         (&Method::GET, ["wait", namespace, command]) => {
-            crate::sdk::waiting_page(gateway, namespace, command)
+            Box::pin(crate::sdk::waiting_page(gateway, namespace, command))
                 .await
                 .map(Answer::Plain)
         }
@@ -250,20 +267,29 @@ async fn route(
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-            json(reads::invalidate(gateway, &caller, name, &parts.headers, &body).await)
+            json(
+                Box::pin(reads::invalidate(
+                    gateway,
+                    &caller,
+                    name,
+                    &parts.headers,
+                    &body,
+                ))
+                .await,
+            )
         }
         (&Method::POST, ["v1", "control"]) => {
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-            json(control::control(gateway, &caller, &parts.headers, &body).await)
+            json(Box::pin(control::control(gateway, &caller, &parts.headers, &body)).await)
         }
         (&Method::GET, ["v1", "status"]) => {
             parse_query(query.as_deref(), &[])?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(status::status(gateway, &caller).await)
+            json(Box::pin(status::status(gateway, &caller)).await)
         }
         _ => Err(ApiError::not_found(format!("no endpoint {method} {path}"))),
     }

@@ -105,19 +105,23 @@ impl Gateway {
         &self,
         namespace_id: NamespaceId,
     ) -> Result<Arc<NamespaceConfig>, ApiError> {
+        // A hit is the common case: answered without the loader's future, which would make
+        // every request's future (hyper boxes one per request) kilobytes larger.
+        if let Some(config) = self.namespaces.get(&namespace_id).await {
+            return Ok(config);
+        }
         let pg = self.pg.clone();
-        self.namespaces
-            .try_get_with(namespace_id, async move {
-                match tenancy::namespace_config(&pg, namespace_id).await {
-                    Ok(Some(config)) => Ok(Arc::new(config)),
-                    Ok(None) => Err(ApiError::unauthenticated(
-                        "the credential's namespace is gone",
-                    )),
-                    Err(error) => Err(ApiError::from(error)),
-                }
-            })
-            .await
-            .map_err(|e| (*e).clone())
+        Box::pin(self.namespaces.try_get_with(namespace_id, async move {
+            match tenancy::namespace_config(&pg, namespace_id).await {
+                Ok(Some(config)) => Ok(Arc::new(config)),
+                Ok(None) => Err(ApiError::unauthenticated(
+                    "the credential's namespace is gone",
+                )),
+                Err(error) => Err(ApiError::from(error)),
+            }
+        }))
+        .await
+        .map_err(|e| (*e).clone())
     }
 
     /// A bearer credential. Found or not, the answer is cached for the cache period; a secret
@@ -127,17 +131,22 @@ impl Gateway {
         secret: &str,
     ) -> Result<Option<Arc<CredentialRecord>>, ApiError> {
         let hash = sluice_durable::secrets::credential_hash(secret);
-        self.look_up_identity(&self.credentials, hash, || hash, async {
-            let found = tenancy::credential_by_secret(&self.pg, secret).await?;
-            Ok(found.map(Arc::new))
-        })
+        self.look_up_identity(
+            &self.credentials,
+            hash,
+            || hash,
+            || async {
+                let found = tenancy::credential_by_secret(&self.pg, secret).await?;
+                Ok(found.map(Arc::new))
+            },
+        )
         .await
     }
 
     /// A subject key by `kid`: its namespace and secret; looked up as [`Gateway::credential`].
     pub async fn subject_key(&self, kid: &str) -> Result<Option<SubjectKey>, ApiError> {
         let identity = || sluice_durable::secrets::sha256(format!("kid:{kid}").as_bytes());
-        self.look_up_identity(&self.subject_keys, kid.to_string(), identity, async {
+        self.look_up_identity(&self.subject_keys, kid.to_string(), identity, || async {
             let found = tenancy::subject_key(&self.pg, kid).await?;
             Ok(found.map(|(ns, secret)| (ns, Arc::new(secret))))
         })
@@ -148,19 +157,26 @@ impl Gateway {
     /// callers ask (the cache's single flight), spent from [`LookupBudget`] unless the identity
     /// was seen valid, and what it found remembered there. A refusal is not cached. `identity`
     /// is the budget's key, computed only on a miss.
-    async fn look_up_identity<K, V>(
+    ///
+    /// A hit, the common case, is answered without the miss's futures (the query's and the
+    /// cache's loader, kilobytes that would otherwise be part of every request's future, which
+    /// hyper boxes and copies once per request): the miss path is built and boxed only on a miss.
+    async fn look_up_identity<K, V, Q>(
         &self,
         cache: &Cache<K, Option<V>>,
         key: K,
         identity: impl FnOnce() -> IdentityKey,
-        query: impl Future<Output = Result<Option<V>, DurableError>>,
+        query: impl FnOnce() -> Q,
     ) -> Result<Option<V>, ApiError>
     where
         K: std::hash::Hash + Eq + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
+        Q: Future<Output = Result<Option<V>, DurableError>>,
     {
-        cache
-            .try_get_with(key, async {
+        if let Some(found) = cache.get(&key).await {
+            return Ok(found);
+        }
+        Box::pin(cache.try_get_with(key, async {
                 let identity = identity();
                 match self.lookups.check(&identity) {
                     Lookup::Allowed => {}
@@ -176,10 +192,10 @@ impl Gateway {
                         .with_retry_after_ms(1_000));
                     }
                 }
-                let found = query.await.map_err(ApiError::from)?;
+                let found = query().await.map_err(ApiError::from)?;
                 self.lookups.record(identity, found.is_some()).await;
                 Ok(found)
-            })
+            }))
             .await
             .map_err(|e| (*e).clone())
     }

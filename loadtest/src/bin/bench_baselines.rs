@@ -3,6 +3,12 @@
 //! on one machine. What it measures and why is documented in `sluice_loadtest::baselines`; this
 //! binary only parses the options and runs it.
 
+/// The allocator the `sluice` binary ships with (gateway/src/main.rs): the gateway measured here
+/// runs in this process, and on glibc's allocator an answer costs 5–7 µs more than in production.
+/// The baselines in this process get it too, so both sides of a pair allocate alike.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::Parser;
 use sluice_loadtest::baselines::{self, Options};
 use sluice_loadtest::bench_stack::BoxError;
