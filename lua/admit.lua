@@ -8,6 +8,9 @@
 -- KEYS[4] count  KEYS[5] turn (the last round-robin turn handed out)
 -- KEYS[6] starts (hash: queue suffix -> "<decayed> <at_ms> <born_ms> <cap>", each resource
 --         queue's start rate behind ticket ETAs; see durable/src/projection/start_rate.rs)
+-- KEYS[7] started (hash: queue suffix -> the highest sequence started from the queue, for
+--         gateways answering waiting polls from memory; see "Waiting polls" in lua/README.md)
+-- KEYS[8] seq (the application's queue sequence)  KEYS[9] gone (lib/epoch.lua)
 -- ARGV: 1 min_generation  2 max_heads  3 scan_limit  4 lease_ms  5 lookahead
 --       6 .. 5 + max_heads: one attempt token per command this call may start
 --
@@ -48,7 +51,7 @@
 -- anything else (it ended or started meanwhile) leaves its queue and is counted out of it.
 
 local meta, ready, cfg, count, turn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local starts = KEYS[6]
+local starts, started, gone = KEYS[6], KEYS[7], KEYS[9]
 local now = epoch_now()
 local generation = epoch_check(meta, tonumber(ARGV[1]), now)
 if not generation then
@@ -208,11 +211,12 @@ local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq
   taken = taken + 1
   local s = started_in[suffix]
   if not s then
-    s = {suffix = suffix, count = 0}
+    s = {suffix = suffix, count = 0, max_seq = 0}
     started_in[suffix] = s
     started_order[#started_order + 1] = s
   end
   s.count = s.count + 1
+  s.max_seq = math.max(s.max_seq, tonumber(seq))
   s.cap = st.rate
 end
 
@@ -229,8 +233,10 @@ local function visit(st, ns, nscmd, suffix)
     local cmdkey = prefix .. ':cmd:' .. id
     local h = redis.call('HMGET', cmdkey, 'status', 'lim')
     if h[1] and h[1] ~= 'accepted' and h[1] ~= 'retry_wait' then
-      -- Not waiting any more (it ended, or started elsewhere): out of the queue, counted out.
+      -- Not waiting any more (it ended, or started elsewhere): out of the queue, counted out,
+      -- and on the gone record (a gateway must not show it waiting from memory).
       redis.call('ZREM', q, id)
+      gone_add(gone, id, seq)
       redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
       redis.call('HINCRBY', count, 'queued:' .. nscmd, -1)
     else
@@ -346,9 +352,26 @@ for _, s in ipairs(started_order) do
   end
   redis.call('HSET', starts, s.suffix, value)
 end
+-- The highest sequence started from each queue: a waiting command above it cannot have
+-- started. A queue's first value is the application's sequence now (every sequence handed out
+-- so far, so also every command that started from it before it last emptied, or that a requeue
+-- put back since), so the record never understates; later starts only raise it. Dropped with
+-- the start record when the queue empties.
+local app_seq
+for _, s in ipairs(started_order) do
+  local high = tonumber(redis.call('HGET', started, s.suffix))
+  if not high then
+    app_seq = app_seq or tonumber(redis.call('GET', KEYS[8]) or '0')
+    high = app_seq
+  end
+  redis.call('HSET', started, s.suffix, string.format('%d', math.max(high, s.max_seq)))
+end
 for _, plan in ipairs(plans) do
   for _, suffix in ipairs(plan.looked) do
-    if plan.emptied[suffix] then redis.call('HDEL', starts, suffix) end
+    if plan.emptied[suffix] then
+      redis.call('HDEL', starts, suffix)
+      redis.call('HDEL', started, suffix)
+    end
   end
 end
 

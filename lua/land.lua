@@ -3,6 +3,7 @@
 -- waiting in its queue, started with permits, running — it ends here.
 --
 -- KEYS[1] meta  KEYS[2] count  KEYS[3] cmd (status hash)  KEYS[4] its resource queue
+-- KEYS[5] gone (lib/epoch.lua's gone record)  KEYS[6] seq (the application's queue sequence)
 -- ARGV: 1 id  2 ns  3 cmd  4 status  5 updated_at  6 result (JSON text or "")  7 error_code
 --       8 error_message  9 retention_ms
 --
@@ -21,6 +22,11 @@
 -- status, read by the status board). (Ticket ETAs no longer read completions: they follow the
 -- starts admit.lua records.)
 --
+-- A command that ends without having started (out of its queue here, or ended before
+-- accept.lua ever queued it: no status hash yet) is added to the gone record, so gateways that
+-- answer its ticket's polls from memory see it end within one refresh; its queue score is its
+-- sequence, and one never queued records the application's sequence (an upper bound).
+--
 -- Returns "NOT_READY" while the projection is not trusted (the caller lands again once it is:
 -- a rebuild meanwhile may or may not have seen the end), else 1 when this call counted the
 -- command out of `unfinished`, 0 otherwise.
@@ -31,13 +37,20 @@ if not epoch_check(meta, 0, now) then return 'NOT_READY' end
 local id, ns, cmd, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local prefix = string.match(count, '^(.*):count$')
 
-if redis.call('ZREM', q, id) == 1 then
+local queued_seq = redis.call('ZSCORE', q, id)
+if queued_seq then
+  redis.call('ZREM', q, id)
   redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
   redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, -1)
 end
 release_held(cmdkey, id)
 
 local current = redis.call('HGET', cmdkey, 'status')
+if queued_seq then
+  gone_add(KEYS[5], id, queued_seq)
+elseif not current then
+  gone_add(KEYS[5], id, redis.call('GET', KEYS[6]) or '0')
+end
 if current and TERMINAL[current] then return 0 end
 local counted = 0
 if TERMINAL[status] then

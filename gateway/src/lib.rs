@@ -50,3 +50,4 @@ pub mod subject_token;
 pub mod ticket;
 pub mod ui;
 pub mod url;
+pub mod waiting_view;

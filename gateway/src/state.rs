@@ -45,6 +45,8 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub stats: GatewayStats,
     pub reads: Arc<crate::reads::ReadCache>,
+    /// Waiting polls answered from memory ([`crate::waiting_view`]).
+    pub waiting: crate::waiting_view::WaitingView,
     /// `sluice dev`'s demo sale (`/demo/`), set by `sluice dev` only.
     pub demo: std::sync::OnceLock<crate::demo::Demo>,
     namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
@@ -91,6 +93,7 @@ impl Gateway {
             ),
             stats: GatewayStats::default(),
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
+            waiting: crate::waiting_view::WaitingView::new(redis.clone()),
             demo: std::sync::OnceLock::new(),
             pg,
             redis,

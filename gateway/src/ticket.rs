@@ -5,9 +5,20 @@
 //! the newest signs, older ones keep verifying until retired), short-lived, URL-safe and small.
 //!
 //! Wire format, base64url without padding:
-//! `version(1)=2 | kid_len(1) | kid | application_id(16) | namespace_id(16) | command_id(16) |
-//! expires_at_unix(i64 BE) | HMAC-SHA256(32)`, where the MAC covers the fixed prefix
-//! `sluice-ticket-v2` followed by every byte before it.
+//! `version(1)=3 | kid_len(1) | kid | application_id(16) | namespace_id(16) | command_id(16) |
+//! expires_at_unix(i64 BE) | queue_seq(u64 BE) | queue_tag(u64 BE) | accepted_at_ms(i64 BE) |
+//! HMAC-SHA256(32)`, where the MAC covers the fixed prefix `sluice-ticket-v3` followed by every
+//! byte before it: at most 2 + 16 + 80 + 32 = 130 bytes, 174 characters.
+//!
+//! Version 3 adds what lets a gateway answer a waiting command's polls from memory
+//! (`crate::waiting_view`): its queue sequence (the score of its queue entry, handed out by
+//! `intake.lua`), a 64-bit tag of its queue (the first 8 bytes of SHA-256 of the queue suffix
+//! `<ns>:<cmd>:<resource>`, so the ticket stays small whatever the resource key's length) and
+//! its acceptance time (the `updated_at` a waiting command shows). A ticket minted where the
+//! sequence is not known (replays, reads) carries sequence 0: always answered from Redis.
+//!
+//! Version 2 was version 3 without those three fields (domain `sluice-ticket-v2`); it still
+//! verifies, with no queue claim, so an upgrade breaks no browser that is polling.
 //!
 //! Version 1 also carried the projection's generation (u64 BE, before the expiry). Nothing ever
 //! checked it, and nothing could: a command id is never reused, so a ticket stays right for its
@@ -26,8 +37,11 @@ use crate::mac::{HmacSha256, keyed_mac};
 
 /// Fed into the MAC first so a ticket MAC can never be confused with any other MAC made with
 /// the same secret (and so a future format version cannot verify as this one).
-const DOMAIN: &[u8] = b"sluice-ticket-v2";
-const VERSION: u8 = 2;
+const DOMAIN: &[u8] = b"sluice-ticket-v3";
+const VERSION: u8 = 3;
+/// The format before the queue claim, still verified.
+const DOMAIN_V2: &[u8] = b"sluice-ticket-v2";
+const VERSION_V2: u8 = 2;
 /// The earlier format, still verified (its generation is read past and ignored).
 const DOMAIN_V1: &[u8] = b"sluice-ticket-v1";
 const VERSION_V1: u8 = 1;
@@ -36,9 +50,11 @@ const MAX_KID_LEN: usize = 16;
 /// The API promises tickets of at most 512 bytes; longer input is refused before decoding.
 pub const MAX_TICKET_LEN: usize = 512;
 const MIN_SECRET_LEN: usize = 32;
-/// Bytes after the kid: three uuids and the expiry (version 1: a generation before the expiry).
-const BODY_LEN: usize = 3 * 16 + 8;
-const BODY_LEN_V1: usize = BODY_LEN + 8;
+/// Bytes after the kid: three uuids, the expiry and the queue claim (version 2: no queue claim;
+/// version 1: a generation before the expiry).
+const BODY_LEN_V2: usize = 3 * 16 + 8;
+const BODY_LEN: usize = BODY_LEN_V2 + 3 * 8;
+const BODY_LEN_V1: usize = BODY_LEN_V2 + 8;
 
 /// What a ticket grants: reading the status of one command of one application/namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +67,31 @@ pub struct TicketClaims {
     pub command_id: CommandId,
     /// Unix seconds; the ticket is refused from this instant on.
     pub expires_at_unix: i64,
+    /// Where the command waits, when the ticket was minted knowing it (version 3, sequence
+    /// above 0); None: its polls are answered from Redis.
+    pub queue: Option<QueueClaim>,
+}
+
+/// A waiting command's place as its ticket states it, for answers from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueClaim {
+    /// The command's queue sequence (its queue entry's score), above 0.
+    pub seq: u64,
+    /// [`queue_tag`] of its queue's suffix.
+    pub tag: u64,
+    /// When it was accepted, Unix milliseconds (its `updated_at` while it waits).
+    pub accepted_at_ms: i64,
+}
+
+/// The 64-bit tag of a queue suffix (`<ns>:<cmd>:<resource>`): the first 8 bytes of its
+/// SHA-256, big-endian. A ticket names its queue by it; the gateway learns which suffix a tag
+/// stands for when it mints a ticket or when Redis answers a poll of a waiting command.
+pub fn queue_tag(suffix: &str) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(suffix.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// Why a ticket was refused. Messages are safe for a 401 body: they say nothing about keys.
@@ -170,6 +211,10 @@ impl TicketKeys {
         bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.command_id.as_uuid().as_bytes());
         bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
+        let queue = claims.queue.filter(|q| q.seq > 0);
+        bytes.extend_from_slice(&queue.map_or(0, |q| q.seq).to_be_bytes());
+        bytes.extend_from_slice(&queue.map_or(0, |q| q.tag).to_be_bytes());
+        bytes.extend_from_slice(&queue.map_or(0, |q| q.accepted_at_ms).to_be_bytes());
         let tag = key
             .mac
             .clone()
@@ -194,9 +239,10 @@ impl TicketKeys {
             return Err(TicketError::Malformed);
         };
         let kid_len = usize::from(*kid_len);
-        let (domain, body_len) = match *version {
-            VERSION => (DOMAIN, BODY_LEN),
-            VERSION_V1 => (DOMAIN_V1, BODY_LEN_V1),
+        let (domain, body_len, expiry_at) = match *version {
+            VERSION => (DOMAIN, BODY_LEN, BODY_LEN_V2 - 8),
+            VERSION_V2 => (DOMAIN_V2, BODY_LEN_V2, BODY_LEN_V2 - 8),
+            VERSION_V1 => (DOMAIN_V1, BODY_LEN_V1, BODY_LEN_V1 - 8),
             _ => return Err(TicketError::Malformed),
         };
         if rest.len() != kid_len + body_len + MAC_LEN {
@@ -218,7 +264,8 @@ impl TicketKeys {
             .chain_update(signed)
             .verify_slice(tag)
             .map_err(|_| TicketError::BadSignature)?;
-        let claims = decode_body(rest, body_len - 8).ok_or(TicketError::Malformed)?;
+        let claims =
+            decode_body(rest, expiry_at, *version == VERSION).ok_or(TicketError::Malformed)?;
         if now_unix >= claims.expires_at_unix {
             return Err(TicketError::Expired);
         }
@@ -226,16 +273,28 @@ impl TicketKeys {
     }
 }
 
-/// Reads the fixed-size fields after the kid, the expiry at `expiry_at`; `None` only if the
-/// slice is too short.
-fn decode_body(body: &[u8], expiry_at: usize) -> Option<TicketClaims> {
+/// Reads the fixed-size fields after the kid, the expiry at `expiry_at` and, when `queued`
+/// (version 3), the queue claim after it; `None` only if the slice is too short.
+fn decode_body(body: &[u8], expiry_at: usize, queued: bool) -> Option<TicketClaims> {
     let uuid = |at: usize| Some(Uuid::from_bytes(body.get(at..at + 16)?.try_into().ok()?));
     let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
+    let queue = if queued {
+        let seq = u64::from_be_bytes(word(expiry_at + 8)?);
+        let claim = QueueClaim {
+            seq,
+            tag: u64::from_be_bytes(word(expiry_at + 16)?),
+            accepted_at_ms: i64::from_be_bytes(word(expiry_at + 24)?),
+        };
+        (seq > 0).then_some(claim)
+    } else {
+        None
+    };
     Some(TicketClaims {
         application_id: uuid(0)?.into(),
         namespace_id: uuid(16)?.into(),
         command_id: uuid(32)?.into(),
         expires_at_unix: i64::from_be_bytes(word(expiry_at)?),
+        queue,
     })
 }
 

@@ -85,3 +85,18 @@ local function release_held(cmdkey, id)
 end
 
 -------------------------------------------------------------------------------------------------
+
+-- The gone record `{a:ID}:gone` (zset): commands that left their queue while waiting, without
+-- starting (cancelled or expired while waiting, or ended before they were ever queued). A
+-- gateway answering waiting polls from memory (gateway/src/waiting_view.rs) reads it
+-- incrementally with waiting.lua, so such a command stops being shown as waiting within one
+-- refresh. Member "<id> <seq>" (`seq`: the command's queue sequence, or an upper bound of it),
+-- score: the entry's number, 1, 2, 3, ... without gaps (the highest kept + 1), so a reader
+-- whose cursor is below the lowest kept number minus one knows it missed entries. Only the
+-- newest GONE_KEEP entries are kept.
+local GONE_KEEP = 4096
+local function gone_add(gone, id, seq)
+  local last = redis.call('ZRANGE', gone, -1, -1, 'WITHSCORES')
+  redis.call('ZADD', gone, (tonumber(last[2]) or 0) + 1, id .. ' ' .. seq)
+  redis.call('ZREMRANGEBYRANK', gone, 0, -(GONE_KEEP + 1))
+end

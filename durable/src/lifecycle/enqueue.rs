@@ -66,6 +66,8 @@ pub enum Enqueued {
     Accepted {
         command_id: CommandId,
         generation: i64,
+        /// The queue sequence `intake.lua` handed out: its queue entry's score.
+        queue_seq: i64,
         accepted_at: DateTime<Utc>,
         deadline_at: DateTime<Utc>,
         /// 0-based position and the Redis time it was observed at; None when the projection
@@ -221,6 +223,7 @@ async fn commit(
             Ok(Some(Enqueued::Accepted {
                 command_id: reservation.command_id,
                 generation: reservation.generation,
+                queue_seq: reservation.queue_seq,
                 accepted_at,
                 deadline_at,
                 queue,

@@ -77,6 +77,7 @@ struct Families {
     lease_rescues: Family<Label, Counter>,
     attempts_stopped: Counter,
     storage_errors: Family<Label, Counter>,
+    ticket_polls: Family<Label, Counter>,
 }
 
 static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
@@ -94,6 +95,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         lease_rescues: Family::default(),
         attempts_stopped: Counter::default(),
         storage_errors: Family::default(),
+        ticket_polls: Family::default(),
     };
     // The label values known in advance are exported from the start, at zero: a series that
     // appears only with its first event hides that first event from `rate()` and `increase()`.
@@ -126,6 +128,11 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         let _ = families
             .storage_errors
             .get_or_create_owned(&label("store", store));
+    }
+    for by in TICKET_ANSWERS {
+        let _ = families
+            .ticket_polls
+            .get_or_create_owned(&label("answered_by", by));
     }
     families
 });
@@ -174,6 +181,19 @@ pub fn group_commit_batch(size: usize) {
 /// A group-commit transaction that failed (every command of it answered `UNAVAILABLE`).
 pub fn group_commit_failed() {
     FAMILIES.group_commit_failed_batches.inc();
+}
+
+/// Where ticket polls are answered from: the gateway's memory of waiting queues, Redis
+/// (`ticket.lua`), or PostgreSQL (Redis could not answer).
+const TICKET_ANSWERS: [&str; 3] = ["memory", "redis", "postgres"];
+
+/// One ticket poll answered from `answered_by` (one of `memory`, `redis`, `postgres`): the
+/// share answered from memory is what waiting polls cost Redis nothing.
+pub fn ticket_poll(answered_by: &'static str) {
+    FAMILIES
+        .ticket_polls
+        .get_or_create(&label("answered_by", answered_by))
+        .inc();
 }
 
 /// A ticket poll or look-up that asked PostgreSQL instead of Redis.
@@ -294,6 +314,11 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "sluice_group_commit_failed_batches",
         "Group-commit transactions that failed (their commands were answered UNAVAILABLE)",
         f.group_commit_failed_batches.clone(),
+    );
+    registry.register(
+        "sluice_ticket_polls",
+        "Ticket polls answered, by source: memory (a waiting command's place from the gateway's snapshot of its queue), redis (ticket.lua) or postgres",
+        f.ticket_polls.clone(),
     );
     registry.register(
         "sluice_postgres_fallbacks",

@@ -49,6 +49,7 @@ impl Projection {
         accept,
         release,
         ticket,
+        waiting,
         admit,
         land,
         requeue,

@@ -142,6 +142,18 @@ impl AppKeys {
         format!("{}:starts", self.prefix)
     }
 
+    /// The highest queue sequence started from each resource queue (field: its suffix), while
+    /// it has waiting work: written by `admit.lua`, read by `waiting.lua` for gateways that
+    /// answer waiting polls from memory (a waiting command above it cannot have started).
+    pub fn started(&self) -> String {
+        format!("{}:started", self.prefix)
+    }
+
+    /// Commands that left their queue without starting (zset, lib/epoch.lua's `gone_add`).
+    pub fn gone(&self) -> String {
+        format!("{}:gone", self.prefix)
+    }
+
     /// The part of a queue key after `:q:`, as the ready set and admit.lua name queues.
     pub fn queue_suffix(namespace_id: NamespaceId, command: &str, resource_key: &str) -> String {
         format!("{namespace_id}:{command}:{resource_key}")

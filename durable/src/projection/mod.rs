@@ -17,6 +17,7 @@ mod scripts;
 pub mod settings;
 pub mod start_rate;
 pub mod ticket;
+pub mod waiting;
 
 pub use connect::connect_redis;
 pub use handle::Projection;

@@ -30,6 +30,9 @@ pub struct ProjectedStatus {
     /// Starts per second of the command's own queue lately ([`StartRecord::per_second`]),
     /// when it waits and its queue started something since it last had none waiting.
     pub starts_per_second: Option<f64>,
+    /// The suffix of the queue the command waits in (`<ns>:<cmd>:<resource>`), while it waits:
+    /// what a ticket's queue tag stands for (gateway/src/waiting_view.rs).
+    pub queue_suffix: Option<String>,
 }
 
 pub async fn read_status(
@@ -43,7 +46,7 @@ pub async fn read_status(
             vec![],
         )
         .await?;
-    if answer.len() != 12 {
+    if answer.len() != 13 {
         return Err(DurableError::script(
             "ticket.lua",
             format!("{} elements", answer.len()),
@@ -67,5 +70,6 @@ pub async fn read_status(
             .as_deref()
             .and_then(StartRecord::parse)
             .and_then(|record| record.per_second(observed_at_ms)),
+        queue_suffix: text(12),
     })
 }

@@ -7,3 +7,4 @@ mod lua_fixture;
 mod lua_limits;
 mod lua_scripts;
 mod lua_start_rate;
+mod lua_waiting;

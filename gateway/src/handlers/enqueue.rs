@@ -29,6 +29,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object, validate_request_key, validate_subject};
+use crate::ticket::{QueueClaim, queue_tag};
 
 /// A parsed, validated enqueue body.
 struct EnqueueRequest {
@@ -176,9 +177,15 @@ impl Attempt<'_> {
                 accepted_at,
                 deadline_at,
                 queue,
+                queue_seq,
                 ..
             } => {
-                let ticket = self.ticket(command_id, deadline_at.timestamp());
+                let ticket = self.fresh_ticket(
+                    command_id,
+                    deadline_at.timestamp(),
+                    queue_seq,
+                    accepted_at.timestamp_millis(),
+                );
                 Ok((
                     StatusCode::ACCEPTED,
                     receipt_json(
@@ -297,6 +304,41 @@ impl Attempt<'_> {
             self.namespace.namespace_id,
             command_id,
             deadline_unix,
+            None,
+        )
+    }
+
+    /// The ticket of a command accepted now: it states its queue sequence and queue, so its
+    /// polls can be answered from memory while it cannot have started
+    /// ([`crate::waiting_view`]); this gateway learns the queue its tag stands for.
+    fn fresh_ticket(
+        &self,
+        command_id: CommandId,
+        deadline_unix: i64,
+        queue_seq: i64,
+        accepted_at_ms: i64,
+    ) -> String {
+        let suffix = AppKeys::queue_suffix(
+            self.namespace.namespace_id,
+            &self.decl.code,
+            &self.resource_key,
+        );
+        let tag = queue_tag(&suffix);
+        let application_id = self.namespace.application_id;
+        if !self.gateway.waiting.knows(application_id, tag) {
+            self.gateway.waiting.learn(application_id, tag, &suffix);
+        }
+        sign_ticket(
+            self.gateway,
+            application_id,
+            self.namespace.namespace_id,
+            command_id,
+            deadline_unix,
+            u64::try_from(queue_seq).ok().map(|seq| QueueClaim {
+                seq,
+                tag,
+                accepted_at_ms,
+            }),
         )
     }
 }

@@ -8,7 +8,7 @@ use super::answers::{CommandAnswer, shown_error, shown_result, to_data};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
-use crate::ticket::TicketClaims;
+use crate::ticket::{QueueClaim, TicketClaims};
 
 /// Command `command_id` of the caller's namespace, or `404 NOT_FOUND` (a command of another
 /// namespace is not found either).
@@ -56,22 +56,27 @@ pub fn ticket_for(gateway: &Gateway, record: &CommandRecord) -> String {
         record.row.namespace_id,
         record.row.id,
         record.row.deadline_at.timestamp(),
+        None,
     )
 }
 
 /// A ticket for one command, valid for the retention period after the command's deadline (as
-/// long as its result can be read).
+/// long as its result can be read). `queue`: where it waits, when known (a fresh acceptance),
+/// so its polls can be answered from memory while it cannot have started
+/// ([`crate::waiting_view`]); None everywhere else (replays, reads): Redis answers.
 pub fn sign_ticket(
     gateway: &Gateway,
     application_id: ApplicationId,
     namespace_id: NamespaceId,
     command_id: CommandId,
     deadline_unix: i64,
+    queue: Option<QueueClaim>,
 ) -> String {
     gateway.tickets.sign(&TicketClaims {
         application_id,
         namespace_id,
         command_id,
         expires_at_unix: deadline_unix + gateway.config.ticket_retention_seconds,
+        queue,
     })
 }

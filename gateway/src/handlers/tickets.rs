@@ -16,7 +16,9 @@ use crate::auth::now_unix;
 use crate::error::ApiError;
 use crate::poll_policy;
 use crate::state::Gateway;
-use crate::ticket::TicketClaims;
+use crate::ticket::{QueueClaim, TicketClaims};
+use crate::waiting_view::MemoryAnswer;
+use sluice_durable::metrics;
 
 /// Checks the ticket's signature and expiry (no I/O).
 pub fn verify(gateway: &Gateway, ticket: &str) -> Result<TicketClaims, ApiError> {
@@ -42,11 +44,30 @@ pub fn cache_control(data: &Value) -> &'static str {
 }
 
 pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
+    if let Some(queue) = claims.queue
+        && let Some(answer) =
+            gateway
+                .waiting
+                .answer(claims.application_id, claims.command_id, queue)
+    {
+        metrics::ticket_poll("memory");
+        return from_memory(claims, queue, &answer);
+    }
     let keys = AppKeys::new(claims.application_id);
     match read_status(&gateway.redis, &keys, claims.command_id).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
+            if let (Some(queue), Some(suffix)) = (claims.queue, projected.queue_suffix.as_deref()) {
+                // Redis named the queue this ticket's tag stands for: later polls of its
+                // waiters can be answered from memory.
+                gateway
+                    .waiting
+                    .learn(claims.application_id, queue.tag, suffix);
+            }
             match projected.generation {
-                Some(generation) => from_projection(claims, &projected, generation),
+                Some(generation) => {
+                    metrics::ticket_poll("redis");
+                    from_projection(claims, &projected, generation)
+                }
                 None => from_postgres(gateway, claims).await,
             }
         }
@@ -56,6 +77,35 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
             from_postgres(gateway, claims).await
         }
     }
+}
+
+/// The answer from the gateway's memory of the command's queue: `accepted` (it cannot have
+/// started), where it stood at the snapshot's Redis time, and its acceptance time as
+/// `updated_at` (what Redis holds for a command that never started), in the same shape as
+/// [`from_projection`]'s.
+fn from_memory(claims: &TicketClaims, queue: QueueClaim, answer: &MemoryAnswer) -> Handled {
+    let status = CommandStatus::Accepted;
+    let position = Some(answer.position);
+    let data = TicketAnswer {
+        command_id: claims.command_id,
+        status,
+        queue: Some(QueuePlace {
+            position: answer.position,
+            observed_at: millis_rfc3339(answer.observed_at_ms),
+        }),
+        eta_seconds: poll_policy::eta_seconds(position, answer.starts_per_second),
+        poll_after_ms: poll_policy::advice(
+            status,
+            position,
+            answer.starts_per_second,
+            rand::random::<f64>(),
+        ),
+        generation: answer.generation.to_string(),
+        updated_at: millis_rfc3339(queue.accepted_at_ms),
+        result: None,
+        error: None,
+    };
+    Ok((StatusCode::OK, to_data(&data)?))
 }
 
 /// The answer from Redis: `generation` is the projection's, the one the status was read at.
@@ -93,6 +143,7 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus, generatio
 }
 
 async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
+    metrics::ticket_poll("postgres");
     let _permit = gateway.fallback_permit()?;
     let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
         .await?

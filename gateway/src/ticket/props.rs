@@ -25,12 +25,14 @@ prop_compose! {
         namespace in any::<[u8; 16]>(),
         command in any::<[u8; 16]>(),
         lifetime in 1..=i64::MAX - NOW,
+        queue in proptest::option::of((1..=u64::MAX, any::<u64>(), any::<i64>())),
     ) -> TicketClaims {
         TicketClaims {
             application_id: Uuid::from_bytes(application).into(),
             namespace_id: Uuid::from_bytes(namespace).into(),
             command_id: Uuid::from_bytes(command).into(),
             expires_at_unix: NOW + lifetime,
+            queue: queue.map(|(seq, tag, accepted_at_ms)| QueueClaim { seq, tag, accepted_at_ms }),
         }
     }
 }
@@ -44,12 +46,12 @@ fn caller_ticket() -> impl Strategy<Value = String> {
         proptest::collection::vec(proptest::sample::select(ALPHABET), 0..=600)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
         (
-            1u8..=3,
+            1u8..=4,
             any::<u8>(),
             proptest::collection::vec(any::<u8>(), 0..=200)
         )
             .prop_map(|(version, kid_len, rest)| {
-                // Version 2 signs now; version 1 tickets still verify until they expire.
+                // Version 3 signs now; versions 1 and 2 still verify until they expire.
                 let mut bytes = vec![version, kid_len % 20];
                 bytes.extend(rest);
                 URL_SAFE_NO_PAD.encode(bytes)

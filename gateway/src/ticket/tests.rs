@@ -18,6 +18,11 @@ fn claims() -> TicketClaims {
         namespace_id: NamespaceId::from_uuid(Uuid::new_v4()),
         command_id: CommandId::new_v7(),
         expires_at_unix: NOW + 600,
+        queue: Some(QueueClaim {
+            seq: 7_000_001,
+            tag: queue_tag("ns:job:r"),
+            accepted_at_ms: NOW * 1000,
+        }),
     }
 }
 
@@ -41,18 +46,83 @@ fn format_is_pinned() {
         namespace_id: NamespaceId::from_uuid(Uuid::from_bytes([2; 16])),
         command_id: CommandId::from_uuid(Uuid::from_bytes([3; 16])),
         expires_at_unix: -2,
+        queue: Some(QueueClaim {
+            seq: 0x0102,
+            tag: 0x0a0b_0c0d_0e0f_1011,
+            accepted_at_ms: -3,
+        }),
     };
     let bytes = URL_SAFE_NO_PAD.decode(k.sign(&c)).expect("test fixture");
-    let mut expected = vec![2u8, 3, b'a', b'b', b'c'];
+    let mut expected = vec![3u8, 3, b'a', b'b', b'c'];
     expected.extend([1; 16]);
     expected.extend([2; 16]);
     expected.extend([3; 16]);
     expected.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]);
+    expected.extend([0, 0, 0, 0, 0, 0, 1, 2]);
+    expected.extend([0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11]);
+    expected.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfd]);
     let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&[9; 32]).expect("test fixture");
-    mac.update(b"sluice-ticket-v2");
+    mac.update(b"sluice-ticket-v3");
     mac.update(&expected);
     expected.extend(mac.finalize().into_bytes().as_slice());
     assert_eq!(bytes, expected);
+    assert_eq!(
+        queue_tag("abc"),
+        0xba78_16bf_8f01_cfea,
+        "the first 8 bytes of SHA-256(\"abc\")"
+    );
+}
+
+/// A ticket minted without its sequence (a replay, a read) carries none: its polls go to Redis.
+#[test]
+fn a_ticket_without_a_sequence_has_no_queue_claim() {
+    let k = keys(&format!("k1:{}", secret(1)));
+    let mut c = claims();
+    c.queue = Some(QueueClaim {
+        seq: 0,
+        tag: 5,
+        accepted_at_ms: 6,
+    });
+    let verified = k.verify(&k.sign(&c), NOW).expect("verifies");
+    assert_eq!(verified.queue, None);
+    c.queue = None;
+    assert_eq!(k.verify(&k.sign(&c), NOW), Ok(c));
+}
+
+/// A version 2 ticket (issued before the queue claim) still verifies, without a queue claim;
+/// under the v3 domain (or relabelled as v3) it is refused.
+#[test]
+fn a_version_2_ticket_still_verifies() {
+    let k = keys(&format!("abc:{}", secret(9)));
+    let mut body = vec![2u8, 3, b'a', b'b', b'c'];
+    body.extend([1; 16]);
+    body.extend([2; 16]);
+    body.extend([3; 16]);
+    body.extend((NOW + 60).to_be_bytes());
+    let sign = |body: &[u8], domain: &[u8]| {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&[9; 32]).expect("test fixture");
+        mac.update(domain);
+        mac.update(body);
+        let mut signed = body.to_vec();
+        signed.extend(mac.finalize().into_bytes().as_slice());
+        URL_SAFE_NO_PAD.encode(signed)
+    };
+    let claims = k
+        .verify(&sign(&body, b"sluice-ticket-v2"), NOW)
+        .expect("a v2 ticket verifies");
+    assert_eq!(claims.expires_at_unix, NOW + 60);
+    assert_eq!(claims.queue, None);
+    assert_eq!(
+        k.verify(&sign(&body, b"sluice-ticket-v3"), NOW),
+        Err(TicketError::BadSignature)
+    );
+    let mut relabelled = body.clone();
+    relabelled[0] = 3;
+    assert_eq!(
+        k.verify(&sign(&relabelled, b"sluice-ticket-v3"), NOW),
+        Err(TicketError::Malformed),
+        "a v2 body is too short for v3"
+    );
 }
 
 /// A version 1 ticket (issued before the generation was dropped) still verifies until it

@@ -37,6 +37,8 @@ pub async fn land(
         keys.count(),
         keys.command(end.command_id),
         keys.queue(end.namespace_id, end.command, end.resource_key),
+        keys.gone(),
+        keys.seq(),
     ];
     let (code, message) = end.error.unwrap_or(("", ""));
     let args: Vec<Value> = vec![

@@ -56,6 +56,9 @@ pub async fn admit(
         keys.count(),
         keys.turn(),
         keys.starts(),
+        keys.started(),
+        keys.seq(),
+        keys.gone(),
     ];
     let mut args: Vec<Value> = vec![
         limits.min_generation.into(),

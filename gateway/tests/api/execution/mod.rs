@@ -3,6 +3,7 @@
 
 mod cancel;
 mod fairness;
+mod memory_polls;
 mod sale;
 mod waiting;
 

@@ -1,0 +1,501 @@
+//! Waiting polls answered from the gateway's memory (gateway/src/waiting_view.rs), against a
+//! Redis of the test's own so that Redis's own `INFO commandstats` is the witness: `ticket.lua`
+//! is the only script that calls `ZRANK` (accept.lua too, but nothing is enqueued while a test
+//! counts), so `cmdstat_zrank` counts the polls Redis answered and nothing else. No executor
+//! runs: commands start when the test calls `admit.lua`, so the queues stand still between.
+
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand};
+use sluice_durable::ids::CommandId;
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, Ending, admit, land};
+use sluice_durable::projection::admission_config::write_admission_config;
+use sluice_gateway::waiting_view::safety_margin;
+
+use super::*;
+
+/// `max_in_flight per_second burst per_resource` of `claim` as executors write it: 10 starts per
+/// second declared (so the safety margin is 16 + 6 + 1 positions), a burst of 100 so that one
+/// admission can start what a test needs.
+const CLAIM_SPEC: &str = "1000 10 100 0";
+
+/// How long a cancellation or a start may take to show (a few refresh periods).
+const SHOWS_WITHIN: Duration = Duration::from_secs(2);
+
+struct Bench {
+    stack: Stack,
+    _redis: sluice_testkit::RedisServer,
+}
+
+/// A waiter: its command, ticket and queue sequence (its enqueue order).
+#[derive(Clone)]
+struct Waiter {
+    id: String,
+    ticket: String,
+    offer: String,
+}
+
+impl Bench {
+    async fn start() -> Bench {
+        let redis = start_private_redis().await;
+        let declaration =
+            quota_command("claim", "max_queue = 100000", "", "stock") + &pool("stock", 100);
+        let stack = Stack::start_with(StackOptions {
+            declaration,
+            redis_url: Some(redis.url()),
+            ..StackOptions::default()
+        })
+        .await;
+        let field = format!("{}:claim", stack.creds.namespace_id);
+        write_admission_config(
+            &stack.redis,
+            &stack.keys(),
+            vec![(field, CLAIM_SPEC.into())],
+        )
+        .await
+        .expect("admission config");
+        Bench {
+            stack,
+            _redis: redis,
+        }
+    }
+
+    async fn enqueue(&self, offer: &str) -> Waiter {
+        let reply = enqueue_command(&self.stack, "claim", &key(), &key(), offer).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        Waiter {
+            id: id_of(&reply),
+            ticket: ticket_of(&reply),
+            offer: offer.to_string(),
+        }
+    }
+
+    /// One `admit.lua` call starting up to `heads` commands (Redis only: nobody claims them).
+    async fn admit(&self, heads: u32) -> (i64, Vec<String>) {
+        let limits = AdmitLimits {
+            min_generation: 0,
+            max_heads: heads,
+            scan_limit: 256,
+            lease_ms: 600_000,
+            lookahead: 16,
+        };
+        match admit(&self.stack.redis, &self.stack.keys(), limits)
+            .await
+            .expect("admit.lua")
+        {
+            Admission::Heads { at_ms, heads, .. } => (
+                at_ms,
+                heads.iter().map(|h| h.command_id.to_string()).collect(),
+            ),
+            Admission::NotReady => panic!("the projection is ready"),
+        }
+    }
+
+    /// Calls of `command` Redis counted (commands called by scripts included).
+    async fn calls(&self, command: &str) -> u64 {
+        let info: String = self
+            .stack
+            .redis
+            .pool()
+            .next()
+            .custom(
+                CustomCommand::new_static("INFO", ClusterHash::Random, false),
+                vec!["commandstats"],
+            )
+            .await
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn rank(&self, waiter: &Waiter) -> Option<u64> {
+        let queue = self
+            .stack
+            .keys()
+            .queue(self.stack.creds.namespace_id, "claim", &waiter.offer);
+        self.stack
+            .redis
+            .pool()
+            .next()
+            .zrank(queue, waiter.id.as_str(), false)
+            .await
+            .expect("zrank")
+    }
+
+    async fn redis_now_ms(&self) -> i64 {
+        let (seconds, micros): (String, String) = self
+            .stack
+            .redis
+            .pool()
+            .next()
+            .custom(
+                CustomCommand::new_static("TIME", ClusterHash::Random, false),
+                Vec::<String>::new(),
+            )
+            .await
+            .expect("TIME");
+        seconds.parse::<i64>().expect("seconds") * 1000
+            + micros.parse::<i64>().expect("micros") / 1000
+    }
+
+    /// Polls `waiters` in turn until a whole round costs Redis no `ticket.lua` call (the
+    /// gateway's refresh loop runs and has pulled their queue), within five seconds.
+    async fn warm(&self, waiters: &[Waiter]) -> bool {
+        eventually(Duration::from_secs(5), || async {
+            let before = self.calls("zrank").await;
+            for waiter in waiters {
+                let reply = self.stack.poll(&waiter.ticket).await;
+                assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+            }
+            self.calls("zrank").await == before
+        })
+        .await
+    }
+
+    /// Two commands in each of `offers`' queues, in turn, and the first of each started (the
+    /// record memory needs; the second keeps the queue from emptying, which drops it). The last
+    /// queue's sequences then continue without a gap.
+    async fn start_heads(&self, offers: &[&str]) {
+        for offer in offers {
+            self.enqueue(offer).await;
+            self.enqueue(offer).await;
+        }
+        let (_, started) = self.admit(offers.len() as u32).await;
+        assert_eq!(started.len(), offers.len(), "one head of each queue");
+    }
+
+    /// The documented bound of a position from memory in `offer`'s queue: the sequences between
+    /// its head and tail that are not its own.
+    async fn bound(&self, offer: &str) -> u64 {
+        let queue = self
+            .stack
+            .keys()
+            .queue(self.stack.creds.namespace_id, "claim", offer);
+        let client = self.stack.redis.pool().next();
+        let ends: Vec<(String, f64)> = client
+            .zrange(&queue, 0, 0, None, false, None, true)
+            .await
+            .expect("head");
+        let tails: Vec<(String, f64)> = client
+            .zrange(&queue, -1, -1, None, false, None, true)
+            .await
+            .expect("tail");
+        let count: u64 = client.zcard(&queue).await.expect("zcard");
+        (tails[0].1 - ends[0].1) as u64 + 1 - count
+    }
+}
+
+fn position(reply: &Reply) -> Option<u64> {
+    reply.data()["queue"]["position"].as_u64()
+}
+
+fn observed_ms(reply: &Reply) -> Option<i64> {
+    reply.data()["queue"]["observed_at"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp_millis())
+}
+
+/// Deep waiters' polls cost no `ticket.lua` call once the gateway holds their queues, and
+/// their positions are `ZRANK`'s exactly where the queue's sequences are contiguous, and within
+/// the documented bound (the sequences between head and tail that are not the queue's) where
+/// two queues took turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_waiters_are_answered_from_memory_with_their_rank() {
+    let bench = Bench::start().await;
+    let (solo, left, right) = (offer(), offer(), offer());
+    bench.start_heads(&[&left, &right, &solo]).await;
+    let mut contiguous = Vec::new();
+    for _ in 0..120 {
+        contiguous.push(bench.enqueue(&solo).await);
+    }
+    let mut interleaved = Vec::new();
+    for i in 0..160 {
+        interleaved.push(bench.enqueue(if i % 2 == 0 { &left } else { &right }).await);
+    }
+    let margin = safety_margin(Some(10.0), None);
+    let deep: Vec<Waiter> = contiguous[margin as usize..]
+        .iter()
+        .chain(&interleaved[2 * margin as usize..])
+        .cloned()
+        .collect();
+    assert!(
+        bench.warm(&deep).await,
+        "the gateway answers deep polls from memory"
+    );
+
+    let bounds = (
+        bench.bound(&solo).await,
+        bench.bound(&left).await,
+        bench.bound(&right).await,
+    );
+    assert_eq!(bounds.0, 0, "the solo queue's sequences are contiguous");
+    // The queues stand still: their ranks, read before the counting starts (the test's own
+    // ZRANK calls would count too).
+    let mut ranks = Vec::with_capacity(deep.len());
+    for waiter in &deep {
+        ranks.push(bench.rank(waiter).await.expect("waiting"));
+    }
+    let evals_before = bench.calls("evalsha").await;
+    let ranks_before = bench.calls("zrank").await;
+    let started = std::time::Instant::now();
+    let mut polls = 0u64;
+    let mut worst_interleaved = 0u64;
+    for _round in 0..3 {
+        for (waiter, &rank) in deep.iter().zip(&ranks) {
+            let reply = bench.stack.poll(&waiter.ticket).await;
+            polls += 1;
+            assert_eq!(reply.data()["status"], "accepted", "{:?}", reply.body);
+            assert!(reply.data()["updated_at"].is_string());
+            assert!(reply.data()["poll_after_ms"].is_u64());
+            let shown = position(&reply).expect("a position");
+            if waiter.offer == solo {
+                assert_eq!(shown, rank, "contiguous sequences: exact");
+            } else {
+                // Two queues alternating: the other queue's sequences between this queue's
+                // head and tail bound the error.
+                let others = if waiter.offer == left {
+                    bounds.1
+                } else {
+                    bounds.2
+                };
+                assert!(
+                    shown.abs_diff(rank) <= others,
+                    "{shown} vs {rank} (bound {others})"
+                );
+                worst_interleaved = worst_interleaved.max(shown.abs_diff(rank));
+            }
+        }
+    }
+    let ticket_calls = bench.calls("zrank").await - ranks_before;
+    let evals = bench.calls("evalsha").await - evals_before;
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{polls} deep polls in {elapsed:?}: {ticket_calls} ticket.lua calls, {evals} EVALSHA \
+         (pulls), worst interleaved position error {worst_interleaved}"
+    );
+    assert_eq!(ticket_calls, 0, "no deep poll reached ticket.lua");
+    assert!(evals < polls / 4, "{evals} script calls for {polls} polls");
+
+    // Near the head (within the margin) Redis answers, as before.
+    let near = &contiguous[0];
+    let rank = bench.rank(near).await;
+    let before = bench.calls("zrank").await;
+    let reply = bench.stack.poll(&near.ticket).await;
+    assert_eq!(position(&reply), rank);
+    assert_eq!(
+        bench.calls("zrank").await,
+        before + 1,
+        "Redis answered the head's poll"
+    );
+}
+
+/// A deep waiter cancelled: its poll shows `cancelled` within a few refresh periods, and no
+/// answer given after the cancellation shows it waiting at a time after it (`observed_at` is
+/// the Redis time of the snapshot the answer came from).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_deep_waiter_shows_cancelled_within_a_refresh() {
+    let bench = Bench::start().await;
+    let resource = offer();
+    bench.start_heads(&[&resource]).await;
+    let mut waiters = Vec::new();
+    for _ in 0..80 {
+        waiters.push(bench.enqueue(&resource).await);
+    }
+    let victim = waiters[60].clone();
+    assert!(bench.warm(&waiters[40..]).await, "memory answers");
+
+    let answer = cancel(&bench.stack, &victim.id).await;
+    assert_eq!(answer.data()["status"], "cancelled", "{:?}", answer.body);
+    let cancelled_at = bench.redis_now_ms().await;
+    let asked = std::time::Instant::now();
+    let stale = std::sync::atomic::AtomicUsize::new(0);
+    let shown = eventually(SHOWS_WITHIN, || async {
+        let reply = bench.stack.poll(&victim.ticket).await;
+        match reply.data()["status"].as_str() {
+            Some("accepted") => {
+                let observed = observed_ms(&reply).expect("observed_at");
+                assert!(
+                    observed < cancelled_at,
+                    "shown waiting as of {observed}, after its cancellation at {cancelled_at}"
+                );
+                stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+            Some("cancelled") => true,
+            other => panic!("unexpected status {other:?}"),
+        }
+    })
+    .await;
+    let took = asked.elapsed();
+    eprintln!(
+        "cancelled shown after {took:?} ({} answers from an earlier snapshot)",
+        stale.into_inner()
+    );
+    assert!(shown, "cancelled within {SHOWS_WITHIN:?}");
+    // The rest of the queue still answers from memory.
+    assert!(bench.warm(&waiters[40..60]).await);
+}
+
+/// A deep waiter whose turn comes: once the start is visible, Redis answers (`executing`), and no
+/// answer shows it waiting at a time after its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_waiter_is_answered_by_redis() {
+    let bench = Bench::start().await;
+    let resource = offer();
+    bench.start_heads(&[&resource]).await;
+    let mut waiters = Vec::new();
+    for _ in 0..60 {
+        waiters.push(bench.enqueue(&resource).await);
+    }
+    let target = waiters[40].clone();
+    assert!(bench.warm(&waiters[30..]).await, "memory answers");
+    let ahead = bench.rank(&target).await.expect("waiting");
+    // Start everything up to and including the target in one admission.
+    let (started_at, started) = bench.admit(ahead as u32 + 1).await;
+    assert!(started.contains(&target.id), "the target started");
+    let shown = eventually(SHOWS_WITHIN, || async {
+        let reply = bench.stack.poll(&target.ticket).await;
+        match reply.data()["status"].as_str() {
+            Some("accepted") => {
+                let observed = observed_ms(&reply).expect("observed_at");
+                assert!(
+                    observed < started_at,
+                    "waiting as of {observed}, started at {started_at}"
+                );
+                false
+            }
+            Some("executing") => true,
+            other => panic!("unexpected status {other:?}"),
+        }
+    })
+    .await;
+    assert!(shown, "executing within {SHOWS_WITHIN:?}");
+}
+
+/// After a rebuild, and after the gone record was trimmed past this gateway's cursor, no command
+/// at or below the application's sequence at that moment is answered from memory; commands
+/// enqueued later are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
+    let bench = Bench::start().await;
+    let resource = offer();
+    bench.start_heads(&[&resource]).await;
+    let mut older = Vec::new();
+    for _ in 0..60 {
+        older.push(bench.enqueue(&resource).await);
+    }
+    let deep = &older[30..];
+    assert!(bench.warm(deep).await, "memory answers");
+
+    // Trimmed: more commands end unstarted than the record keeps while this gateway does not
+    // pull (no polls for a while: its refresh loop stops).
+    let stopped = eventually(Duration::from_secs(10), || async {
+        bench.stack.poll(&deep[0].ticket).await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // A quiet second later, a lone poll is not answered from memory.
+        let before = bench.calls("zrank").await;
+        bench.stack.poll(&deep[0].ticket).await;
+        bench.calls("zrank").await == before + 1
+    })
+    .await;
+    assert!(stopped, "the refresh loop stops when polls stop");
+    for _ in 0..4_200 {
+        let ended = Ending {
+            command_id: CommandId::new_v7(),
+            namespace_id: bench.stack.creds.namespace_id,
+            command: "claim",
+            resource_key: &resource,
+            status: sluice_durable::lifecycle::CommandStatus::Cancelled,
+            updated_at: "2026-12-01T00:00:00.000Z".into(),
+            result: None,
+            error: None,
+            retention_ms: 60_000,
+        };
+        land(&bench.stack.redis, &bench.stack.keys(), &ended)
+            .await
+            .expect("land.lua");
+    }
+    // The gateway's next pull finds its cursor trimmed past: wait until it has pulled (the
+    // watermark is its own bookkeeping, used here only to know the pull happened).
+    let app = bench.stack.creds.application_id;
+    let pulled = eventually(Duration::from_secs(5), || async {
+        for waiter in deep {
+            bench.stack.poll(&waiter.ticket).await;
+        }
+        bench.stack.gateway.waiting.watermark(app) > 0
+    })
+    .await;
+    assert!(pulled, "a pull saw the trimmed record");
+    let newer: Vec<Waiter> = {
+        let mut newer = Vec::new();
+        for _ in 0..40 {
+            newer.push(bench.enqueue(&resource).await);
+        }
+        newer
+    };
+    assert!(
+        bench.warm(&newer).await,
+        "later waiters are answered from memory"
+    );
+    for _round in 0..3 {
+        let before = bench.calls("zrank").await;
+        for waiter in deep {
+            bench.stack.poll(&waiter.ticket).await;
+        }
+        assert_eq!(
+            bench.calls("zrank").await - before,
+            deep.len() as u64,
+            "every older waiter asked Redis"
+        );
+    }
+
+    // A rebuild: the projection is lost and built again from PostgreSQL, and the queue starts
+    // again; waiters from before are answered by Redis.
+    bench.stack.lose_projection().await;
+    sluice_durable::projection::rebuild::ensure_ready(
+        &bench.stack.pg,
+        &bench.stack.redis,
+        bench.stack.creds.application_id,
+    )
+    .await
+    .expect("rebuilt");
+    let field = format!("{}:claim", bench.stack.creds.namespace_id);
+    write_admission_config(
+        &bench.stack.redis,
+        &bench.stack.keys(),
+        vec![(field, CLAIM_SPEC.into())],
+    )
+    .await
+    .expect("admission config");
+    // A rebuilt start bucket counts as empty when the projection opened: a token within 2 s.
+    let restarted = eventually(Duration::from_secs(2), || async {
+        bench.admit(1).await.1.len() == 1
+    })
+    .await;
+    assert!(restarted, "the queue starts again");
+    let latest: Vec<Waiter> = {
+        let mut latest = Vec::new();
+        for _ in 0..40 {
+            latest.push(bench.enqueue(&resource).await);
+        }
+        latest
+    };
+    assert!(
+        bench.warm(&latest).await,
+        "waiters after the rebuild from memory"
+    );
+    let before = bench.calls("zrank").await;
+    for waiter in deep.iter().chain(&newer) {
+        let reply = bench.stack.poll(&waiter.ticket).await;
+        assert_eq!(reply.data()["status"], "accepted", "{:?}", reply.body);
+    }
+    assert_eq!(
+        bench.calls("zrank").await - before,
+        (deep.len() + newer.len()) as u64,
+        "every waiter from before the rebuild asked Redis"
+    );
+}
