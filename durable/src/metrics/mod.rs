@@ -196,6 +196,15 @@ pub fn ticket_poll(answered_by: &'static str) {
         .inc();
 }
 
+/// Ticket polls this process answered from `answered_by` so far (the load test and the bench
+/// print the share answered from memory).
+pub fn ticket_polls_answered(answered_by: &'static str) -> u64 {
+    FAMILIES
+        .ticket_polls
+        .get_or_create(&label("answered_by", answered_by))
+        .get()
+}
+
 /// A ticket poll or look-up that asked PostgreSQL instead of Redis.
 pub fn postgres_fallback() {
     FAMILIES.postgres_fallbacks.inc();

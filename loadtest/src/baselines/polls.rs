@@ -1,6 +1,12 @@
 //! Pair 3, ticket polls: `GET /v1/tickets/{ticket}` round-robin over waiting commands, against
 //! the HTTP floor: the baseline server replaying one real poll answer byte for byte, so the
 //! difference is what a poll costs beyond hyper itself.
+//!
+//! The waiters stand as in a drop: deep in one long queue that has started draining (its first
+//! command started before they enqueued, as an executor does within milliseconds of a drop's
+//! first claim; none runs here, so nothing else starts and the queue stands still). Such polls
+//! are answered from the gateway's memory of the queue (`sluice_gateway::waiting_view`) except
+//! for the first few positions; the pair prints the share.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,12 +23,17 @@ use super::commands::{HOLD, OFFER, enqueue_body, get, next_number, post};
 use super::rounds::{MakeRequest, connect, exchange, http_round};
 use super::side::{Comparison, Side};
 use crate::bench_stack::BoxError;
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit};
+use sluice_durable::metrics;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::admission_config::write_admission_config;
 
 /// Enqueues `--tickets` waiting commands, captures one real poll answer for the static server,
 /// then `--rounds` alternating rounds of round-robin polls and static answers.
 pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
     let options = bench.options;
-    let tickets = enqueue_tickets(bench).await?;
+    start_draining(bench).await?;
+    let tickets = enqueue_tickets(bench, options.tickets).await?;
     let paths: Arc<Vec<String>> = Arc::new(
         tickets
             .iter()
@@ -58,6 +69,8 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
     http_round(baseline, callers, options.warmup(), &make, None)
         .await?
         .expect_only(&[200], "warm-up static answer")?;
+    let from_memory = metrics::ticket_polls_answered("memory");
+    let from_redis = metrics::ticket_polls_answered("redis");
     for r in 0..options.rounds {
         bench.perf.enable();
         let round = http_round(gateway, callers, options.round(), &make, None).await;
@@ -73,6 +86,14 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
             floor.last()
         );
     }
+    let memory = metrics::ticket_polls_answered("memory") - from_memory;
+    let redis = metrics::ticket_polls_answered("redis") - from_redis;
+    println!(
+        "polls of the measured rounds answered from memory: {memory} of {} ({:.1} %), from \
+         Redis {redis}",
+        memory + redis,
+        100.0 * memory as f64 / (memory + redis).max(1) as f64
+    );
     Ok(Comparison::new(
         "ticket polls/s (gateway GET /v1/tickets vs static hyper, same bytes)",
         sluice,
@@ -81,10 +102,35 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
     ))
 }
 
-/// Enqueues `--tickets` commands of [`HOLD`] (no executor runs, so they wait) and returns their
+/// The admission numbers of [`HOLD`] as an executor would write them: 10 starts per second
+/// declared (a drop's drain), a burst that lets the first start through.
+const HOLD_SPEC: &str = "1000 10 100 0";
+
+/// Starts the first of two commands of [`HOLD`]'s queue in Redis (`admit.lua`, as an executor's
+/// first admission would; nobody claims it): the queue now has a start on record and a head,
+/// and the waiters enqueued next are deep behind it.
+async fn start_draining(bench: &Bench<'_>) -> Result<(), BoxError> {
+    let redis = &bench.gateway.gateway.redis;
+    let keys = AppKeys::new(bench.tenant.creds.application_id);
+    let field = format!("{}:{HOLD}", bench.tenant.creds.namespace_id);
+    write_admission_config(redis, &keys, vec![(field, HOLD_SPEC.to_string())]).await?;
+    enqueue_tickets(bench, 2).await?;
+    let limits = AdmitLimits {
+        min_generation: 0,
+        max_heads: 1,
+        scan_limit: 256,
+        lease_ms: 3_600_000,
+        lookahead: 16,
+    };
+    match admit(redis, &keys, limits).await? {
+        Admission::Heads { heads, .. } if heads.len() == 1 => Ok(()),
+        other => Err(format!("the queue's first start: {other:?}").into()),
+    }
+}
+
+/// Enqueues `total` commands of [`HOLD`] (no executor runs, so they wait) and returns their
 /// tickets.
-async fn enqueue_tickets(bench: &Bench<'_>) -> Result<Vec<String>, BoxError> {
-    let total = bench.options.tickets;
+async fn enqueue_tickets(bench: &Bench<'_>, total: u64) -> Result<Vec<String>, BoxError> {
     let callers = bench.options.concurrency.min(total as usize);
     let next = Arc::new(AtomicU64::new(0));
     let path = Arc::<str>::from(format!("/v1/commands/{HOLD}:enqueue"));
