@@ -176,6 +176,13 @@ impl WaitingView {
         let now = Instant::now();
         let (answer, start) = {
             let mut state = lock(&app.state);
+            if state.asked.len() >= SUFFIX_CAP && !state.asked.contains_key(&queue.tag) {
+                // Polls too few to start the refresh loop (which forgets old queues) but for
+                // ever more queues: forget here too.
+                state
+                    .asked
+                    .retain(|_, at| now.duration_since(*at) < FORGET_AFTER);
+            }
             state.asked.insert(queue.tag, now);
             let window_start = *state.window_start.get_or_insert(now);
             if now.duration_since(window_start) >= Duration::from_secs(1) {
@@ -381,6 +388,112 @@ mod tests {
                 "{seq}: {estimate} vs {rank}"
             );
         }
+    }
+
+    use sluice_durable::projection::waiting::{GoneEntry, QueueView};
+
+    const TAG: u64 = 7;
+
+    fn pulled(generation: i64, app_seq: u64, gone: Vec<GoneEntry>, high: u64) -> WaitingSnapshot {
+        WaitingSnapshot {
+            ready: true,
+            generation: Some(generation),
+            now_ms: 1_000,
+            app_seq,
+            gone_low: gone.first().map_or(0, |e| e.number),
+            gone_high: high,
+            gone,
+            queues: vec![QueueView {
+                started_seq: Some(100),
+                waiting: 900,
+                head_seq: Some(101),
+                tail_seq: Some(1000),
+                start_record: None,
+            }],
+        }
+    }
+
+    fn claim(seq: u64) -> QueueClaim {
+        QueueClaim {
+            seq,
+            tag: TAG,
+            accepted_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn memory_answers_only_deep_waiting_commands_of_a_fresh_snapshot() {
+        let mut state = AppState::default();
+        let now = Instant::now();
+        let id = CommandId::new_v7();
+        assert_eq!(state.answer(id, claim(500), now), None, "no snapshot");
+        state.install(now, &[TAG], pulled(3, 1000, vec![], 0));
+        let answer = state.answer(id, claim(500), now).expect("from memory");
+        assert_eq!((answer.position, answer.generation), (399, 3));
+        assert_eq!(state.answer(id, claim(100), now), None, "may have started");
+        assert_eq!(state.answer(id, claim(1001), now), None, "past the tail");
+        assert_eq!(state.answer(id, claim(110), now), None, "within the margin");
+        let other = QueueClaim {
+            tag: 8,
+            ..claim(500)
+        };
+        assert_eq!(state.answer(id, other, now), None, "a queue not pulled");
+        assert_eq!(
+            state.answer(id, claim(500), now + MAX_AGE * 2),
+            None,
+            "stale"
+        );
+    }
+
+    #[test]
+    fn gone_entries_rebuilds_and_missed_entries_refuse_memory() {
+        let mut state = AppState::default();
+        let now = Instant::now();
+        let (gone, kept) = (CommandId::new_v7(), CommandId::new_v7());
+        let entry = GoneEntry {
+            command_id: gone,
+            seq: 600,
+            number: 1,
+        };
+        state.install(now, &[TAG], pulled(3, 1000, vec![entry], 1));
+        assert_eq!(state.answer(gone, claim(600), now), None, "gone");
+        assert!(state.answer(kept, claim(601), now).is_some());
+        assert_eq!((state.watermark, state.gone_cursor), (0, 1));
+
+        // Entries 2..=5 trimmed before this gateway read them: watermark at the sequence then.
+        let late = GoneEntry {
+            command_id: CommandId::new_v7(),
+            seq: 990,
+            number: 6,
+        };
+        state.install(now, &[TAG], pulled(3, 1000, vec![late], 6));
+        assert_eq!(state.watermark, 1000);
+        assert_eq!(state.answer(kept, claim(601), now), None);
+
+        // A rebuild (new generation): the watermark moves to the sequence at that pull.
+        let mut fresh = pulled(4, 2000, vec![], 0);
+        fresh.queues[0].tail_seq = Some(2000);
+        state.install(now, &[TAG], fresh);
+        assert_eq!(state.watermark, 2000);
+        assert_eq!((state.gone_cursor, state.gone.len()), (0, 0));
+    }
+
+    #[test]
+    fn the_gone_set_is_bounded_by_raising_the_watermark() {
+        let mut state = AppState::default();
+        let now = Instant::now();
+        let entries: Vec<GoneEntry> = (1..=GONE_CAP as u64 + 10)
+            .map(|n| GoneEntry {
+                command_id: CommandId::new_v7(),
+                seq: n,
+                number: n,
+            })
+            .collect();
+        let high = entries.len() as u64;
+        state.install(now, &[TAG], pulled(1, high, entries, high));
+        assert!(state.gone.len() <= GONE_CAP);
+        assert!(state.gone.values().all(|seq| *seq > state.watermark));
+        assert!(state.watermark > 0);
     }
 
     #[test]
