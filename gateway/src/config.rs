@@ -56,6 +56,12 @@ pub struct GatewayConfig {
     /// Lookups of credentials and subject keys this process has not seen valid, per second at
     /// most: what a flood of random bearers or `kid`s can cost PostgreSQL ([`crate::lookup_budget`]).
     pub unknown_lookups_per_second: u32,
+    /// Waiting polls of commands deep in their queue answered from the gateway's memory
+    /// ([`crate::waiting_view`]), with tickets that state their queue (version 3). Off: every
+    /// poll asks Redis and tickets are version 2, as before; a rolling upgrade keeps it off
+    /// until every gateway and executor runs scripts that keep the gone record and the started
+    /// sequences (and verifies version 3 tickets).
+    pub polls_from_memory: bool,
     pub group_commit: GroupCommitConfig,
     /// The read-through cache.
     pub cache: crate::reads::CacheConfig,
@@ -82,6 +88,7 @@ impl Default for GatewayConfig {
             command_reads_concurrency: 16,
             command_reads_per_subject_per_second: 5,
             unknown_lookups_per_second: 10,
+            polls_from_memory: true,
             group_commit: GroupCommitConfig::default(),
             cache: crate::reads::CacheConfig::default(),
         }

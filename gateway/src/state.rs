@@ -93,7 +93,7 @@ impl Gateway {
             ),
             stats: GatewayStats::default(),
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
-            waiting: crate::waiting_view::WaitingView::new(redis.clone()),
+            waiting: crate::waiting_view::WaitingView::new(redis.clone(), config.polls_from_memory),
             demo: std::sync::OnceLock::new(),
             pg,
             redis,

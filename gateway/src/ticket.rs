@@ -15,10 +15,13 @@
 //! `intake.lua`), a 64-bit tag of its queue (the first 8 bytes of SHA-256 of the queue suffix
 //! `<ns>:<cmd>:<resource>`, so the ticket stays small whatever the resource key's length) and
 //! its acceptance time (the `updated_at` a waiting command shows). A ticket minted where the
-//! sequence is not known (replays, reads) carries sequence 0: always answered from Redis.
+//! sequence is not known (replays, reads), or while `gateway.polls_from_memory` is off, has no
+//! queue claim: always answered from Redis.
 //!
-//! Version 2 was version 3 without those three fields (domain `sluice-ticket-v2`); it still
-//! verifies, with no queue claim, so an upgrade breaks no browser that is polling.
+//! Version 2 is version 3 without those three fields (domain `sluice-ticket-v2`): what a ticket
+//! without a queue claim is still signed as (byte for byte what gateways before version 3 sign
+//! and verify), and it verifies with no queue claim, so an upgrade breaks no browser that is
+//! polling.
 //!
 //! Version 1 also carried the projection's generation (u64 BE, before the expiry). Nothing ever
 //! checked it, and nothing could: a command id is never reused, so a ticket stays right for its
@@ -203,22 +206,31 @@ impl TicketKeys {
         let Some(key) = self.keys.first() else {
             return String::new();
         };
+        // Without a queue claim the ticket is version 2, byte for byte what gateways before
+        // version 3 sign and verify (a rolling upgrade with `polls_from_memory` off mints
+        // nothing they refuse).
+        let queue = claims.queue.filter(|q| q.seq > 0);
+        let (version, domain) = match queue {
+            Some(_) => (VERSION, DOMAIN),
+            None => (VERSION_V2, DOMAIN_V2),
+        };
         let mut bytes = Vec::with_capacity(2 + key.kid.len() + BODY_LEN + MAC_LEN);
-        bytes.push(VERSION);
+        bytes.push(version);
         bytes.push(key.kid.len() as u8);
         bytes.extend_from_slice(key.kid.as_bytes());
         bytes.extend_from_slice(claims.application_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.command_id.as_uuid().as_bytes());
         bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
-        let queue = claims.queue.filter(|q| q.seq > 0);
-        bytes.extend_from_slice(&queue.map_or(0, |q| q.seq).to_be_bytes());
-        bytes.extend_from_slice(&queue.map_or(0, |q| q.tag).to_be_bytes());
-        bytes.extend_from_slice(&queue.map_or(0, |q| q.accepted_at_ms).to_be_bytes());
+        if let Some(q) = queue {
+            bytes.extend_from_slice(&q.seq.to_be_bytes());
+            bytes.extend_from_slice(&q.tag.to_be_bytes());
+            bytes.extend_from_slice(&q.accepted_at_ms.to_be_bytes());
+        }
         let tag = key
             .mac
             .clone()
-            .chain_update(DOMAIN)
+            .chain_update(domain)
             .chain_update(&bytes)
             .finalize();
         bytes.extend_from_slice(&tag.into_bytes());

@@ -72,6 +72,8 @@ pub struct MemoryAnswer {
 /// Every application's view. One per gateway.
 pub struct WaitingView {
     redis: Projection,
+    /// `gateway.polls_from_memory`: off, nothing is answered from memory.
+    enabled: bool,
     apps: Mutex<HashMap<ApplicationId, Arc<AppView>>>,
 }
 
@@ -116,9 +118,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WaitingView {
-    pub fn new(redis: Projection) -> Self {
+    pub fn new(redis: Projection, enabled: bool) -> Self {
         Self {
             redis,
+            enabled,
             apps: Mutex::default(),
         }
     }
@@ -156,6 +159,12 @@ impl WaitingView {
         lock(&self.app(application_id).state).watermark
     }
 
+    /// Whether polls are answered from memory at all (`gateway.polls_from_memory`); tickets
+    /// state their queue only then.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Whether the gateway knows which queue `tag` stands for.
     pub fn knows(&self, application_id: ApplicationId, tag: u64) -> bool {
         lock(&self.app(application_id).state)
@@ -172,6 +181,9 @@ impl WaitingView {
         command_id: CommandId,
         queue: QueueClaim,
     ) -> Option<MemoryAnswer> {
+        if !self.enabled {
+            return None;
+        }
         let app = self.app(application_id);
         let now = Instant::now();
         let (answer, start) = {

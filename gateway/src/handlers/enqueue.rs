@@ -318,6 +318,9 @@ impl Attempt<'_> {
         queue_seq: i64,
         accepted_at_ms: i64,
     ) -> String {
+        if !self.gateway.waiting.enabled() {
+            return self.ticket(command_id, deadline_unix);
+        }
         let suffix = AppKeys::queue_suffix(
             self.namespace.namespace_id,
             &self.decl.code,

@@ -86,7 +86,14 @@ fn a_ticket_without_a_sequence_has_no_queue_claim() {
     let verified = k.verify(&k.sign(&c), NOW).expect("verifies");
     assert_eq!(verified.queue, None);
     c.queue = None;
-    assert_eq!(k.verify(&k.sign(&c), NOW), Ok(c));
+    let ticket = k.sign(&c);
+    assert_eq!(k.verify(&ticket, NOW), Ok(c));
+    let bytes = URL_SAFE_NO_PAD.decode(&ticket).expect("base64url");
+    assert_eq!(
+        bytes[0], 2,
+        "version 2, as gateways before version 3 sign it"
+    );
+    assert_eq!(bytes.len(), 2 + 2 + BODY_LEN_V2 + MAC_LEN);
 }
 
 /// A version 2 ticket (issued before the queue claim) still verifies, without a queue claim;

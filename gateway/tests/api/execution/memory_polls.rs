@@ -9,6 +9,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, Ending, admit, land};
 use sluice_durable::projection::admission_config::write_admission_config;
+use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::waiting_view::safety_margin;
 
 use super::*;
@@ -36,12 +37,17 @@ struct Waiter {
 
 impl Bench {
     async fn start() -> Bench {
+        Self::start_with(GatewayConfig::default()).await
+    }
+
+    async fn start_with(config: GatewayConfig) -> Bench {
         let redis = start_private_redis().await;
         let declaration =
             quota_command("claim", "max_queue = 100000", "", "stock") + &pool("stock", 100);
         let stack = Stack::start_with(StackOptions {
             declaration,
             redis_url: Some(redis.url()),
+            config,
             ..StackOptions::default()
         })
         .await;
@@ -504,4 +510,36 @@ async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
         (deep.len() + newer.len()) as u64,
         "every waiter from before the rebuild asked Redis"
     );
+}
+
+/// `gateway.polls_from_memory = false` (a rolling upgrade): tickets are version 2 as before and
+/// every poll asks Redis, however deep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_memory_off_every_poll_asks_redis() {
+    let bench = Bench::start_with(GatewayConfig {
+        polls_from_memory: false,
+        ..GatewayConfig::default()
+    })
+    .await;
+    let resource = offer();
+    bench.start_heads(&[&resource]).await;
+    let mut waiters = Vec::new();
+    for _ in 0..60 {
+        waiters.push(bench.enqueue(&resource).await);
+    }
+    for waiter in &waiters {
+        assert_eq!(base64_decode(&waiter.ticket)[0], 2, "a version 2 ticket");
+    }
+    for _round in 0..3 {
+        let before = bench.calls("zrank").await;
+        for waiter in &waiters[30..] {
+            let reply = bench.stack.poll(&waiter.ticket).await;
+            assert_eq!(reply.data()["status"], "accepted", "{:?}", reply.body);
+        }
+        assert_eq!(
+            bench.calls("zrank").await - before,
+            30,
+            "every poll asked Redis"
+        );
+    }
 }
