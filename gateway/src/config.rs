@@ -63,6 +63,9 @@ pub struct GatewayConfig {
     /// sequences (and verifies version 3 tickets).
     pub polls_from_memory: bool,
     pub group_commit: GroupCommitConfig,
+    /// Enqueues of one application decided per `intake.lua` call at most (the intake batcher,
+    /// `sluice_durable::lifecycle::intake_batcher`); 1 means one call per enqueue.
+    pub intake_batch_max: usize,
     /// The read-through cache.
     pub cache: crate::reads::CacheConfig,
 }
@@ -90,6 +93,7 @@ impl Default for GatewayConfig {
             unknown_lookups_per_second: 10,
             polls_from_memory: true,
             group_commit: GroupCommitConfig::default(),
+            intake_batch_max: sluice_durable::lifecycle::intake_batcher::DEFAULT_MAX_ENTRIES,
             cache: crate::reads::CacheConfig::default(),
         }
     }
@@ -131,6 +135,9 @@ impl GatewayConfig {
         }
         if self.group_commit.max_batch == 0 || self.group_commit.committers == 0 {
             return Err("group commit max_batch and committers must be at least 1".into());
+        }
+        if self.intake_batch_max == 0 {
+            return Err("intake_batch_max must be at least 1".into());
         }
         if self.cache.origin_per_process == 0 || self.cache.origin_per_application < 1 {
             return Err("origin_per_process and origin_per_application must be at least 1".into());

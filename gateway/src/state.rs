@@ -10,6 +10,7 @@ use moka::future::Cache;
 use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
+use sluice_durable::lifecycle::intake_batcher::IntakeBatcher;
 use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::rebuild;
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
@@ -41,6 +42,8 @@ pub struct Gateway {
     pub pg: PgPool,
     pub redis: Projection,
     pub committer: GroupCommitter,
+    /// Concurrent enqueues of one application share one `intake.lua` call.
+    pub intake: IntakeBatcher,
     pub tickets: TicketKeys,
     pub config: GatewayConfig,
     pub stats: GatewayStats,
@@ -66,6 +69,7 @@ impl Gateway {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
         Self {
             committer: GroupCommitter::start(pg.clone(), config.group_commit.clone()),
+            intake: IntakeBatcher::new(redis.clone(), config.intake_batch_max),
             namespaces: Cache::builder()
                 .time_to_live(ttl)
                 .max_capacity(10_000)

@@ -12,8 +12,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::Stores;
+use super::intake_batcher::IntakeBatcher;
 use super::redis::{
-    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Limit, Release, accept, release, reserve,
+    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Limit, Release, accept, release,
 };
 use crate::DurableError;
 use crate::declaration::CommandDecl;
@@ -96,9 +97,11 @@ pub enum Refusal {
     Limited(Limit),
 }
 
-/// Reserves, commits and accepts one command (or answers why not).
+/// Reserves (through the application's intake batcher, with whatever else of it is waiting),
+/// commits and accepts one command (or answers why not).
 pub async fn enqueue<R: Readiness>(
     stores: Stores<'_>,
+    intake: &IntakeBatcher,
     committer: &GroupCommitter,
     readiness: &R,
     intent: &Intent<'_>,
@@ -111,7 +114,7 @@ pub async fn enqueue<R: Readiness>(
     loop {
         let command_id = CommandId::new_v7();
         let request = intake_request(intent, &digest_hex, command_id);
-        match reserve(stores.redis, &request).await? {
+        match intake.reserve(&request).await? {
             IntakeVerdict::NotReady if !rebuilt => {
                 rebuilt = true;
                 if !readiness.ensure(intent.application_id).await {

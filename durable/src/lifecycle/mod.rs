@@ -25,6 +25,7 @@
 //! - [`redis`]: the Redis side of each transition, one typed caller per script.
 //! - [`until_ready`]: the Redis side of a transition, again once the projection is trusted.
 //! - [`enqueue`]: reserve, commit, accept, release (the gateway's intake).
+//! - [`intake_batcher`]: concurrent reservations of one application in one `intake.lua` call.
 //! - [`claim`]: admit and claim (the executor's start of work).
 //! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
 //! - [`end`]: land, cancel, complete: every way a command ends.
@@ -36,6 +37,7 @@ pub mod claim;
 pub mod end;
 pub mod enqueue;
 pub mod held;
+pub mod intake_batcher;
 pub mod redis;
 pub mod repair;
 pub mod status;

@@ -68,6 +68,7 @@ struct Families {
     intake_decisions: Family<Label, Counter>,
     acceptance_seconds: Histogram,
     group_commit_batch_size: Histogram,
+    intake_batch_entries: Histogram,
     group_commit_failed_batches: Counter,
     postgres_fallbacks: Counter,
     fallbacks_refused: Counter,
@@ -86,6 +87,8 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         acceptance_seconds: latency_histogram(),
         // 1, 2, 4, … 1024 commands per transaction (the default `max_batch` is 256).
         group_commit_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+        // 1, 2, 4, … 256 enqueues per intake.lua call (the default cap is 128).
+        intake_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
         group_commit_failed_batches: Counter::default(),
         postgres_fallbacks: Counter::default(),
         fallbacks_refused: Counter::default(),
@@ -176,6 +179,11 @@ pub fn acceptance_latency(elapsed: Duration) {
 /// One group-commit transaction of `size` commands, observed whether it commits or not.
 pub fn group_commit_batch(size: usize) {
     FAMILIES.group_commit_batch_size.observe(size as f64);
+}
+
+/// One `intake.lua` call of the intake batcher deciding `entries` enqueues of one application.
+pub fn intake_batch(entries: usize) {
+    FAMILIES.intake_batch_entries.observe(entries as f64);
 }
 
 /// A group-commit transaction that failed (every command of it answered `UNAVAILABLE`).
@@ -318,6 +326,11 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "sluice_group_commit_batch_size",
         "Commands per group-commit transaction",
         f.group_commit_batch_size.clone(),
+    );
+    registry.register(
+        "sluice_intake_batch_entries",
+        "Enqueues decided per intake.lua call (the gateway's per-application intake batcher)",
+        f.intake_batch_entries.clone(),
     );
     registry.register(
         "sluice_group_commit_failed_batches",

@@ -4,6 +4,7 @@
 mod lua_admit;
 mod lua_epoch;
 mod lua_fixture;
+mod lua_intake_batch;
 mod lua_limits;
 mod lua_scripts;
 mod lua_start_rate;

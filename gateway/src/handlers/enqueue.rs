@@ -163,8 +163,14 @@ async fn decide(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -
         reservation_ttl: Duration::from_millis(gateway.config.reservation_ttl_ms),
         replay_wait: Duration::from_millis(gateway.config.replay_wait_ms),
     };
-    let enqueued =
-        lifecycle::enqueue::enqueue(gateway.stores(), &gateway.committer, gateway, &intent).await?;
+    let enqueued = lifecycle::enqueue::enqueue(
+        gateway.stores(),
+        &gateway.intake,
+        &gateway.committer,
+        gateway,
+        &intent,
+    )
+    .await?;
     attempt.answer(enqueued, &intent.digest).await
 }
 

@@ -63,44 +63,85 @@ pub enum Limit {
     RateLimited { retry_after_ms: u64 },
 }
 
-/// `intake.lua` (transition `reserve`).
+/// `intake.lua` (transition `reserve`) for one enqueue: a batch of one.
 pub async fn reserve(
     redis: &Projection,
     req: &IntakeRequest<'_>,
 ) -> Result<IntakeVerdict, DurableError> {
-    let keys = vec![
-        req.keys.meta(),
-        req.keys.count(),
-        req.keys.intake_bucket(req.namespace_id, req.command),
-        req.keys.reservations(req.namespace_id, req.command),
-        req.keys.request_keys(req.namespace_id, req.command),
-        req.keys.seq(),
-        req.keys
-            .subject_bucket(req.namespace_id, req.command, req.subject),
-    ];
-    let (subject_rate, subject_burst) = req
-        .intake
-        .per_subject
-        .map_or((0, 0), |rate| (rate.per_second, rate.burst));
-    let args: Vec<Value> = vec![
-        req.min_generation.into(),
-        req.namespace_id.to_string().into(),
-        req.command.into(),
-        req.request_key_field.into(),
-        req.content_sha256_hex.into(),
-        req.command_id.to_string().into(),
-        req.max_unfinished.into(),
-        clamp_i64(req.max_waiting).into(),
-        clamp_i64(req.max_queue).into(),
-        i64::from(req.intake.per_second).into(),
-        i64::from(req.intake.burst).into(),
-        i64::from(req.intake.max_in_flight).into(),
-        clamp_i64(req.reservation_ttl_ms).into(),
-        i64::from(subject_rate).into(),
-        i64::from(subject_burst).into(),
-    ];
+    let mut verdicts = reserve_batch(redis, std::slice::from_ref(req)).await?;
+    verdicts
+        .pop()
+        .ok_or_else(|| DurableError::script("intake.lua", "no verdict"))
+}
+
+/// `intake.lua` for several enqueues of one application in one call: each decided in order,
+/// exactly as sequential calls at the same Redis time would (a later entry sees the tokens,
+/// counts and request keys of the earlier ones). Every request must carry the same
+/// application's keys (one hash slot); the verdicts come back in request order.
+pub async fn reserve_batch(
+    redis: &Projection,
+    reqs: &[IntakeRequest<'_>],
+) -> Result<Vec<IntakeVerdict>, DurableError> {
+    let Some(first) = reqs.first() else {
+        return Ok(Vec::new());
+    };
+    let application = first.keys.application_id();
+    if reqs.iter().any(|r| r.keys.application_id() != application) {
+        return Err(DurableError::script(
+            "intake.lua",
+            "a batch mixes applications (keys of several hash slots)",
+        ));
+    }
+    let mut keys = Vec::with_capacity(3 + 4 * reqs.len());
+    keys.extend([first.keys.meta(), first.keys.count(), first.keys.seq()]);
+    let mut args: Vec<Value> = Vec::with_capacity(15 * reqs.len());
+    for req in reqs {
+        keys.extend([
+            req.keys.intake_bucket(req.namespace_id, req.command),
+            req.keys.reservations(req.namespace_id, req.command),
+            req.keys.request_keys(req.namespace_id, req.command),
+            req.keys
+                .subject_bucket(req.namespace_id, req.command, req.subject),
+        ]);
+        let (subject_rate, subject_burst) = req
+            .intake
+            .per_subject
+            .map_or((0, 0), |rate| (rate.per_second, rate.burst));
+        args.extend([
+            req.min_generation.into(),
+            req.namespace_id.to_string().into(),
+            req.command.into(),
+            req.request_key_field.into(),
+            req.content_sha256_hex.into(),
+            req.command_id.to_string().into(),
+            req.max_unfinished.into(),
+            clamp_i64(req.max_waiting).into(),
+            clamp_i64(req.max_queue).into(),
+            i64::from(req.intake.per_second).into(),
+            i64::from(req.intake.burst).into(),
+            i64::from(req.intake.max_in_flight).into(),
+            clamp_i64(req.reservation_ttl_ms).into(),
+            i64::from(subject_rate).into(),
+            i64::from(subject_burst).into(),
+        ]);
+    }
     let answer: Vec<Value> = redis.intake(keys, args).await?;
-    parse_verdict(&answer)
+    if answer.len() != reqs.len() {
+        return Err(DurableError::script(
+            "intake.lua",
+            format!("{} verdicts for {} entries", answer.len(), reqs.len()),
+        ));
+    }
+    answer
+        .into_iter()
+        .map(|verdict| match verdict {
+            Value::Array(parts) => parse_verdict(&parts),
+            _ => Err(DurableError::script(
+                "intake.lua",
+                "a verdict is not a list",
+            )),
+        })
+        .collect()
 }
 
 fn parse_verdict(answer: &[Value]) -> Result<IntakeVerdict, DurableError> {
