@@ -1,8 +1,10 @@
 //! Pair 1, intake decisions: `429 RATE_LIMITED` answers of the gateway against raw `intake.lua`
-//! calls with the same keys and budget, to show what HTTP, auth and JSON cost on top of the one
-//! Redis script every decision runs.
+//! calls with the same keys and budget, one enqueue per call, to show what HTTP, auth and JSON
+//! cost on top of the Redis script every decision runs. The gateway's intake batcher decides
+//! concurrent enqueues together (several per call); the rounds print how many per call.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -58,11 +60,21 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         .expect_only(&[202, 429], "warm-up decision")?
         .count(202);
     accepted += raw.round(callers, options.warmup()).await?.reserved;
+    let batches = &bench.gateway.gateway.intake.stats();
+    let (mut calls, mut entries) = (0, 0);
     for r in 0..options.rounds {
+        let before = (
+            batches.calls.load(Ordering::Relaxed),
+            batches.entries.load(Ordering::Relaxed),
+        );
         bench.perf.enable();
         let round = http_round(addr, callers, options.round(), &make, check).await;
         bench.perf.disable();
         let round = round?;
+        let round_calls = batches.calls.load(Ordering::Relaxed) - before.0;
+        let round_entries = batches.entries.load(Ordering::Relaxed) - before.1;
+        calls += round_calls;
+        entries += round_entries;
         round.expect_only(&[202, 429], "decision")?;
         accepted += round.count(202);
         sluice.push_http(&round, 429);
@@ -70,15 +82,24 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         accepted += raw_round.reserved;
         ceiling.push(raw_round.per_second(), raw_round.limited, raw_round.cpu);
         println!(
-            "intake round {}: HTTP {:.0}/s ({} accepted as the bucket refilled), raw {:.0}/s \
-             ({} reserved)",
+            "intake round {}: HTTP {:.0}/s ({} accepted as the bucket refilled; {} decisions in \
+             {} intake.lua calls, {:.1} per call), raw {:.0}/s ({} reserved)",
             r + 1,
             sluice.last(),
             round.count(202),
+            round_entries,
+            round_calls,
+            round_entries as f64 / round_calls.max(1) as f64,
             ceiling.last(),
             raw_round.reserved
         );
     }
+    println!(
+        "intake batches (gateway.intake_batch_max = {}): {entries} decisions in {calls} \
+         intake.lua calls, {:.1} per call",
+        options.intake_batch_max,
+        entries as f64 / calls.max(1) as f64
+    );
     // One refill a second (and the odd token of the first and last partial second).
     let refills = (since.elapsed().as_secs_f64() * f64::from(budget.per_second)).ceil() as u64
         + u64::from(budget.burst);

@@ -106,6 +106,10 @@ pub struct Options {
     /// measured rounds (`loadtest/profile.sh`).
     #[arg(long)]
     pub perf_control: Option<PathBuf>,
+    /// The gateway's `intake_batch_max`: enqueues of one application per `intake.lua` call
+    /// (1: one call per enqueue, as before the intake batcher).
+    #[arg(long, default_value_t = sluice_durable::lifecycle::intake_batcher::DEFAULT_MAX_ENTRIES)]
+    pub intake_batch_max: usize,
 }
 
 /// The pairs, in the order they run.
@@ -205,7 +209,11 @@ async fn with_servers(
     tenant: &Tenant,
     database_url: &str,
 ) -> Result<Outcome, BoxError> {
-    let gateway = RunningGateway::start(tenant, GatewayConfig::default()).await?;
+    let config = GatewayConfig {
+        intake_batch_max: options.intake_batch_max.max(1),
+        ..GatewayConfig::default()
+    };
+    let gateway = RunningGateway::start(tenant, config).await?;
     let naive = db::connect(database_url, options.connections).await?;
     naive::create_schema(&naive).await?;
     let baseline = BaselineServer::start(naive.clone()).await?;
