@@ -64,7 +64,7 @@ pub struct GatewayConfig {
     pub polls_from_memory: bool,
     pub group_commit: GroupCommitConfig,
     /// Enqueues of one application decided per `intake.lua` call at most (the intake batcher,
-    /// `sluice_durable::lifecycle::intake_batcher`); 1 means one call per enqueue.
+    /// `sluice_durable::lifecycle::intake_batcher`); 1 turns batching off (one call per enqueue).
     pub intake_batch_max: usize,
     /// The read-through cache.
     pub cache: crate::reads::CacheConfig,

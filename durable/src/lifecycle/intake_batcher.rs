@@ -23,15 +23,17 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::redis::{IntakeRequest, IntakeVerdict, Release, release, reserve_batch};
+use super::redis::{IntakeRequest, IntakeVerdict, Release, release, reserve, reserve_batch};
 use crate::DurableError;
 use crate::declaration::IntakeBudget;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::projection::{AppKeys, Projection};
 
-/// Entries per `intake.lua` call by default: 128 (measured with `sluice-bench-baselines`'s
-/// intake pair: see `lua/README.md`).
-pub const DEFAULT_MAX_ENTRIES: usize = 128;
+/// Entries per `intake.lua` call by default. Measured with `sluice-bench-baselines --only intake`
+/// (256 callers, one application): caps of 16, 64, 128 and 256 gave the same decisions/s within
+/// noise (10,618, 10,431, 10,558, 10,541; batches of 16, 61, 72 and 76 on average), so the
+/// smaller of the two candidates: one call keeps Redis busy for at most 64 decisions.
+pub const DEFAULT_MAX_ENTRIES: usize = 64;
 
 /// How long a lane with nothing to do stays before its task ends (a new request starts it
 /// again), so a process that saw many applications keeps no task for the idle ones.
@@ -126,8 +128,10 @@ pub struct IntakeBatcher {
 }
 
 impl IntakeBatcher {
-    /// A batcher deciding at most `max_entries` enqueues per call (at least 1; 1 is one call per
-    /// enqueue, as before batching). Lanes start on first use, on the current tokio runtime.
+    /// A batcher deciding at most `max_entries` enqueues per call. 1 (or 0) turns batching off:
+    /// every enqueue makes its own call at once, concurrently with the others, as before the
+    /// batcher (a lane of one entry per call would serialise an application's enqueues behind
+    /// one round trip each). Lanes start on first use, on the current tokio runtime.
     pub fn new(redis: Projection, max_entries: usize) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -147,6 +151,9 @@ impl IntakeBatcher {
     /// application is waiting. The queue is unbounded, but each entry is a caller waiting for
     /// its answer, so it holds at most the requests in flight.
     pub async fn reserve(&self, req: &IntakeRequest<'_>) -> Result<IntakeVerdict, DurableError> {
+        if self.shared.max_entries == 1 {
+            return reserve(&self.shared.redis, req).await;
+        }
         let (reply, answer) = oneshot::channel();
         let job = Job {
             entry: Entry::new(req),

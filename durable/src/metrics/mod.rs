@@ -87,7 +87,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         acceptance_seconds: latency_histogram(),
         // 1, 2, 4, … 1024 commands per transaction (the default `max_batch` is 256).
         group_commit_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
-        // 1, 2, 4, … 256 enqueues per intake.lua call (the default cap is 128).
+        // 1, 2, 4, … 256 enqueues per intake.lua call (the default cap is 64).
         intake_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
         group_commit_failed_batches: Counter::default(),
         postgres_fallbacks: Counter::default(),

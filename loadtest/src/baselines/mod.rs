@@ -107,7 +107,7 @@ pub struct Options {
     #[arg(long)]
     pub perf_control: Option<PathBuf>,
     /// The gateway's `intake_batch_max`: enqueues of one application per `intake.lua` call
-    /// (1: one call per enqueue, as before the intake batcher).
+    /// (1: batching off, one call per enqueue as before the intake batcher).
     #[arg(long, default_value_t = sluice_durable::lifecycle::intake_batcher::DEFAULT_MAX_ENTRIES)]
     pub intake_batch_max: usize,
 }
