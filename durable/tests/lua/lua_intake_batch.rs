@@ -424,3 +424,55 @@ async fn a_reservation_whose_caller_went_away_is_given_back() {
         assert!(reserved(&verdict), "the key is free again: {verdict:?}");
     }
 }
+
+/// Redis gone: every caller waiting on the batcher gets the Redis error a single call gives
+/// (what the gateway answers `503` for), none waits forever; once Redis is back the same lane
+/// decides again (a restarted, empty Redis: `NOT_READY`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_error_fails_every_entry_with_the_redis_error() {
+    use sluice_durable::DurableError;
+    use sluice_testkit::RedisServer;
+    let mut server = RedisServer::start();
+    let bench = Bench::on(&server.url()).await;
+    let batcher = IntakeBatcher::new(bench.redis.clone(), 128);
+    let limits = budget(1_000, 1_000);
+    let entry = Entry::new(bench.namespace, "claim", limits);
+    assert!(reserved(
+        &batcher
+            .reserve(&bench.request(&entry))
+            .await
+            .expect("intake")
+    ));
+
+    server.kill();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (bench, batcher) = (bench.clone(), batcher.clone());
+        tasks.push(tokio::spawn(async move {
+            let entry = Entry::new(bench.namespace, "claim", limits);
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                batcher.reserve(&bench.request(&entry)),
+            )
+            .await
+        }));
+    }
+    for task in tasks {
+        let answered = task.await.expect("task").expect("answered within 10 s");
+        assert!(
+            matches!(answered, Err(DurableError::Redis(_))),
+            "the Redis error, as a single call: {answered:?}"
+        );
+    }
+
+    server.restart();
+    let back = sluice_testkit::eventually(Duration::from_secs(10), || async {
+        let entry = Entry::new(bench.namespace, "claim", limits);
+        matches!(
+            batcher.reserve(&bench.request(&entry)).await,
+            Ok(IntakeVerdict::NotReady)
+        )
+    })
+    .await;
+    assert!(back, "the lane decides again once Redis is back");
+}
