@@ -7,7 +7,9 @@
 # --bin DIR takes sluice-bench-baselines from DIR instead of building target/release (e.g. a
 # build of an older commit, for a before/after split); --preload LIB runs it with LD_PRELOAD=LIB
 # (e.g. Debian's /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 for a build from before the
-# benchmark ran on jemalloc, as the `sluice` binary does). The benchmark runs the gateway in its own
+# benchmark ran on jemalloc, as the `sluice` binary does). perf cannot unwind the stacks of such a
+# run as well (about half its samples end up unattributed to a side); its CPU per answer, from the
+# benchmark's own accounting, is unaffected. The benchmark runs the gateway in its own
 # process beside its HTTP client; perf samples only while Sluice's rounds are measured (the
 # benchmark switches it through `perf record --control`), so the baselines measured between the
 # rounds are not in the profile. Samples are split by side from their stacks: the client (the

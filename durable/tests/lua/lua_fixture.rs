@@ -402,3 +402,15 @@ impl LuaFixture {
         )
     }
 }
+
+/// `admit.lua`'s limits as the executor's defaults set them (scan 256, lookahead 16), with
+/// `max_heads` starts per call, at generation 1 and with one-minute leases.
+pub(crate) fn admit_limits(max_heads: u32) -> AdmitLimits {
+    AdmitLimits {
+        min_generation: 1,
+        max_heads,
+        scan_limit: 256,
+        lease_ms: 60_000,
+        lookahead: 16,
+    }
+}

@@ -20,13 +20,7 @@ enum StartRate {}
 type Bench = lua_fixture::Bench<StartRate>;
 
 fn limits(max_heads: u32) -> AdmitLimits {
-    AdmitLimits {
-        min_generation: 1,
-        max_heads,
-        scan_limit: 256,
-        lease_ms: 60_000,
-        lookahead: 16,
-    }
+    lua_fixture::admit_limits(max_heads)
 }
 
 impl Bench {

@@ -24,13 +24,7 @@ type Bench = lua_fixture::Bench<Waiting>;
 const GONE_KEEP: u64 = 4096;
 
 fn limits(max_heads: u32) -> AdmitLimits {
-    AdmitLimits {
-        min_generation: 1,
-        max_heads,
-        scan_limit: 256,
-        lease_ms: 60_000,
-        lookahead: 16,
-    }
+    lua_fixture::admit_limits(max_heads)
 }
 
 impl Bench {
