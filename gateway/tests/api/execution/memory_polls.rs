@@ -467,6 +467,7 @@ async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
 
     // A rebuild: the projection is lost and built again from PostgreSQL, and the queue starts
     // again; waiters from before are answered by Redis.
+    let watermark_before = bench.stack.gateway.waiting.watermark(app);
     bench.stack.lose_projection().await;
     sluice_durable::projection::rebuild::ensure_ready(
         &bench.stack.pg,
@@ -489,6 +490,19 @@ async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
     })
     .await;
     assert!(restarted, "the queue starts again");
+    // The gateway must have pulled the new generation before the next waiters are enqueued:
+    // one enqueued before that pull is at or below the watermark it then sets, and is
+    // answered by Redis (rightly: nothing older than the pull is trusted), which is not what
+    // this part of the test is about. Under a loaded full run the pulls had stopped (too few
+    // polls) and the first one after the rebuild came after the enqueues.
+    let saw_rebuild = eventually(Duration::from_secs(5), || async {
+        for waiter in deep {
+            bench.stack.poll(&waiter.ticket).await;
+        }
+        bench.stack.gateway.waiting.watermark(app) > watermark_before
+    })
+    .await;
+    assert!(saw_rebuild, "a pull saw the rebuilt projection");
     let latest: Vec<Waiter> = {
         let mut latest = Vec::new();
         for _ in 0..40 {
