@@ -345,6 +345,7 @@ pub async fn apply_declaration(
     expected_revision: Option<i64>,
 ) -> Result<i64, DurableError> {
     let declaration = declaration::parse(source)?;
+    declaration.check_executable()?;
     let mut tx = pg.begin().await?;
     let application_id: Option<ApplicationId> = sqlx::query_scalar!(
         r#"SELECT application_id AS "application_id: ApplicationId" FROM namespaces
