@@ -252,6 +252,22 @@ pub fn rates_cell(rates: impl Iterator<Item = f64>) -> String {
         .join(", ")
 }
 
+/// `12345.6` as `12,346`.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.abs());
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    if value < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
 /// A database created for one benchmark run and dropped afterwards.
 pub struct ScratchDatabase {
     admin_url: String,

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::environment::Machine;
 use super::side::{Comparison, Side};
 use super::{Options, Outcome};
-use crate::bench_stack::rates_cell;
+use crate::bench_stack::{rates_cell, thousands};
 
 /// The run's result with the machine it ran on, read at its start and at its end (the machine
 /// is shared: a load average that rose says the numbers may be low).
@@ -168,20 +168,4 @@ impl Side {
             })),
         })
     }
-}
-
-/// `12345.6` as `12,346`.
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    if value < 0.0 {
-        out.insert(0, '-');
-    }
-    out
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde_json::Value;
+use sluice_loadtest::bench_stack::thousands;
 
 #[derive(Debug, Parser)]
 #[command(about = "The efficiency table: each figure beside its baseline from the same run")]
@@ -151,19 +152,6 @@ fn per_second(side: &Value) -> String {
     side["median_per_second"]
         .as_f64()
         .map_or("–".into(), |v| format!("{}/s", thousands(v)))
-}
-
-/// `12345.6` as `12,346`.
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 /// CPU microseconds per answer across the three processes a side used.
