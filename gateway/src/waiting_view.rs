@@ -165,13 +165,6 @@ impl WaitingView {
         self.enabled
     }
 
-    /// Whether the gateway knows which queue `tag` stands for.
-    pub fn knows(&self, application_id: ApplicationId, tag: u64) -> bool {
-        lock(&self.app(application_id).state)
-            .suffixes
-            .contains_key(&tag)
-    }
-
     /// The answer from memory for a poll of `command_id`, or None (then Redis answers). Counts
     /// the poll toward keeping the application's snapshot fresh, and starts its refresh loop
     /// when polls come often enough.

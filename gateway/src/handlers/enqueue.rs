@@ -334,9 +334,7 @@ impl Attempt<'_> {
         );
         let tag = queue_tag(&suffix);
         let application_id = self.namespace.application_id;
-        if !self.gateway.waiting.knows(application_id, tag) {
-            self.gateway.waiting.learn(application_id, tag, &suffix);
-        }
+        self.gateway.waiting.learn(application_id, tag, &suffix);
         sign_ticket(
             self.gateway,
             application_id,
