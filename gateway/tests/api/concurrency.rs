@@ -126,26 +126,10 @@ async fn five_thousand_enqueues_from_two_hundred_tasks_over_fifty_resources() {
 /// `sluice_intake_batch_entries`'s (sum, count) in a process's `/metrics`: the enqueues it
 /// decided and the `intake.lua` calls it took for them.
 async fn intake_batches(gateway: &crate::gateway_process::GatewayProcess) -> (f64, f64) {
-    let client = http_client(1);
-    let reply = send_request(
-        &client,
-        &gateway.admin_base,
-        hyper::Method::GET,
-        "/metrics",
-        None,
-        None,
-        &[],
-    )
-    .await;
-    let text = reply.body.as_str().unwrap_or_default().to_string();
-    let value = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let exposition = crate::metrics::scrape(&gateway.admin_base, "/metrics").await;
     (
-        value("sluice_intake_batch_entries_sum "),
-        value("sluice_intake_batch_entries_count "),
+        exposition.value("sluice_intake_batch_entries_sum", &[]),
+        exposition.value("sluice_intake_batch_entries_count", &[]),
     )
 }
 

@@ -434,7 +434,7 @@ async fn scrape_until(base: &str, settled: impl Fn(&Exposition) -> bool) -> Expo
 }
 
 /// `GET {base}{path}`: `200`, the Prometheus text content type, and a well-formed exposition.
-async fn scrape(base: &str, path: &str) -> Exposition {
+pub(crate) async fn scrape(base: &str, path: &str) -> Exposition {
     let client = http_client(1);
     let reply = send_request(&client, base, Method::GET, path, None, None, &[]).await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
@@ -453,7 +453,7 @@ async fn scrape(base: &str, path: &str) -> Exposition {
 
 /// A parsed Prometheus text exposition (format 0.0.4).
 #[derive(Debug, Default)]
-struct Exposition {
+pub(crate) struct Exposition {
     /// Family name → type (`counter`, `gauge`, `histogram`).
     types: HashMap<String, String>,
     /// (sample name, labels sorted by name) → value.
@@ -589,7 +589,7 @@ impl Exposition {
     }
 
     /// The value of one series; a missing series fails the test.
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         *self
             .samples
             .get(&series_key(name, labels))
