@@ -140,13 +140,18 @@ async fn main() -> Result<(), BoxError> {
     dropped
 }
 
+/// Where the started processes write their logs, kept for a look after a failed run.
+fn logs_dir() -> Result<PathBuf, BoxError> {
+    let dir = std::env::temp_dir().join(format!("sluice-bench-connections-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    println!("logs of the stacks in {}", dir.display());
+    Ok(dir)
+}
+
 async fn run(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let tenant =
         Tenant::create(database_url, &args.servers.redis_url, 4, CLAIM_DECLARATION).await?;
-    // The processes' logs, kept for a look after a failed run.
-    let dir = std::env::temp_dir().join(format!("sluice-bench-connections-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!("logs of the stack in {}", dir.display());
+    let dir = logs_dir()?;
     let client = http_client(16);
     let sluice_bin = default_sluice_bin();
     let stack = Stack::start(
@@ -393,9 +398,7 @@ impl IdleFigures {
 async fn run_idle(args: &Args, database_url: &str) -> Result<(), BoxError> {
     let tenant =
         Tenant::create(database_url, &args.servers.redis_url, 4, CLAIM_DECLARATION).await?;
-    let dir = std::env::temp_dir().join(format!("sluice-bench-connections-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!("logs of the stacks in {}", dir.display());
+    let dir = logs_dir()?;
     let mut gateways = vec![("sluice serve".to_string(), default_sluice_bin())];
     if let Some(before) = &args.before_bin {
         gateways.push((
