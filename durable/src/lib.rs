@@ -13,6 +13,8 @@
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`status`]: the status board operators read.
+//! - [`quotas`]: quota pools' counts and capacity, allocations' confirm and release, and the
+//!   expiry of reservations.
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
 //! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
 //!   script side by side, fenced by epoch and attempt.
@@ -36,6 +38,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
 pub mod projection;
+pub mod quotas;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;

@@ -345,7 +345,6 @@ pub async fn apply_declaration(
     expected_revision: Option<i64>,
 ) -> Result<i64, DurableError> {
     let declaration = declaration::parse(source)?;
-    declaration.check_executable()?;
     let mut tx = pg.begin().await?;
     let application_id: Option<ApplicationId> = sqlx::query_scalar!(
         r#"SELECT application_id AS "application_id: ApplicationId" FROM namespaces
@@ -367,7 +366,8 @@ pub async fn apply_declaration(
             "expected revision {expected}, the namespace is at revision {current}"
         )));
     }
-    apply_quota_pools(&mut tx, namespace_id, &declaration).await?;
+    let previous = previous_pool_capacities(&mut tx, namespace_id, current).await?;
+    apply_quota_pools(&mut tx, namespace_id, &declaration, &previous).await?;
     let revision = current + 1;
     let document = serde_json::to_value(&declaration)
         .map_err(|e| DurableError::StateConflict(format!("declaration does not serialise: {e}")))?;
@@ -399,17 +399,48 @@ pub async fn apply_declaration(
     Ok(revision)
 }
 
-/// Creates declared pools and changes capacities; a capacity below what is already allocated
-/// or reserved is refused (the pool's counters are locked while checking).
+/// The capacities the declaration in force (`revision`) declares, by pool code.
+async fn previous_pool_capacities(
+    tx: &mut sqlx::PgConnection,
+    namespace_id: NamespaceId,
+    revision: i64,
+) -> Result<std::collections::HashMap<String, u64>, DurableError> {
+    let document: Option<serde_json::Value> = sqlx::query_scalar!(
+        "SELECT document FROM declarations WHERE namespace_id = $1 AND revision = $2",
+        namespace_id as _,
+        revision
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    // A document an older version stored that no longer loads declares nothing here: every
+    // declared capacity is then applied, as on a first apply.
+    let previous: Option<Declaration> = document.and_then(|d| serde_json::from_value(d).ok());
+    Ok(previous
+        .map(|d| {
+            d.quota_pools
+                .into_iter()
+                .map(|p| (p.code, p.capacity))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Creates declared pools and sets the capacities the document changed: a pool whose declared
+/// capacity is what the declaration in force declared keeps its capacity, so re-applying a
+/// document never undoes an operator's `:configure`. A capacity below what is already allocated
+/// or reserved is refused (the pool's row is locked while checking, as every change of its
+/// counts does).
 async fn apply_quota_pools(
     tx: &mut sqlx::PgConnection,
     namespace_id: NamespaceId,
     declaration: &Declaration,
+    previous: &std::collections::HashMap<String, u64>,
 ) -> Result<(), DurableError> {
     for (index, pool) in declaration.quota_pools.iter().enumerate() {
         let capacity = i64::try_from(pool.capacity).map_err(|_| {
             FieldError::new(format!("quota_pool[{index}].capacity"), "is too large")
         })?;
+        let unchanged = previous.get(&pool.code) == Some(&pool.capacity);
         let used: Option<i64> = sqlx::query_scalar!(
             r#"SELECT allocated + reserved AS "used!" FROM quota_pools
                 WHERE namespace_id = $1 AND code = $2 FOR UPDATE"#,
@@ -418,6 +449,9 @@ async fn apply_quota_pools(
         )
         .fetch_optional(&mut *tx)
         .await?;
+        if unchanged && used.is_some() {
+            continue;
+        }
         if let Some(used) = used.filter(|used| *used > capacity) {
             return Err(FieldError::new(
                 format!("quota_pool[{index}].capacity"),

@@ -58,9 +58,9 @@ impl Caller {
     pub fn require_owner_or_scope(&self, owner: &str, scope: &str) -> Result<(), ApiError> {
         match &self.principal {
             Principal::Subject { subject } if subject == owner => Ok(()),
-            Principal::Subject { .. } => Err(ApiError::permission_denied(
-                "the command belongs to another subject",
-            )),
+            Principal::Subject { .. } => {
+                Err(ApiError::permission_denied("it belongs to another subject"))
+            }
             Principal::Credential(_) => self.require_scope(scope),
         }
     }

@@ -15,7 +15,8 @@ use crate::auth::authenticate;
 use crate::cors;
 use crate::error::{ApiError, ErrorCode};
 use crate::handlers::{
-    self, Handled, application, commands, complete, control, enqueue, reads, status, tickets,
+    self, Handled, application, commands, complete, control, enqueue, quotas, reads, status,
+    tickets,
 };
 use crate::health;
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
@@ -239,6 +240,61 @@ async fn route(
                 .await,
             )
         }
+        (&Method::GET, ["v1", "quota-pools", pool]) => {
+            let pool = decode_segment(pool, "pool")?;
+            quotas::check_pool_code(&pool)?;
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(Box::pin(quotas::read_pool(gateway, &caller, &pool)).await)
+        }
+        (&Method::POST, ["v1", "quota-pools", action]) => {
+            let action = decode_segment(action, "path")?;
+            let Some(pool) = action.strip_suffix(":configure") else {
+                return Err(ApiError::not_found("POST /v1/quota-pools/{pool}:configure"));
+            };
+            quotas::check_pool_code(pool)?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
+            json(
+                Box::pin(quotas::configure_pool(
+                    gateway,
+                    &caller,
+                    pool,
+                    &parts.headers,
+                    &body,
+                ))
+                .await,
+            )
+        }
+        (&Method::GET, ["v1", "allocations", id]) => {
+            let id = quotas::parse_allocation_id(id)?;
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(Box::pin(quotas::get_allocation(gateway, &caller, id)).await)
+        }
+        (&Method::POST, ["v1", "allocations", action]) => {
+            let action = decode_segment(action, "path")?;
+            let (id, verb) = action.rsplit_once(':').ok_or_else(|| {
+                ApiError::not_found(
+                    "POST /v1/allocations/{id}:confirm or /v1/allocations/{id}:release",
+                )
+            })?;
+            let action = match verb {
+                "confirm" => sluice_durable::quotas::allocations::Action::Confirm,
+                "release" => sluice_durable::quotas::allocations::Action::Release,
+                other => return Err(ApiError::not_found(format!("no custom method :{other}"))),
+            };
+            let id = quotas::parse_allocation_id(id)?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
+            json(Box::pin(quotas::decide(gateway, &caller, id, action, &body)).await)
+        }
         (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
         (&Method::GET, ["sdk", "v1", rest @ ..]) => crate::sdk::serve(rest).map(Answer::Plain),
         (&Method::GET, ["wait", namespace, command]) => {
@@ -318,6 +374,8 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "tickets", _] => Some("GET"),
         ["v1", "commands", last] => by_verb(last, COMMAND_VERBS),
         ["v1", "reads", last] => by_verb(last, &["invalidate"]),
+        ["v1", "quota-pools", last] => by_verb(last, &["configure"]),
+        ["v1", "allocations", last] => by_verb(last, &["confirm", "release"]),
         ["v1", "commands", _, "requests", _] | ["v1", "commands", _, "mine"] => Some("GET"),
         ["v1", "application", "resources"] | ["v1", "status"] => Some("GET"),
         ["v1", "application", "resources:configure"] | ["v1", "control"] => Some("POST"),
@@ -358,6 +416,11 @@ mod tests {
             ("POST", "/v1/reads/offer:invalidate"),
             ("POST", "/v1/control"),
             ("GET", "/v1/status"),
+            ("GET", "/v1/quota-pools/offer-stock"),
+            ("POST", "/v1/quota-pools/offer-stock:configure"),
+            ("GET", &format!("/v1/allocations/{id}")),
+            ("POST", &format!("/v1/allocations/{id}:confirm")),
+            ("POST", &format!("/v1/allocations/{id}:release")),
             ("GET", "/healthz"),
             ("GET", "/readyz"),
             ("GET", "/ui/index.html"),
@@ -379,6 +442,8 @@ mod tests {
             // An unknown custom method: the router's own 404 names it.
             "/v1/commands/claim:frobnicate",
             "/v1/reads/offer:refresh",
+            "/v1/allocations/x:configure",
+            "/v1/quota-pools/stock:confirm",
         ] {
             let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
             assert_eq!(allowed_methods(&segments), None, "{path} is not a path");

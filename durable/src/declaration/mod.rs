@@ -31,6 +31,7 @@ pub use model::{
     NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
     SubjectRate, WaitingPageDecl,
 };
+pub use namespace::MAX_CAPACITY as MAX_POOL_CAPACITY;
 pub use read::parse_read_params;
 
 use toml::Table;
@@ -62,27 +63,6 @@ pub fn parse(text: &str) -> Result<Declaration, FieldError> {
 }
 
 impl Declaration {
-    /// Refuses what parses but this version cannot execute, naming the field: applied, such a
-    /// command would be accepted and then never start (it would wait until `max_wait`).
-    /// `mode = "reserved"` quotas parse (the model and its round trip are ready for them) but no
-    /// handler confirms, releases or expires a reservation yet.
-    pub fn check_executable(&self) -> Result<(), FieldError> {
-        for (i, command) in self.commands.iter().enumerate() {
-            if let HandlerDecl::Quota {
-                mode: QuotaMode::Reserved { .. },
-                ..
-            } = command.handler
-            {
-                return Err(FieldError::new(
-                    format!("command[{i}].handler.mode"),
-                    "\"reserved\" is not supported by this version: its commands would be \
-                     accepted and never run; use \"committed\"",
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// The command with `code`, if declared.
     pub fn command(&self, code: &str) -> Option<&CommandDecl> {
         self.commands.iter().find(|c| c.code == code)

@@ -10,7 +10,7 @@ pub(crate) const DEFAULT_MAX_WAITING: u64 = 1_000_000;
 /// Most `[[quota_pool]]` entries, to bound the work of one declaration.
 const MAX_POOLS: usize = 256;
 /// Largest pool capacity.
-const MAX_CAPACITY: u64 = 1_000_000_000_000;
+pub const MAX_CAPACITY: u64 = 1_000_000_000_000;
 
 /// Parses `[namespace]`; the table itself is optional and every key has a default.
 pub(crate) fn parse_namespace(root: &Obj<'_>) -> Result<NamespaceSettings> {

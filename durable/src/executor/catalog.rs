@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sqlx::PgPool;
 
 use crate::DurableError;
-use crate::declaration::{CommandDecl, Declaration, HandlerDecl, QuotaMode};
+use crate::declaration::{CommandDecl, Declaration, HandlerDecl};
 use crate::executor::webhook::WebhookSecrets;
 use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::AppKeys;
@@ -33,14 +33,12 @@ pub struct NamespaceInfo {
     pub webhook_secrets: WebhookSecrets,
 }
 
-/// Whether this executor has a handler for the command.
+/// Whether this executor has a handler for the command (every kind a declaration can name has
+/// one; a command without is left waiting, never claimed).
 pub fn runnable(decl: &CommandDecl) -> bool {
     matches!(
         decl.handler,
-        HandlerDecl::Quota {
-            mode: QuotaMode::Committed,
-            ..
-        } | HandlerDecl::Webhook { .. }
+        HandlerDecl::Quota { .. } | HandlerDecl::Webhook { .. }
     )
 }
 

@@ -1,4 +1,8 @@
-//! The built-in quota handler, committed mode: one unit per subject per pool, ever.
+//! The built-in quota handler: one unit per subject per pool, ever. In committed mode the unit is
+//! `confirmed` when the command succeeds; in reserved mode it is `reserved` until its holder
+//! confirms or releases it or the database's clock passes `expires_at` (`crate::quotas`). Both
+//! modes draw on the same free units (`capacity - allocated - reserved`) and the same
+//! once-per-subject fact, so commands of either mode can share a pool.
 //!
 //! All commands of one pool that are ready together are decided in one transaction: the pool row
 //! is locked once, the batch is decided in queue order, the allocations, the pool's count and
@@ -6,7 +10,7 @@
 //! held by their attempts (`FOR UPDATE`), so an attempt whose lease lapsed can never land a
 //! result next to the one that took over.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -60,6 +64,10 @@ fn decide(subjects: &[&str], already: &HashSet<String>, available: i64) -> Vec<D
         .collect()
 }
 
+/// How long each reserved-mode command of a batch holds its unit, by command id: its command's
+/// `reservation_seconds`. A command not listed takes a committed unit.
+pub type Holds = HashMap<CommandId, u32>;
+
 /// Allocates for a batch of one pool; returns the states that landed (commands this executor no
 /// longer held are left out: someone else decides them). Timed and counted for `/metrics` here,
 /// where the transaction that decides them has committed.
@@ -68,9 +76,10 @@ pub async fn allocate(
     namespace_id: NamespaceId,
     pool: &str,
     batch: &[Claimed],
+    holds: &Holds,
 ) -> Result<Vec<Landed>, DurableError> {
     let started = Instant::now();
-    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch).await;
+    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch, holds).await;
     metrics::handler_latency(HandlerKind::Quota, started.elapsed());
     if let Ok(landed) = &landed {
         for done in landed {
@@ -85,6 +94,7 @@ async fn allocate_in_one_transaction(
     namespace_id: NamespaceId,
     pool: &str,
     batch: &[Claimed],
+    holds: &Holds,
 ) -> Result<Vec<Landed>, DurableError> {
     let ids: Vec<CommandId> = batch.iter().map(|c| c.id).collect();
     let attempts: Vec<Uuid> = batch.iter().map(|c| c.attempt.as_uuid()).collect();
@@ -134,6 +144,12 @@ async fn allocate_in_one_transaction(
             Some(decide(&subjects, &already, capacity - allocated - reserved))
         }
     };
+    let units = match &decisions {
+        Some(decisions) => {
+            insert_allocations(&mut tx, namespace_id, pool, &held, decisions, holds).await?
+        }
+        None => HashMap::new(),
+    };
     let outcomes: Vec<Outcome> = match &decisions {
         None => held
             .iter()
@@ -154,7 +170,10 @@ async fn allocate_in_one_transaction(
                 Decision::Allocated(allocation) => (
                     *id,
                     CommandStatus::Succeeded,
-                    Some(json!({"allocation_id": allocation, "state": "confirmed"})),
+                    Some(receipt(
+                        *allocation,
+                        units.get(allocation).copied().flatten(),
+                    )),
                     None,
                 ),
                 Decision::SoldOut => (
@@ -175,55 +194,87 @@ async fn allocate_in_one_transaction(
             })
             .collect(),
     };
-    if let Some(decisions) = &decisions {
-        insert_allocations(&mut tx, namespace_id, pool, &held, decisions).await?;
-    }
     let landed = write_outcomes(&mut tx, batch, &outcomes).await?;
     tx.commit().await?;
     Ok(landed)
 }
 
+/// The command's result: what it took, as it stood when it landed. A reservation's current
+/// truth is its allocation row (`GET /v1/allocations/{id}`), never this receipt.
+fn receipt(allocation: Uuid, expires_at: Option<DateTime<Utc>>) -> Value {
+    match expires_at {
+        Some(expires_at) => json!({
+            "allocation_id": allocation,
+            "state": "reserved",
+            "expires_at": crate::outbox::rfc3339(expires_at),
+        }),
+        None => json!({"allocation_id": allocation, "state": "confirmed"}),
+    }
+}
+
+/// Writes the batch's allocations and moves the pool's counts; returns each new allocation's
+/// `expires_at` (`None`: a committed unit). A reservation's clock starts on the database's
+/// clock, now.
 async fn insert_allocations(
     tx: &mut sqlx::PgConnection,
     namespace_id: NamespaceId,
     pool: &str,
     held: &[(CommandId, String)],
     decisions: &[Decision],
-) -> Result<(), DurableError> {
+    holds: &Holds,
+) -> Result<HashMap<Uuid, Option<DateTime<Utc>>>, DurableError> {
     let mut allocation_ids = Vec::new();
     let mut command_ids = Vec::new();
     let mut subjects = Vec::new();
+    let mut hold_seconds: Vec<Option<i32>> = Vec::new();
     for ((command_id, subject), decision) in held.iter().zip(decisions) {
         if let Decision::Allocated(allocation) = decision {
             allocation_ids.push(*allocation);
             command_ids.push(*command_id);
             subjects.push(subject.as_str());
+            hold_seconds.push(
+                holds
+                    .get(command_id)
+                    .map(|s| i32::try_from(*s).unwrap_or(i32::MAX)),
+            );
         }
     }
     if allocation_ids.is_empty() {
-        return Ok(());
+        return Ok(HashMap::new());
     }
-    sqlx::query!(
-        "INSERT INTO allocations (id, namespace_id, pool, subject, command_id, state)
-         SELECT a.id, $1, $2, a.subject, a.command_id, 'confirmed'
-           FROM unnest($3::uuid[], $4::text[], $5::uuid[]) AS a(id, subject, command_id)",
+    let rows = sqlx::query!(
+        "INSERT INTO allocations (id, namespace_id, pool, subject, command_id, state, expires_at)
+         SELECT a.id, $1, $2, a.subject, a.command_id,
+                CASE WHEN a.hold IS NULL THEN 'confirmed' ELSE 'reserved' END,
+                clock_timestamp() + make_interval(secs => a.hold)
+           FROM unnest($3::uuid[], $4::text[], $5::uuid[], $6::int4[])
+                AS a(id, subject, command_id, hold)
+         RETURNING id, expires_at",
         namespace_id as _,
         pool,
         &allocation_ids,
         &subjects as _,
-        &command_ids as _
+        &command_ids as _,
+        &hold_seconds as _,
     )
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
+    let reserved = hold_seconds.iter().filter(|h| h.is_some()).count() as i64;
+    let confirmed = allocation_ids.len() as i64 - reserved;
     sqlx::query!(
-        "UPDATE quota_pools SET allocated = allocated + $3 WHERE namespace_id = $1 AND code = $2",
+        "UPDATE quota_pools SET allocated = allocated + $3, reserved = reserved + $4
+          WHERE namespace_id = $1 AND code = $2",
         namespace_id as _,
         pool,
-        allocation_ids.len() as i64
+        confirmed,
+        reserved,
     )
     .execute(&mut *tx)
     .await?;
-    Ok(())
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.id, row.expires_at))
+        .collect())
 }
 
 /// A command's terminal state before it is written: id, status, result, error.

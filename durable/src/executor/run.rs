@@ -22,7 +22,7 @@ use super::config::ExecutorConfig;
 use super::quota::{self, Landed};
 use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
-use crate::declaration::{CommandDecl, HandlerDecl};
+use crate::declaration::{CommandDecl, HandlerDecl, QuotaMode};
 use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
@@ -271,6 +271,7 @@ impl Executor {
             }
         };
         let mut by_pool: HashMap<(NamespaceId, String), Vec<Claimed>> = HashMap::new();
+        let mut holds = quota::Holds::new();
         for row in claimed {
             let hold = self
                 .attempts
@@ -281,7 +282,13 @@ impl Executor {
                 .filter(|decl| runnable(decl))
                 .map(|decl| decl.handler.clone());
             match handler {
-                Some(HandlerDecl::Quota { pool, .. }) => {
+                Some(HandlerDecl::Quota { pool, mode }) => {
+                    if let QuotaMode::Reserved {
+                        reservation_seconds,
+                    } = mode
+                    {
+                        holds.insert(row.id, reservation_seconds);
+                    }
                     by_pool
                         .entry((row.namespace_id, pool))
                         .or_default()
@@ -305,7 +312,8 @@ impl Executor {
                 rows.into_iter().map(|row| vec![row]).collect()
             };
             for batch in transactions {
-                self.allocate(app, &keys, namespace_id, &pool, &batch).await;
+                self.allocate(app, &keys, namespace_id, &pool, &batch, &holds)
+                    .await;
             }
         }
     }
@@ -326,8 +334,9 @@ impl Executor {
         namespace_id: NamespaceId,
         pool: &str,
         rows: &[Claimed],
+        holds: &quota::Holds,
     ) {
-        match quota::allocate(&self.pg, namespace_id, pool, rows).await {
+        match quota::allocate(&self.pg, namespace_id, pool, rows, holds).await {
             Ok(landed) => {
                 // Before the results show: whoever sees an allocation's result and reads the
                 // pool's views again finds the old value gone.
@@ -335,17 +344,7 @@ impl Executor {
                     .iter()
                     .any(|done| done.status == CommandStatus::Succeeded)
                 {
-                    let pool_dependency = [format!("pool:{pool}")];
-                    if let Err(error) = crate::projection::cache::invalidate(
-                        &self.redis,
-                        app.id,
-                        namespace_id,
-                        &pool_dependency,
-                    )
-                    .await
-                    {
-                        tracing::warn!(%error, %pool, "cached views of the pool not invalidated; they expire by age");
-                    }
+                    crate::quotas::invalidate_pool(&self.redis, app.id, namespace_id, pool).await;
                 }
                 self.project_landed(keys, rows, &landed).await;
             }

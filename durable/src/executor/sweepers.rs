@@ -33,6 +33,10 @@ pub async fn round(
     );
     report("waiting expiry", sweep::expire_waiting(stores, side).await);
     report(
+        "reservation expiry",
+        crate::quotas::expiry::expire_overdue(stores.pg, stores.redis).await,
+    );
+    report(
         "retention",
         sweep::prune(stores.pg, stores.redis, config.retention_seconds).await,
     );

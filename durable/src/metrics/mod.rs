@@ -77,6 +77,7 @@ struct Families {
     handler_seconds: Family<Label, Histogram>,
     lease_rescues: Family<Label, Counter>,
     attempts_stopped: Counter,
+    reservations_expired: Counter,
     storage_errors: Family<Label, Counter>,
     ticket_polls: Family<Label, Counter>,
 }
@@ -97,6 +98,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         handler_seconds: Family::new_with_constructor(latency_histogram),
         lease_rescues: Family::default(),
         attempts_stopped: Counter::default(),
+        reservations_expired: Counter::default(),
         storage_errors: Family::default(),
         ticket_polls: Family::default(),
     };
@@ -283,6 +285,11 @@ pub fn attempt_stopped() {
     FAMILIES.attempts_stopped.inc();
 }
 
+/// Reservations the expiry sweeper expired (their units went back to their pools).
+pub fn reservations_expired(count: usize) {
+    FAMILIES.reservations_expired.inc_by(count as u64);
+}
+
 /// Counts a failure of Redis or PostgreSQL (other errors are not storage failures and are not
 /// counted). Call it once where a failure is handled: where it becomes an API error, or where
 /// the executor logs it and carries on.
@@ -385,6 +392,11 @@ pub fn executor_text() -> String {
         "sluice_attempts_stopped",
         "Attempts abandoned because their lease lapsed or could not be renewed in time",
         f.attempts_stopped.clone(),
+    );
+    registry.register(
+        "sluice_reservations_expired",
+        "Quota reservations this executor's sweeper expired because the database's clock passed their expires_at",
+        f.reservations_expired.clone(),
     );
     encode(&registry)
 }

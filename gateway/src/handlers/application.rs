@@ -17,14 +17,11 @@ use sluice_durable::application::{
 };
 use sluice_durable::ids::ApplicationId;
 
-use super::{Handled, require_json, validate_reason};
+use super::{Handled, idempotency_key, require_json, validate_reason};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
-
-/// Longest `Idempotency-Key`.
-const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
     caller.require_scope("application:resources:read")?;
@@ -114,34 +111,6 @@ impl ResourcesAnswer {
 struct Configured {
     resources: ResourcesAnswer,
     deduplicated: bool,
-}
-
-/// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.
-fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
-    let mut values = headers.get_all("idempotency-key").iter();
-    let value = values
-        .next()
-        .ok_or_else(|| ApiError::invalid("Idempotency-Key", "the header is required"))?;
-    if values.next().is_some() {
-        return Err(ApiError::invalid("Idempotency-Key", "must be sent once"));
-    }
-    let key = value
-        .to_str()
-        .ok()
-        .filter(|k| {
-            !k.is_empty()
-                && k.len() <= MAX_IDEMPOTENCY_KEY
-                && k.bytes().all(|b| b.is_ascii_graphic())
-        })
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "Idempotency-Key",
-                format!(
-                    "must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
-                ),
-            )
-        })?;
-    Ok(key.to_string())
 }
 
 /// The body: a full replacement, every field required.

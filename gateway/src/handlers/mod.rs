@@ -7,6 +7,7 @@ pub mod commands;
 pub mod complete;
 pub mod control;
 pub mod enqueue;
+pub mod quotas;
 pub mod reads;
 pub mod record;
 pub mod status;
@@ -39,6 +40,37 @@ pub fn validate_reason(reason: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// Longest `Idempotency-Key`.
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let value = values
+        .next()
+        .ok_or_else(|| ApiError::invalid("Idempotency-Key", "the header is required"))?;
+    if values.next().is_some() {
+        return Err(ApiError::invalid("Idempotency-Key", "must be sent once"));
+    }
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| {
+            !k.is_empty()
+                && k.len() <= MAX_IDEMPOTENCY_KEY
+                && k.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "Idempotency-Key",
+                format!(
+                    "must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
+                ),
+            )
+        })?;
+    Ok(key.to_string())
 }
 
 /// Reads a body of at most `limit` bytes; larger is `413` before reading it all.

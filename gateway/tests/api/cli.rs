@@ -90,31 +90,12 @@ async fn migrate_bootstrap_apply_from_the_command_line() {
         "{}",
         text(&refused)
     );
-    // A quota handler this version cannot execute: it parses, and is refused before anything
-    // is written (its commands would be accepted and never run).
-    let reserved = crate::support::CLAIM_DECLARATION.replace(
-        r#"mode = "committed""#,
-        r#"mode = "reserved", reservation_seconds = 3"#,
-    );
-    assert_ne!(
-        reserved,
-        crate::support::CLAIM_DECLARATION,
-        "the fixture's mode was replaced"
-    );
-    std::fs::write(&declaration, reserved).expect("write toml");
-    let refused = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused).contains("command[0].handler.mode"),
-        "{}",
-        text(&refused)
-    );
     let pg = sluice_durable::db::connect(&url, 1).await.expect("connect");
     let revisions: i64 = sqlx::query_scalar("SELECT count(*) FROM declarations")
         .fetch_one(&pg)
         .await
         .expect("count");
-    assert_eq!(revisions, 1, "the refused declarations applied nothing");
+    assert_eq!(revisions, 1, "the refused declaration applied nothing");
 
     let joined = sluice(
         &url,

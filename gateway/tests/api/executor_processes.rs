@@ -34,20 +34,27 @@ impl ExecutorProcess {
     /// Starts `sluice execute --lease-ms 1500 --tick-ms 20` against the stack's database and
     /// the shared Redis, logging to `dir/<name>.log`.
     pub(crate) fn spawn(stack: &Stack, dir: &Path, name: &str) -> ExecutorProcess {
-        let process = SluiceProcess::spawn(
-            stack,
-            &[
-                "execute",
-                "--lease-ms",
-                "1500",
-                "--tick-ms",
-                "20",
-                "--pg-pool-size",
-                "8",
-            ],
-            &[],
-            dir.join(format!("{name}.log")),
-        );
+        Self::spawn_with(stack, dir, name, &[])
+    }
+
+    /// [`ExecutorProcess::spawn`] with more arguments (`--set executor.…=…`).
+    pub(crate) fn spawn_with(
+        stack: &Stack,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> ExecutorProcess {
+        let mut args = vec![
+            "execute",
+            "--lease-ms",
+            "1500",
+            "--tick-ms",
+            "20",
+            "--pg-pool-size",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        let process = SluiceProcess::spawn(stack, &args, &[], dir.join(format!("{name}.log")));
         ExecutorProcess { process }
     }
 

@@ -32,6 +32,7 @@ mod metrics;
 mod openapi;
 mod postgres_outage;
 mod projection;
+mod quotas;
 mod readiness;
 mod readme_tokens;
 mod reads;

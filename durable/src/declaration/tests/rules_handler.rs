@@ -89,22 +89,6 @@ fn quota_handler_rules() {
     }
 }
 
-/// `mode = "reserved"` parses but cannot be executed yet: the apply path refuses it, naming the
-/// field; committed quotas and webhooks pass.
-#[test]
-fn reserved_quotas_are_refused_as_not_executable() {
-    let reserved = parse(&doc(&[(
-        "handler",
-        r#"{ kind = "quota", pool = "stock", mode = "reserved" }"#,
-    )]))
-    .expect("parses");
-    let error = reserved.check_executable().expect_err("not executable");
-    assert_eq!(error.field, "command[0].handler.mode");
-    assert!(error.message.contains("committed"), "{}", error.message);
-    let committed = parse(&doc(&[])).expect("parses");
-    assert_eq!(committed.check_executable(), Ok(()));
-}
-
 #[test]
 fn quota_modes_parse() {
     assert_eq!(

@@ -1,0 +1,256 @@
+//! An allocation's current truth, and its holder's two decisions on a reservation: confirm
+//! (the unit stays, counted as allocated) and release (the unit goes back to the pool).
+//!
+//! The receipt a quota command landed with is immutable; the row here is what counts. A
+//! reservation races its expiry: [`decide`] takes the pool's row, then the allocation's (the
+//! order [`super::expiry`] takes), and reads the database's clock only once it holds both, so
+//! whichever of the two comes first decides and the other finds that decision. A confirm that
+//! finds the reservation overdue but not yet swept expires it itself: the answer and the row
+//! always agree.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::DurableError;
+use crate::ids::{CommandId, NamespaceId};
+
+/// An allocation's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocationState {
+    Reserved,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl AllocationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserved => "reserved",
+            Self::Confirmed => "confirmed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, DurableError> {
+        match text {
+            "reserved" => Ok(Self::Reserved),
+            "confirmed" => Ok(Self::Confirmed),
+            "released" => Ok(Self::Released),
+            "expired" => Ok(Self::Expired),
+            other => Err(DurableError::StateConflict(format!(
+                "an allocation row holds the unknown state {other:?}"
+            ))),
+        }
+    }
+}
+
+/// One allocation as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub id: Uuid,
+    pub pool: String,
+    pub subject: String,
+    pub command_id: CommandId,
+    pub state: AllocationState,
+    /// When a reservation lapses (kept after it is decided: when it would have).
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    /// When the state last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The holder's decision on a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Confirm,
+    Release,
+}
+
+impl Action {
+    /// The state the action leaves a reservation in.
+    fn target(self) -> AllocationState {
+        match self {
+            Self::Confirm => AllocationState::Confirmed,
+            Self::Release => AllocationState::Released,
+        }
+    }
+}
+
+/// What [`decide`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// The action took effect now.
+    Changed(Allocation),
+    /// The allocation was already in the action's state: a repeat, nothing changed.
+    Repeated(Allocation),
+    /// The allocation's state forbids the action (decided otherwise, or expired); the row as it
+    /// stands, which may have just expired by this call.
+    Refused(Allocation),
+}
+
+struct Row {
+    id: Uuid,
+    pool: String,
+    subject: String,
+    command_id: CommandId,
+    state: String,
+    expires_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    overdue: bool,
+}
+
+impl Row {
+    fn into_allocation(self) -> Result<Allocation, DurableError> {
+        Ok(Allocation {
+            id: self.id,
+            pool: self.pool,
+            subject: self.subject,
+            command_id: self.command_id,
+            state: AllocationState::parse(&self.state)?,
+            expires_at: self.expires_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+fn not_found() -> DurableError {
+    DurableError::NotFound("no such allocation in this namespace".into())
+}
+
+/// The allocation as it stands by the database's clock: a reservation past `expires_at` is
+/// `expired` even before the sweeper writes it (nothing can confirm it any more).
+pub async fn get(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+) -> Result<Allocation, DurableError> {
+    let row = read_row(pg, namespace_id, id).await?;
+    let overdue = row.overdue;
+    let mut allocation = row.into_allocation()?;
+    if overdue {
+        allocation.state = AllocationState::Expired;
+    }
+    Ok(allocation)
+}
+
+/// The row as stored, unlocked, with whether the database's clock has passed a reservation.
+async fn read_row(pg: &PgPool, namespace_id: NamespaceId, id: Uuid) -> Result<Row, DurableError> {
+    sqlx::query_as!(
+        Row,
+        r#"SELECT id, pool, subject, command_id AS "command_id: CommandId", state, expires_at,
+                  created_at, updated_at,
+                  (state = 'reserved' AND expires_at <= clock_timestamp()) AS "overdue!"
+             FROM allocations WHERE namespace_id = $1 AND id = $2"#,
+        namespace_id as _,
+        id,
+    )
+    .fetch_optional(pg)
+    .await?
+    .ok_or_else(not_found)
+}
+
+/// Confirms or releases a reservation for its holder (the caller has checked who that is).
+/// A repeat of the action that decided it is [`Decided::Repeated`]; any other decided state is
+/// [`Decided::Refused`], as is a reservation the database's clock has passed, which this call
+/// then expires (the sweeper's write, under the same locks).
+pub async fn decide(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+    action: Action,
+) -> Result<Decided, DurableError> {
+    // A decided allocation never changes again: it is answered without a lock, so repeats
+    // cost the pool nothing. Only a reservation takes the locks, the pool's row first (its code
+    // never changes, so reading it unlocked is safe).
+    let seen = read_row(pg, namespace_id, id).await?.into_allocation()?;
+    if seen.state != AllocationState::Reserved {
+        return Ok(verdict_on_decided(seen, action));
+    }
+    let mut tx = pg.begin().await?;
+    let pool = seen.pool;
+    sqlx::query!(
+        "SELECT 1 AS locked FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        namespace_id as _,
+        &pool,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let row = sqlx::query_as!(
+        Row,
+        r#"SELECT id, pool, subject, command_id AS "command_id: CommandId", state, expires_at,
+                  created_at, updated_at,
+                  (state = 'reserved' AND expires_at <= clock_timestamp()) AS "overdue!"
+             FROM allocations WHERE namespace_id = $1 AND id = $2 FOR UPDATE"#,
+        namespace_id as _,
+        id,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let overdue = row.overdue;
+    let allocation = row.into_allocation()?;
+    let decided = match allocation.state {
+        AllocationState::Reserved if overdue => {
+            let expired =
+                transition(&mut tx, namespace_id, &allocation, AllocationState::Expired).await?;
+            Decided::Refused(expired)
+        }
+        AllocationState::Reserved => {
+            Decided::Changed(transition(&mut tx, namespace_id, &allocation, action.target()).await?)
+        }
+        _ => verdict_on_decided(allocation, action),
+    };
+    tx.commit().await?;
+    Ok(decided)
+}
+
+/// The answer to `action` on an allocation already decided: a repeat, or refused.
+fn verdict_on_decided(allocation: Allocation, action: Action) -> Decided {
+    if allocation.state == action.target() {
+        Decided::Repeated(allocation)
+    } else {
+        Decided::Refused(allocation)
+    }
+}
+
+/// Moves a locked reservation to `to` and the pool's counts with it (the pool's row is locked
+/// by the caller). The counts' sum never grows, so the pool's `allocated + reserved <= capacity`
+/// holds.
+async fn transition(
+    tx: &mut sqlx::PgConnection,
+    namespace_id: NamespaceId,
+    reservation: &Allocation,
+    to: AllocationState,
+) -> Result<Allocation, DurableError> {
+    let updated_at: DateTime<Utc> = sqlx::query_scalar!(
+        "UPDATE allocations SET state = $3, updated_at = clock_timestamp()
+          WHERE namespace_id = $1 AND id = $2 AND state = 'reserved'
+         RETURNING updated_at",
+        namespace_id as _,
+        reservation.id,
+        to.as_str(),
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let confirmed = i64::from(to == AllocationState::Confirmed);
+    sqlx::query!(
+        "UPDATE quota_pools SET reserved = reserved - 1, allocated = allocated + $3
+          WHERE namespace_id = $1 AND code = $2",
+        namespace_id as _,
+        &reservation.pool,
+        confirmed,
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(Allocation {
+        state: to,
+        updated_at,
+        ..reservation.clone()
+    })
+}

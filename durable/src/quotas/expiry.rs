@@ -1,0 +1,91 @@
+//! The sweeper that expires overdue reservations, safe in any number of executors: each pool's
+//! batch is decided under the pool's row lock (the order [`super::allocations::decide`] takes),
+//! and a reservation is expired only if, once locked, it is still reserved and the database's
+//! clock has passed its `expires_at`. A confirm that got the pool first wins; one that comes
+//! after finds it expired.
+
+use std::collections::BTreeMap;
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::DurableError;
+use crate::ids::{ApplicationId, NamespaceId};
+use crate::projection::Projection;
+
+/// Overdue reservations read per round, oldest first.
+const BATCH: i64 = 1_000;
+
+/// Expires up to [`BATCH`] overdue reservations, one short transaction per pool, and drops the
+/// cached reads of every pool that changed. Returns how many expired.
+pub async fn expire_overdue(pg: &PgPool, redis: &Projection) -> Result<usize, DurableError> {
+    let overdue = sqlx::query!(
+        r#"SELECT a.id, a.namespace_id AS "namespace_id: NamespaceId", a.pool,
+                  n.application_id AS "application_id: ApplicationId"
+             FROM allocations a JOIN namespaces n ON n.id = a.namespace_id
+            WHERE a.state = 'reserved' AND a.expires_at <= clock_timestamp()
+            ORDER BY a.expires_at
+            LIMIT $1"#,
+        BATCH,
+    )
+    .fetch_all(pg)
+    .await?;
+    let mut by_pool: BTreeMap<(ApplicationId, NamespaceId, String), Vec<Uuid>> = BTreeMap::new();
+    for row in overdue {
+        by_pool
+            .entry((row.application_id, row.namespace_id, row.pool))
+            .or_default()
+            .push(row.id);
+    }
+    let mut expired = 0;
+    for ((application_id, namespace_id, pool), ids) in by_pool {
+        let count = expire_in_pool(pg, namespace_id, &pool, &ids).await?;
+        if count > 0 {
+            expired += count;
+            super::invalidate_pool(redis, application_id, namespace_id, &pool).await;
+        }
+    }
+    Ok(expired)
+}
+
+/// Expires those of `ids` that are still reserved and overdue once the pool is locked.
+async fn expire_in_pool(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    pool: &str,
+    ids: &[Uuid],
+) -> Result<usize, DurableError> {
+    let mut tx = pg.begin().await?;
+    sqlx::query!(
+        "SELECT 1 AS locked FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        namespace_id as _,
+        pool,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let expired = sqlx::query_scalar!(
+        "UPDATE allocations SET state = 'expired', updated_at = clock_timestamp()
+          WHERE namespace_id = $1 AND pool = $2 AND id = ANY($3)
+            AND state = 'reserved' AND expires_at <= clock_timestamp()
+         RETURNING id",
+        namespace_id as _,
+        pool,
+        ids,
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    .len();
+    if expired > 0 {
+        sqlx::query!(
+            "UPDATE quota_pools SET reserved = reserved - $3 WHERE namespace_id = $1 AND code = $2",
+            namespace_id as _,
+            pool,
+            expired as i64,
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    crate::metrics::reservations_expired(expired);
+    Ok(expired)
+}
