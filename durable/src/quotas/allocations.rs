@@ -173,41 +173,53 @@ pub async fn decide(
     if seen.state != AllocationState::Reserved {
         return Ok(verdict_on_decided(seen, action));
     }
-    let mut tx = pg.begin().await?;
-    let pool = seen.pool;
-    sqlx::query!(
-        "SELECT 1 AS locked FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+    // One statement, so the pool's row is held for microseconds, not for round trips: the
+    // pool's row is locked (the join needs it), then the allocation's as it is updated; the
+    // clock is read once both are held. A reservation found overdue is expired instead.
+    let decided = sqlx::query!(
+        r#"WITH pool AS (
+               SELECT code FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE
+           ), decided AS (
+               UPDATE allocations a
+                  SET state = CASE WHEN a.expires_at <= clock_timestamp() THEN 'expired'
+                                   ELSE $4 END,
+                      updated_at = clock_timestamp()
+                 FROM pool
+                WHERE a.namespace_id = $1 AND a.id = $3 AND a.state = 'reserved'
+               RETURNING a.state, a.updated_at
+           ), counted AS (
+               UPDATE quota_pools q
+                  SET reserved = q.reserved - 1,
+                      allocated = q.allocated + CASE WHEN d.state = 'confirmed' THEN 1 ELSE 0 END
+                 FROM decided d
+                WHERE q.namespace_id = $1 AND q.code = $2
+               RETURNING 1 AS counted
+           )
+           SELECT d.state AS "state!", d.updated_at AS "updated_at!"
+             FROM decided d, counted"#,
         namespace_id as _,
-        &pool,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    let row = sqlx::query_as!(
-        Row,
-        r#"SELECT id, pool, subject, command_id AS "command_id: CommandId", state, expires_at,
-                  created_at, updated_at,
-                  (state = 'reserved' AND expires_at <= clock_timestamp()) AS "overdue!"
-             FROM allocations WHERE namespace_id = $1 AND id = $2 FOR UPDATE"#,
-        namespace_id as _,
+        &seen.pool,
         id,
+        action.target().as_str(),
     )
-    .fetch_one(&mut *tx)
+    .fetch_optional(pg)
     .await?;
-    let overdue = row.overdue;
-    let allocation = row.into_allocation()?;
-    let decided = match allocation.state {
-        AllocationState::Reserved if overdue => {
-            let expired =
-                transition(&mut tx, namespace_id, &allocation, AllocationState::Expired).await?;
-            Decided::Refused(expired)
-        }
-        AllocationState::Reserved => {
-            Decided::Changed(transition(&mut tx, namespace_id, &allocation, action.target()).await?)
-        }
-        _ => verdict_on_decided(allocation, action),
+    let Some(decided) = decided else {
+        // Decided by someone else between the read and the lock: final now, so read it again.
+        let now = read_row(pg, namespace_id, id).await?.into_allocation()?;
+        return Ok(verdict_on_decided(now, action));
     };
-    tx.commit().await?;
-    Ok(decided)
+    let state = AllocationState::parse(&decided.state)?;
+    let allocation = Allocation {
+        state,
+        updated_at: decided.updated_at,
+        ..seen
+    };
+    Ok(if state == action.target() {
+        Decided::Changed(allocation)
+    } else {
+        Decided::Refused(allocation)
+    })
 }
 
 /// The answer to `action` on an allocation already decided: a repeat, or refused.
@@ -217,40 +229,4 @@ fn verdict_on_decided(allocation: Allocation, action: Action) -> Decided {
     } else {
         Decided::Refused(allocation)
     }
-}
-
-/// Moves a locked reservation to `to` and the pool's counts with it (the pool's row is locked
-/// by the caller). The counts' sum never grows, so the pool's `allocated + reserved <= capacity`
-/// holds.
-async fn transition(
-    tx: &mut sqlx::PgConnection,
-    namespace_id: NamespaceId,
-    reservation: &Allocation,
-    to: AllocationState,
-) -> Result<Allocation, DurableError> {
-    let updated_at: DateTime<Utc> = sqlx::query_scalar!(
-        "UPDATE allocations SET state = $3, updated_at = clock_timestamp()
-          WHERE namespace_id = $1 AND id = $2 AND state = 'reserved'
-         RETURNING updated_at",
-        namespace_id as _,
-        reservation.id,
-        to.as_str(),
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    let confirmed = i64::from(to == AllocationState::Confirmed);
-    sqlx::query!(
-        "UPDATE quota_pools SET reserved = reserved - 1, allocated = allocated + $3
-          WHERE namespace_id = $1 AND code = $2",
-        namespace_id as _,
-        &reservation.pool,
-        confirmed,
-    )
-    .execute(&mut *tx)
-    .await?;
-    Ok(Allocation {
-        state: to,
-        updated_at,
-        ..reservation.clone()
-    })
 }

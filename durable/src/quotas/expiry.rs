@@ -55,37 +55,30 @@ async fn expire_in_pool(
     pool: &str,
     ids: &[Uuid],
 ) -> Result<usize, DurableError> {
-    let mut tx = pg.begin().await?;
-    sqlx::query!(
-        "SELECT 1 AS locked FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
-        namespace_id as _,
-        pool,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    // One statement (the order `allocations::decide` takes: the pool's row, then each
+    // allocation's as it is updated), so the pool is held for microseconds.
     let expired = sqlx::query_scalar!(
-        "UPDATE allocations SET state = 'expired', updated_at = clock_timestamp()
-          WHERE namespace_id = $1 AND pool = $2 AND id = ANY($3)
-            AND state = 'reserved' AND expires_at <= clock_timestamp()
-         RETURNING id",
+        r#"WITH pool AS (
+               SELECT code FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE
+           ), expired AS (
+               UPDATE allocations a SET state = 'expired', updated_at = clock_timestamp()
+                 FROM pool
+                WHERE a.namespace_id = $1 AND a.pool = $2 AND a.id = ANY($3)
+                  AND a.state = 'reserved' AND a.expires_at <= clock_timestamp()
+               RETURNING a.id
+           ), counted AS (
+               UPDATE quota_pools q SET reserved = q.reserved - (SELECT count(*) FROM expired)
+                WHERE q.namespace_id = $1 AND q.code = $2 AND EXISTS (SELECT 1 FROM expired)
+               RETURNING 1 AS counted
+           )
+           SELECT count(*) AS "expired!" FROM expired"#,
         namespace_id as _,
         pool,
         ids,
     )
-    .fetch_all(&mut *tx)
-    .await?
-    .len();
-    if expired > 0 {
-        sqlx::query!(
-            "UPDATE quota_pools SET reserved = reserved - $3 WHERE namespace_id = $1 AND code = $2",
-            namespace_id as _,
-            pool,
-            expired as i64,
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
+    .fetch_one(pg)
+    .await?;
+    let expired = usize::try_from(expired).unwrap_or(0);
     crate::metrics::reservations_expired(expired);
     Ok(expired)
 }

@@ -63,6 +63,26 @@ pub(crate) async fn landed(stack: &Stack, receipt: &Reply) -> (String, Value, Op
     (row.0, row.1.unwrap_or(Value::Null), row.2)
 }
 
+/// [`landed`] once the command is final, polled until `within` has passed (`None` then).
+pub(crate) async fn landed_within(
+    stack: &Stack,
+    receipt: &Reply,
+    within: Duration,
+) -> Option<(String, Value, Option<String>)> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let landed = landed(stack, receipt).await;
+        let terminal = ["succeeded", "rejected", "failed", "expired", "cancelled"];
+        if terminal.contains(&landed.0.as_str()) {
+            return Some(landed);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `POST /v1/allocations/{id}:{verb}` with `bearer` and an empty body.
 pub(crate) async fn act(stack: &Stack, id: &str, verb: &str, bearer: &str) -> Reply {
     stack
