@@ -84,21 +84,23 @@ pub async fn enqueue_ocr(
 /// The command's row as PostgreSQL holds it.
 pub async fn row(stack: &Stack, id: &str) -> Value {
     let id: uuid::Uuid = id.parse().expect("uuid");
-    let (status, attempts, error_code, result, cancel_requested): (
+    let (status, attempts, error_code, error_message, result, cancel_requested): (
         String,
         i32,
+        Option<String>,
         Option<String>,
         Option<Value>,
         bool,
     ) = sqlx::query_as(
-        "SELECT status, attempts, error_code, result, cancel_requested FROM commands WHERE id = $1",
+        "SELECT status, attempts, error_code, error_message, result, cancel_requested
+           FROM commands WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&stack.pg)
     .await
     .expect("the row");
-    json!({"status": status, "attempts": attempts, "error_code": error_code, "result": result,
-           "cancel_requested": cancel_requested})
+    json!({"status": status, "attempts": attempts, "error_code": error_code,
+           "error_message": error_message, "result": result, "cancel_requested": cancel_requested})
 }
 
 /// Waits until the command's row has `status`.
