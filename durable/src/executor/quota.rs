@@ -126,6 +126,13 @@ async fn allocate_in_one_transaction(
     .fetch_optional(&mut *tx)
     .await?
     .map(|row| (row.capacity, row.allocated, row.reserved));
+    let counts = match counts {
+        Some((capacity, allocated, reserved)) if reserved > 0 => {
+            let lapsed = expire_lapsed(&mut tx, namespace_id, pool).await?;
+            Some((capacity, allocated, reserved - lapsed))
+        }
+        other => other,
+    };
     let subjects: Vec<&str> = held.iter().map(|(_, s)| s.as_str()).collect();
     let decisions = match counts {
         None => None,
@@ -197,6 +204,35 @@ async fn allocate_in_one_transaction(
     let landed = write_outcomes(&mut tx, batch, &outcomes).await?;
     tx.commit().await?;
     Ok(landed)
+}
+
+/// Expires the pool's reservations the database's clock has passed, under the pool's row lock
+/// the caller holds, before units are counted: a buyer is never told `SOLD_OUT` while a unit
+/// that lapsed waits for the sweeper. Returns how many expired.
+async fn expire_lapsed(
+    tx: &mut sqlx::PgConnection,
+    namespace_id: NamespaceId,
+    pool: &str,
+) -> Result<i64, DurableError> {
+    let lapsed: i64 = sqlx::query_scalar!(
+        r#"WITH expired AS (
+               UPDATE allocations SET state = 'expired', updated_at = clock_timestamp()
+                WHERE namespace_id = $1 AND pool = $2
+                  AND state = 'reserved' AND expires_at <= clock_timestamp()
+               RETURNING id
+           ), counted AS (
+               UPDATE quota_pools q SET reserved = q.reserved - (SELECT count(*) FROM expired)
+                WHERE q.namespace_id = $1 AND q.code = $2 AND EXISTS (SELECT 1 FROM expired)
+               RETURNING 1 AS counted
+           )
+           SELECT count(*) AS "lapsed!" FROM expired"#,
+        namespace_id as _,
+        pool,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    metrics::reservations_expired(usize::try_from(lapsed).unwrap_or(0));
+    Ok(lapsed)
 }
 
 /// The command's result: what it took, as it stood when it landed. A reservation's current

@@ -285,7 +285,7 @@ pub fn attempt_stopped() {
     FAMILIES.attempts_stopped.inc();
 }
 
-/// Reservations the expiry sweeper expired (their units went back to their pools).
+/// Reservations this executor expired (their units went back to their pools).
 pub fn reservations_expired(count: usize) {
     FAMILIES.reservations_expired.inc_by(count as u64);
 }
@@ -395,7 +395,7 @@ pub fn executor_text() -> String {
     );
     registry.register(
         "sluice_reservations_expired",
-        "Quota reservations this executor's sweeper expired because the database's clock passed their expires_at",
+        "Quota reservations this executor expired (its sweeper, or its quota handler before counting a pool's free units) because the database's clock passed their expires_at",
         f.reservations_expired.clone(),
     );
     encode(&registry)

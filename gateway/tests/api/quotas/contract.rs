@@ -244,3 +244,42 @@ async fn a_committed_unit_is_confirmed_and_cannot_be_released() {
     assert_eq!(pool_row(&stack.pg, "stock").await.1, 1);
     shutdown.cancel();
 }
+
+/// A unit whose reservation lapsed is sold again at once, even before any sweeper runs: the
+/// handler expires what the database's clock has passed before it counts the free units, so
+/// nobody is told `SOLD_OUT` while a lapsed unit waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_unit_is_sold_again_before_the_sweeper_runs() {
+    let stack = Stack::with_declaration(&reserved_declaration(1, 1)).await;
+    let no_sweeps = sluice_durable::executor::ExecutorConfig {
+        sweep_interval_ms: 3_600_000,
+        ..fast_executor()
+    };
+    let shutdown = start_executor(&stack, no_sweeps);
+    let offer = offer();
+    let first = held(&stack, "alice", &offer).await;
+    let id = first["allocation_id"].as_str().expect("id");
+    let lapsed = eventually(Duration::from_secs(10), || async {
+        stack
+            .get(&format!("/v1/allocations/{id}"), Some(&stack.credential()))
+            .await
+            .data()["state"]
+            == "expired"
+    })
+    .await;
+    assert!(lapsed, "alice's reservation lapses by the database's clock");
+    assert_eq!(
+        states(&stack.pg, "seats").await.get("reserved"),
+        Some(&1),
+        "no sweeper has written it"
+    );
+    let second = held(&stack, "bob", &offer).await;
+    assert_eq!(second["state"], "reserved", "bob gets the lapsed unit");
+    let by_state = states(&stack.pg, "seats").await;
+    assert_eq!(
+        (by_state.get("expired"), by_state.get("reserved")),
+        (Some(&1), Some(&1))
+    );
+    assert_counts_match_rows(&stack.pg, "seats").await;
+    shutdown.cancel();
+}
