@@ -36,6 +36,9 @@ pub enum Outcome {
         retry_after: Option<Duration>,
         /// `error.details.reason`, when present (e.g. `filling`).
         reason: Option<String>,
+        /// `error.details.state`, when present: the state a `409 STATE_CONFLICT` found (an
+        /// allocation `expired` or `released`).
+        state: Option<String>,
     },
     /// No answer, a timeout, or an answer that is not the API's envelope.
     Unknown { why: String },
@@ -174,6 +177,10 @@ fn classify(status: u16, header_retry: Option<Duration>, bytes: &[u8]) -> Outcom
             .or(header_retry),
         reason: error
             .pointer("/details/reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        state: error
+            .pointer("/details/state")
             .and_then(Value::as_str)
             .map(str::to_string),
     }

@@ -55,7 +55,12 @@ impl Context {
     /// The jitter's ceiling doubles with each retry of the same step (1 s, 2 s, 4 s … up to
     /// 30 s), as the reference's client SDK backs off: people refused together then spread out
     /// instead of returning together every second.
-    async fn wait_to_retry(&self, arrived: Instant, advice: Option<Duration>, retry: u32) -> bool {
+    pub(super) async fn wait_to_retry(
+        &self,
+        arrived: Instant,
+        advice: Option<Duration>,
+        retry: u32,
+    ) -> bool {
         if !self.retry {
             return false;
         }
@@ -70,7 +75,7 @@ impl Context {
         true
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         endpoint: &'static str,
         method: Method,
@@ -84,23 +89,44 @@ impl Context {
         answer
     }
 
-    /// The whole journey from the enqueue on; records the caller's ending.
-    pub async fn act(&self, intent: Intent<'_>) {
-        let ending = self.act_inner(&intent).await;
+    /// The whole journey from the enqueue on; records the caller's ending. Returns the
+    /// command's `result` when it succeeded: a reserved unit's holder acts on it next.
+    pub async fn act(&self, intent: Intent<'_>) -> Option<Value> {
+        let (ending, result) = match self.act_inner(&intent).await {
+            Ok((id, record)) => self.ending_of(id, record),
+            Err(ending) => (ending, None),
+        };
         self.recorder.ending(intent.arrived, ending);
+        result
     }
 
-    async fn act_inner(&self, intent: &Intent<'_>) -> Ending {
-        let accepted = match self.enqueue(intent).await {
-            Ok(data) => data,
-            Err(ending) => return ending,
+    /// The ending a terminal record read means, and the result of a success.
+    fn ending_of(&self, id: CommandId, mut record: Value) -> (Ending, Option<Value>) {
+        // An answer without a status of the API leaves the outcome unknown.
+        let Some(status) = command_status(&record) else {
+            return (Ending::Unknown, None);
         };
+        self.recorder.terminal_seen(id, status);
+        if status == CommandStatus::Succeeded {
+            let result = record.get_mut("result").map(Value::take);
+            return (Ending::Succeeded, result);
+        }
+        let code = record
+            .pointer("/error/code")
+            .and_then(Value::as_str)
+            .map_or_else(|| status.as_str().to_uppercase(), str::to_string);
+        (Ending::Rejected(code), None)
+    }
+
+    /// The command's id and its terminal record, or the ending of a caller who never read one.
+    async fn act_inner(&self, intent: &Intent<'_>) -> Result<(CommandId, Value), Ending> {
+        let accepted = self.enqueue(intent).await?;
         let Some(id) = accepted
             .get("command_id")
             .and_then(Value::as_str)
             .and_then(|id| id.parse::<CommandId>().ok())
         else {
-            return Ending::Unknown;
+            return Err(Ending::Unknown);
         };
         self.recorder.accepted(id);
         let ticket = accepted
@@ -111,26 +137,11 @@ impl Context {
         let (terminal, wait) = self.poll_until_terminal(intent, &ticket, &accepted).await;
         self.recorder.wait(id, wait);
         if !terminal {
-            return Ending::Unknown;
+            return Err(Ending::Unknown);
         }
         match self.read_result(intent, id).await {
-            Some(record) => {
-                // An answer without a status of the API leaves the outcome unknown.
-                let Some(status) = command_status(&record) else {
-                    return Ending::Unknown;
-                };
-                self.recorder.terminal_seen(id, status);
-                if status == CommandStatus::Succeeded {
-                    Ending::Succeeded
-                } else {
-                    let code = record
-                        .pointer("/error/code")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| status.as_str().to_uppercase(), str::to_string);
-                    Ending::Rejected(code)
-                }
-            }
-            None => Ending::Unknown,
+            Some(record) => Ok((id, record)),
+            None => Err(Ending::Unknown),
         }
     }
 
