@@ -1,7 +1,9 @@
-//! The declarations a run applies to its own namespace: a sale (`claim` on a quota pool, and the
-//! `offer` read) for `drop` and `steady`, webhook calls with limit keys for `backend`.
+//! The declarations a run applies to its own namespace: a sale (`claim` on a quota pool,
+//! committed or reserved as `--mode` says, and the `offer` read) for `drop` and `steady`, webhook
+//! calls with limit keys for `backend`.
 
 use super::Options;
+use super::options::Mode;
 
 pub const POOL: &str = "stock";
 
@@ -35,7 +37,7 @@ code = "claim"
 parameters = {{ offer = {{ type = "uuid" }} }}
 resource_key = {{ from = "input", field = "offer" }}
 {budgets}
-handler   = {{ kind = "quota", pool = "{POOL}", mode = "committed" }}
+handler   = {handler}
 
 [[quota_pool]]
 code = "{POOL}"
@@ -51,8 +53,20 @@ dependencies = ["offer:{{offer}}"]
 timeout_ms = 2000
 "#,
         budgets = budgets(options),
+        handler = quota_handler(options),
         capacity = options.capacity,
     )
+}
+
+/// The claim's handler: a committed unit, or one held for `--reservation-seconds`.
+fn quota_handler(options: &Options) -> String {
+    match options.mode {
+        Mode::Committed => format!(r#"{{ kind = "quota", pool = "{POOL}", mode = "committed" }}"#),
+        Mode::Reserved => format!(
+            r#"{{ kind = "quota", pool = "{POOL}", mode = "reserved", reservation_seconds = {} }}"#,
+            options.reservation_seconds
+        ),
+    }
 }
 
 /// Webhook calls to providers: each command names a provider and an account; the provider's

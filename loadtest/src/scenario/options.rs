@@ -21,6 +21,17 @@ pub enum Scenario {
     Backend,
 }
 
+/// How the sale's quota command takes its unit (`drop` and `steady`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A won unit is the winner's for good.
+    Committed,
+    /// A won unit is held for `--reservation-seconds`: a share of winners confirm it, some
+    /// release it, the rest let it expire.
+    Reserved,
+}
+
 /// Every knob of a run; defaults reproduce the figures of `docs/performance.md`.
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct Options {
@@ -41,6 +52,22 @@ pub struct Options {
     /// Units in the quota pool of the sale.
     #[arg(long, default_value_t = 1_000)]
     pub capacity: i64,
+    /// `drop` and `steady`: the quota mode of the sale's `claim`.
+    #[arg(long, value_enum, default_value = "committed")]
+    pub mode: Mode,
+    /// `--mode reserved`: how long a won unit is held before the database's clock expires it.
+    #[arg(long, default_value_t = 5)]
+    pub reservation_seconds: u32,
+    /// `--mode reserved`: the share of winners who confirm their reservation.
+    #[arg(long, default_value_t = 0.6)]
+    pub confirm_share: f64,
+    /// `--mode reserved`: the share of winners who release theirs (the rest let it expire).
+    #[arg(long, default_value_t = 0.1)]
+    pub release_share: f64,
+    /// `--mode reserved`: the longest a winner thinks before confirming or releasing (each
+    /// waits a uniformly random time up to it, from reading its result).
+    #[arg(long, default_value_t = 1_000)]
+    pub think_ms: u64,
     /// The command's intake budget (the drop's protection: the rest is refused at once).
     #[arg(long, default_value_t = 2_000)]
     pub intake_per_second: u32,
@@ -130,6 +157,7 @@ impl Options {
                 ((self.rate * self.seconds).round() as u64, 1.0 / self.rate)
             }
         };
+        self.check_mode()?;
         if count == 0 {
             return Err("a run needs at least one caller".into());
         }
@@ -143,6 +171,32 @@ impl Options {
         Ok((0..count)
             .map(|i| Duration::from_secs_f64(spacing * i as f64))
             .collect())
+    }
+}
+
+impl Options {
+    /// The reserved-mode knobs make sense together, and only for a sale.
+    fn check_mode(&self) -> Result<(), BoxError> {
+        if self.mode == Mode::Committed {
+            return Ok(());
+        }
+        if self.scenario == Scenario::Backend {
+            return Err("--mode reserved is a sale's (drop or steady), not backend's".into());
+        }
+        if !(1..=86_400).contains(&self.reservation_seconds) {
+            return Err("--reservation-seconds must be within 1..=86400".into());
+        }
+        let share = |s: f64| (0.0..=1.0).contains(&s);
+        if !(share(self.confirm_share)
+            && share(self.release_share)
+            && self.confirm_share + self.release_share <= 1.0)
+        {
+            return Err(
+                "--confirm-share and --release-share must be within 0..=1 and sum to at most 1"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 }
 
