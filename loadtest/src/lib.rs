@@ -3,8 +3,9 @@
 //! # Layout
 //! - `sluice-loadtest` (`src/bin/loadtest.rs`): the load generator. [`scenario`] drives a run
 //!   (`drop`, `steady`, `backend`) against a [`stack`] it starts (or an external one), callers
-//!   talk to the gateway through [`api`], [`record`] tallies what they saw, [`sampler`] watches
-//!   `/v1/status` and `/proc`, [`invariants`] checks PostgreSQL afterwards, [`report`] is the
+//!   talk to the gateway through [`api`], [`record`] tallies what they saw ([`holders`] what
+//!   the winners of a reserved drop did with their units), [`sampler`] watches `/v1/status`,
+//!   PostgreSQL and `/proc`, [`invariants`] checks PostgreSQL afterwards, [`report`] is the
 //!   result (JSON and HTML), [`summary`] its Markdown, [`progress`] the bar, [`servers`] the
 //!   offer origin and webhook backend, [`machine`] what it ran on.
 //! - [`driver`]: runs N HTTP requests from C concurrent tasks and records latencies.
@@ -22,6 +23,7 @@ pub mod api;
 pub mod baselines;
 pub mod bench_stack;
 pub mod driver;
+pub mod holders;
 pub mod invariants;
 pub mod machine;
 pub mod progress;

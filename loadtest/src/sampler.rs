@@ -1,7 +1,8 @@
 //! Samples taken while the load runs: `GET /v1/status` for the stack's own view (permits in
 //! flight, waiting and unfinished commands, the oldest unfinished), PostgreSQL for the commands
-//! executing at once (a witness that shares nothing with the permits Redis holds), and `/proc`
-//! for the CPU and memory of the stack's processes.
+//! executing at once (a witness that shares nothing with the permits Redis holds) and, in a
+//! reserved drop, the quota pool's counts, and `/proc` for the CPU and memory of the stack's
+//! processes.
 
 use sluice_durable::ids::NamespaceId;
 use std::time::{Duration, Instant};
@@ -75,6 +76,62 @@ pub fn executing(
             for (command, count) in counts.unwrap_or_default() {
                 let peak = peaks.entry(command).or_insert(0);
                 *peak = (*peak).max(count);
+            }
+        }
+    })
+}
+
+/// What the samples of a quota pool's row showed.
+#[derive(Debug, Clone, Default)]
+pub struct PoolSamples {
+    pub samples: u64,
+    /// The capacity of the last sample.
+    pub capacity: i64,
+    /// The most units held at once (`allocated + reserved`), and reserved at once.
+    pub peak_held: i64,
+    pub peak_reserved: i64,
+    /// Samples where `allocated + reserved` exceeded `capacity`, and the first of them.
+    pub over_capacity: u64,
+    pub first_over: Option<(i64, i64, i64)>,
+}
+
+/// Reads the quota pool's row every [`INTERVAL`] / 5 until cancelled: one row read at once, so
+/// each sample's `allocated + reserved` and `capacity` are from one instant, as a reservation
+/// that expires or is confirmed moves units between them.
+pub fn pool(
+    pg: sqlx::PgPool,
+    namespace: NamespaceId,
+    pool: &'static str,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<PoolSamples> {
+    tokio::spawn(async move {
+        let mut seen = PoolSamples::default();
+        let mut tick = tokio::time::interval(INTERVAL / 5);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return seen,
+                _ = tick.tick() => {}
+            }
+            let row: Result<(i64, i64, i64), _> = sqlx::query_as(
+                "SELECT capacity, allocated, reserved FROM quota_pools
+                  WHERE namespace_id = $1 AND code = $2",
+            )
+            .bind(namespace)
+            .bind(pool)
+            .fetch_one(&pg)
+            .await;
+            let Ok((capacity, allocated, reserved)) = row else {
+                continue;
+            };
+            seen.samples += 1;
+            seen.capacity = capacity;
+            seen.peak_held = seen.peak_held.max(allocated + reserved);
+            seen.peak_reserved = seen.peak_reserved.max(reserved);
+            if allocated + reserved > capacity {
+                seen.over_capacity += 1;
+                seen.first_over
+                    .get_or_insert((allocated, reserved, capacity));
             }
         }
     })

@@ -13,6 +13,10 @@ use crate::api::is_terminal;
 use crate::bench_stack::BoxError;
 use crate::report::{Check, Peaks};
 
+mod reserved;
+
+pub use reserved::{States, await_settled, reserved};
+
 const UNFINISHED: &str = "SELECT count(*) FROM commands WHERE namespace_id = $1 AND status IN \
      ('accepted', 'executing', 'running', 'retry_wait')";
 
@@ -110,22 +114,31 @@ pub async fn commands(
     ])
 }
 
-/// The quota pool: allocations never above capacity, one per subject, one per succeeded command.
+/// The quota pool: its counts what the allocation rows say (`allocated` the confirmed ones,
+/// `reserved` the reserved ones, read in one statement, so in one snapshot) and never above
+/// capacity, one allocation per subject, one per succeeded command. Committed units are all
+/// `confirmed`; a reserved drop's expired and released rows hold nothing.
 pub async fn quota(
     pg: &PgPool,
     namespace: NamespaceId,
     pool: &str,
 ) -> Result<Vec<Check>, BoxError> {
-    let (capacity, allocated, reserved): (i64, i64, i64) = sqlx::query_as(
-        "SELECT capacity, allocated, reserved FROM quota_pools WHERE namespace_id = $1 AND code = $2",
-    )
-    .bind(namespace)
-    .bind(pool)
-    .fetch_one(pg)
-    .await?;
-    let (rows, subjects): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT subject) FROM allocations
-          WHERE namespace_id = $1 AND pool = $2",
+    let (capacity, allocated, reserved, rows, subjects, confirmed_rows, reserved_rows): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT p.capacity, p.allocated, p.reserved, count(a.id), count(DISTINCT a.subject),
+                count(a.id) FILTER (WHERE a.state = 'confirmed'),
+                count(a.id) FILTER (WHERE a.state = 'reserved')
+           FROM quota_pools p
+           LEFT JOIN allocations a ON a.namespace_id = p.namespace_id AND a.pool = p.code
+          WHERE p.namespace_id = $1 AND p.code = $2
+          GROUP BY p.capacity, p.allocated, p.reserved",
     )
     .bind(namespace)
     .bind(pool)
@@ -137,12 +150,17 @@ pub async fn quota(
     .bind(namespace)
     .fetch_one(pg)
     .await?;
+    let held = confirmed_rows + reserved_rows;
     Ok(vec![
         check(
             "allocations within capacity",
-            rows <= capacity && allocated + reserved <= capacity && rows == allocated + reserved,
+            held <= capacity
+                && allocated + reserved <= capacity
+                && allocated == confirmed_rows
+                && reserved == reserved_rows,
             format!(
-                "{rows} allocation rows, pool counts {allocated} allocated + {reserved} reserved, capacity {capacity}"
+                "{rows} allocation rows ({confirmed_rows} confirmed, {reserved_rows} reserved), \
+                 pool counts {allocated} allocated + {reserved} reserved, capacity {capacity}"
             ),
         ),
         check(
