@@ -116,6 +116,12 @@ pub fn text(report: &Report) -> String {
             let _ = writeln!(out, "| {name} | {value} |");
         }
     }
+    if let Some(reservations) = &report.reservations {
+        let _ = writeln!(out, "\n| reservations | value |\n| --- | ---: |");
+        for (name, value) in reservations.rows() {
+            let _ = writeln!(out, "| {name} | {value} |");
+        }
+    }
     let _ = writeln!(
         out,
         "\n| target | measured | goal | met |\n| --- | ---: | --- | --- |"

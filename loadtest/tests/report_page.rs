@@ -16,8 +16,8 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 use sluice_loadtest::report::html::render;
 use sluice_loadtest::report::{
-    Check, Endpoint, Latency, Machine, PeakOf, Peaks, People, ProcessUsage, Report, Second,
-    StatusSample, Target, Waiting,
+    Check, Endpoint, Latency, Machine, PeakOf, Peaks, People, ProcessUsage, Report, Reservations,
+    Second, StatusSample, Target, Waiting,
 };
 
 const HOSTILE: &str = "<script>alert(1)</script>";
@@ -204,6 +204,24 @@ fn sample() -> Report {
             started: 1_000,
             ..Waiting::default()
         }),
+        reservations: Some(Reservations {
+            reservation_seconds: 5,
+            reserved: 1_000,
+            confirmed: 600,
+            released: 100,
+            expired: 300,
+            confirm_latency: Latency {
+                p50_ms: 4.3,
+                p99_ms: 31.0,
+                max_ms: 40.0,
+                ..Latency::default()
+            },
+            pool_samples: 240,
+            capacity: 1_000,
+            peak_held: 1_000,
+            peak_reserved: 1_000,
+            ..Reservations::default()
+        }),
         targets: vec![
             Target {
                 name: "unknown outcomes".into(),
@@ -239,6 +257,7 @@ fn empty() -> Report {
         processes: Vec::new(),
         invariants: Vec::new(),
         waiting: None,
+        reservations: None,
         targets: Vec::new(),
         invariants_hold: true,
     }
@@ -416,6 +435,13 @@ fn sample_page_shows_the_run_formatted_for_people() {
     assert!(page.contains("<td class=\"num\">12 % / 34 %</td>"));
     assert!(page.contains("41.3 / 0.0 (advised 42.0 / 0.0, 0 waiters)"));
     assert!(page.contains("<td class=\"num\">0, 0 of 1000 started</td>"));
+    // The reserved units' final states and the confirm latency.
+    assert!(
+        page.contains("<h2>Reservations"),
+        "a reserved run has its section"
+    );
+    assert!(page.contains("<td class=\"num\">600 / 100 / 300 / 0</td>"));
+    assert!(page.contains("<td class=\"num\">4.3 / 31.0 / 40.0 ms</td>"));
     // One SVG per chart, and no "no data" note.
     assert_eq!(page.matches("<svg").count(), 3);
     assert_eq!(page.matches("class=\"nodata\"").count(), 0);
@@ -570,6 +596,10 @@ fn empty_report_says_no_data_instead_of_drawing() {
         page.contains("<span class=\"label\">acceptance rate</span><span class=\"value\">—</span>")
     );
     assert!(page.contains("<div class=\"figure\"><span class=\"label\">unknown</span>"));
+    assert!(
+        !page.contains("<h2>Reservations"),
+        "a run without reserved units has no section for them"
+    );
 }
 
 #[test]

@@ -44,6 +44,10 @@ pub struct Report {
     /// written before it existed).
     #[serde(default)]
     pub waiting: Option<Waiting>,
+    /// What became of the reserved units (`--mode reserved` only; absent otherwise, and in
+    /// reports written before it existed).
+    #[serde(default)]
+    pub reservations: Option<Reservations>,
     /// The targets with the measured value, met or not.
     pub targets: Vec<Target>,
     /// All invariants hold (targets are reported, not enforced).
@@ -218,6 +222,94 @@ pub struct Waiting {
     pub inversions: u64,
     /// Commands that a command of their resource accepted after them started before.
     pub overtaken: u64,
+}
+
+/// The reserved units of a `--mode reserved` sale: their final states as PostgreSQL holds them
+/// once every reservation had time to expire, what the holders chose and were answered, and
+/// the pool's counts as sampled while it ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Reservations {
+    pub reservation_seconds: u32,
+    /// Allocation rows: every unit that was ever reserved.
+    pub reserved: u64,
+    /// The rows by final state, and those still `reserved` at the end (the goal is 0).
+    pub confirmed: u64,
+    pub released: u64,
+    pub expired: u64,
+    pub still_reserved: u64,
+    /// Winners' choices.
+    pub chose_confirm: u64,
+    pub chose_release: u64,
+    pub let_lapse: u64,
+    /// Confirms answered `200` (that changed the allocation), and `409` (too late: the
+    /// allocation had expired).
+    pub confirms_changed: u64,
+    pub confirms_refused: u64,
+    pub releases_changed: u64,
+    pub releases_refused: u64,
+    /// Confirms and releases left without a final answer.
+    pub unanswered: u64,
+    /// Each confirm request (retries included), from sending to its answer.
+    pub confirm_latency: Latency,
+    /// The pool's row, sampled every 50 ms from PostgreSQL while the run went on.
+    pub pool_samples: u64,
+    pub capacity: i64,
+    pub peak_held: i64,
+    pub peak_reserved: i64,
+}
+
+impl Reservations {
+    /// The figures as (name, value) lines, shared by the Markdown summary and the HTML page.
+    pub fn rows(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "units reserved (allocation rows)",
+                format!("{} (held {} s)", self.reserved, self.reservation_seconds),
+            ),
+            (
+                "confirmed / released / expired / still reserved",
+                format!(
+                    "{} / {} / {} / {}",
+                    self.confirmed, self.released, self.expired, self.still_reserved
+                ),
+            ),
+            (
+                "winners chose confirm / release / lapse",
+                format!(
+                    "{} / {} / {}",
+                    self.chose_confirm, self.chose_release, self.let_lapse
+                ),
+            ),
+            (
+                "confirms changed / too late (409)",
+                format!("{} / {}", self.confirms_changed, self.confirms_refused),
+            ),
+            (
+                "releases changed / refused (409)",
+                format!("{} / {}", self.releases_changed, self.releases_refused),
+            ),
+            (
+                "confirms and releases without an answer",
+                self.unanswered.to_string(),
+            ),
+            (
+                "confirm latency p50 / p99 / max",
+                format!(
+                    "{:.1} / {:.1} / {:.1} ms",
+                    self.confirm_latency.p50_ms,
+                    self.confirm_latency.p99_ms,
+                    self.confirm_latency.max_ms
+                ),
+            ),
+            (
+                "pool peak held / reserved of capacity (sampled)",
+                format!(
+                    "{} / {} of {} ({} samples)",
+                    self.peak_held, self.peak_reserved, self.capacity, self.pool_samples
+                ),
+            ),
+        ]
+    }
 }
 
 /// An invariant checked after the run.

@@ -9,6 +9,7 @@ use serde_json::json;
 use sluice_durable::tenancy::BootstrapOutput;
 use uuid::Uuid;
 
+use super::holder::Holding;
 use super::journey::{Context, Intent};
 use crate::api::{Outcome, exchange};
 use crate::bench_stack::BoxError;
@@ -42,8 +43,14 @@ pub(super) const READ_OFFER: &str = "read offer";
 
 impl Caller {
     /// A person in a sale: reads the offer (retrying a `filling` answer within its patience),
-    /// then claims, polls and reads the result.
-    pub(super) async fn person(self, key: &sluice_durable::tenancy::SubjectKeyOutput, offer: Uuid) {
+    /// then claims, polls and reads the result; a winner of a reserved unit then does with it
+    /// what `holding` has it do.
+    pub(super) async fn person(
+        self,
+        key: &sluice_durable::tenancy::SubjectKeyOutput,
+        offer: Uuid,
+        holding: Option<Arc<Holding>>,
+    ) {
         // A person holds their token before the sale opens (issued at sign-in), so minting it
         // is not part of the arrival.
         let subject = format!("person-{}-{}", self.run_id, self.index);
@@ -76,7 +83,8 @@ impl Caller {
             "request_key": format!("claim-{}", self.index),
             "input": {"offer": offer},
         });
-        self.context
+        let result = self
+            .context
             .act(Intent {
                 command: "claim",
                 bearer: &token,
@@ -84,6 +92,9 @@ impl Caller {
                 arrived,
             })
             .await;
+        if let (Some(holding), Some(result)) = (holding, result) {
+            holding.hold(&self.context, &token, arrived, result).await;
+        }
     }
 
     /// A backend service's call: enqueued with the credential for a subject of its own.

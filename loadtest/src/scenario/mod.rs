@@ -4,10 +4,12 @@
 
 mod caller;
 mod declaration;
+mod holder;
 mod journey;
 mod options;
+mod reserved;
 
-pub use options::{Interrupted, Options, Scenario};
+pub use options::{Interrupted, Mode, Options, Scenario};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -219,6 +221,12 @@ async fn drive_on(
     );
     let usage = sampler::processes(watched, stop.clone());
     let executing = sampler::executing(tenant.pg.clone(), creds.namespace_id, stop.clone());
+    let reserved = match helpers {
+        Helpers::Sale { .. } => {
+            reserved::Reserved::start(options, &tenant.pg, creds.namespace_id, declaration::POOL)
+        }
+        Helpers::Backend { .. } => None,
+    };
     let bar = progress::start(recorder.clone(), arrivals.len() as u64, options.quiet);
     let context = Arc::new(Context {
         client: client.clone(),
@@ -240,7 +248,8 @@ async fn drive_on(
             Helpers::Sale { offer, .. } => {
                 let offer = *offer;
                 let key = creds.subject_key.clone();
-                callers.spawn(async move { caller.person(&key, offer).await });
+                let holding = reserved.as_ref().map(|r| r.holding.clone());
+                callers.spawn(async move { caller.person(&key, offer, holding).await });
             }
             Helpers::Backend { .. } => {
                 let credential = creds.credential.clone();
@@ -316,6 +325,20 @@ async fn drive_on(
         Value::Object(map) => map.into_iter().collect(),
         _ => BTreeMap::new(),
     };
+    let mut reservations = None;
+    if let Some(reserved) = reserved {
+        let verdict = reserved
+            .finish(
+                &tenant.pg,
+                creds.namespace_id,
+                declaration::POOL,
+                &recorded,
+                &options.interrupt,
+            )
+            .await?;
+        checks.extend(verdict.checks);
+        reservations = Some((verdict.figures, verdict.target));
+    }
     match helpers {
         Helpers::Sale { origin, .. } => {
             checks.extend(
@@ -341,7 +364,11 @@ async fn drive_on(
         &recorded.waits,
         &crate::waiting::started(&tenant.pg, creds.namespace_id).await?,
     );
-    let targets = targets(options, &recorded, &waiting);
+    let mut targets = targets(options, &recorded, &waiting);
+    let reservations = reservations.map(|(figures, target)| {
+        targets.push(target);
+        figures
+    });
     Ok(Report {
         scenario: options.scenario.name().into(),
         started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -357,6 +384,7 @@ async fn drive_on(
         processes,
         invariants: checks,
         waiting: Some(waiting),
+        reservations,
         targets,
         invariants_hold,
     })

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::format::{count, decimal, esc, millis, seconds, signed};
 use super::markup::{mark, no_data, section, table};
-use crate::report::{Check, Endpoint, PeakOf, Peaks, ProcessUsage, Target, Waiting};
+use crate::report::{Check, Endpoint, PeakOf, Peaks, ProcessUsage, Reservations, Target, Waiting};
 
 /// The targets against what was measured: reported, not enforced, so a missed one is
 /// marked rather than failing the run.
@@ -58,6 +58,29 @@ pub(super) fn waiting(waiting: Option<&Waiting>) -> String {
             &rows,
             &no_data("no waiting figures in this report"),
         ),
+    )
+}
+
+/// What became of the reserved units of a `--mode reserved` sale; nothing for other runs, which
+/// have none.
+pub(super) fn reservations(reservations: Option<&Reservations>) -> String {
+    let Some(reservations) = reservations else {
+        return String::new();
+    };
+    let rows: Vec<String> = reservations
+        .rows()
+        .into_iter()
+        .map(|(name, value)| {
+            format!(
+                "<tr><td class=\"text\">{}</td><td class=\"num\">{}</td></tr>\n",
+                esc(name),
+                esc(&value)
+            )
+        })
+        .collect();
+    section(
+        "Reservations",
+        &table(&["figure", "value"], &[false, true], &rows, ""),
     )
 }
 
