@@ -116,6 +116,72 @@ async fn a_drop_on_sluice_dev_answers_everyone_and_keeps_every_invariant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_drop_decides_every_unit_and_keeps_the_pool_true() {
+    let out = tempfile::tempdir().expect("temp dir");
+    // 150 people for 20 units held 2 s: half the winners confirm, a fifth release, the rest let
+    // their unit expire; the run waits for the last expiry before it checks the rows.
+    let options = options(
+        &[
+            "drop",
+            "--subjects",
+            "150",
+            "--capacity",
+            "20",
+            "--mode",
+            "reserved",
+            "--reservation-seconds",
+            "2",
+            "--confirm-share",
+            "0.5",
+            "--release-share",
+            "0.2",
+            "--think-ms",
+            "200",
+            "--stack",
+            "dev",
+        ],
+        out.path(),
+    );
+    let written = scenario::run(options).await.expect("the run completes");
+    let report = written.report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    for name in [
+        "no reservation left once all had time to expire",
+        "pool counts equal the allocation rows (allocated = confirmed, reserved = reserved)",
+        "allocated + reserved within capacity at every sample (PostgreSQL, sampled)",
+        "every 200 to a confirm or release is the row's state",
+        "every 409 names the row's state (expired, or the other decision)",
+        "every unit let lapse expired",
+        "confirmed and released rows are as many as the 200s that decided them",
+        "one allocation per subject",
+    ] {
+        assert!(
+            report.invariants.iter().any(|c| c.name == name),
+            "{name} was checked: {:?}",
+            report.invariants
+        );
+    }
+    let r = report.reservations.as_ref().expect("reservation figures");
+    assert!(r.reserved >= 20, "every unit was reserved at least once: {r:?}");
+    assert_eq!(r.reserved, report.people.succeeded, "{r:?}");
+    assert_eq!(r.confirmed + r.released + r.expired, r.reserved, "{r:?}");
+    assert!(
+        r.confirmed > 0 && r.expired > 0 && r.released > 0,
+        "every outcome occurred: {r:?}"
+    );
+    assert_eq!(r.still_reserved, 0);
+    assert!(r.pool_samples > 0 && r.peak_held <= 20, "{r:?}");
+    assert!(r.confirm_latency.count > 0, "{r:?}");
+    assert_eq!(report.people.unknown, 0, "{:?}", report.people);
+    let again = reread(&written.json);
+    assert_eq!(
+        again.reservations.map(|r| r.confirmed),
+        Some(report.reservations.map_or(0, |r| r.confirmed))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_services_on_two_processes_stay_within_their_limit_keys() {
     let out = tempfile::tempdir().expect("temp dir");
     let options = options(
