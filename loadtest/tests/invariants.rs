@@ -11,8 +11,10 @@ use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::api::{Outcome, exchange};
 use sluice_loadtest::bench_stack::{RunningGateway, Tenant};
 use sluice_loadtest::driver::http_client;
+use sluice_loadtest::holders::{Answer, Choice, Held, Logged};
 use sluice_loadtest::invariants;
 use sluice_loadtest::report::{Check, PeakOf, Peaks};
+use sluice_loadtest::sampler::PoolSamples;
 use sluice_loadtest::servers::BackendSeen;
 use sluice_testkit::{shared_postgres, shared_redis};
 use uuid::Uuid;
@@ -139,6 +141,201 @@ async fn quota_checks_fail_when_counts_and_allocations_disagree() {
         !verdict(&broken, "allocations within capacity").holds,
         "{broken:?}"
     );
+    tenant.close().await.expect("close");
+}
+
+/// A reserved pool of 5 with four decided allocations written straight into PostgreSQL (no
+/// executor): `a` confirmed, `b` released, `c` and `d` expired; the pool counts `a` alone.
+async fn four_decided() -> (Tenant, [Uuid; 4]) {
+    let declaration = DECLARATION.replace(
+        r#"mode = "committed" }"#,
+        r#"mode = "reserved", reservation_seconds = 60 }"#,
+    );
+    let db = shared_postgres().fresh_database().await;
+    let tenant = Tenant::create(&db, &shared_redis().url(), 4, &declaration)
+        .await
+        .expect("tenant");
+    let ids = [(); 4].map(|()| Uuid::new_v4());
+    for (i, (id, state)) in ids
+        .iter()
+        .zip(["confirmed", "released", "expired", "expired"])
+        .enumerate()
+    {
+        sqlx::query(
+            "INSERT INTO allocations (id, namespace_id, pool, subject, command_id, state, expires_at)
+             VALUES ($1, $2, 'stock', $3, $4, $5, now())",
+        )
+        .bind(id)
+        .bind(tenant.creds.namespace_id)
+        .bind(format!("s{i}"))
+        .bind(Uuid::new_v4())
+        .bind(state)
+        .execute(&tenant.pg)
+        .await
+        .expect("allocation row");
+    }
+    sqlx::query("UPDATE quota_pools SET allocated = 1 WHERE namespace_id = $1")
+        .bind(tenant.creds.namespace_id)
+        .execute(&tenant.pg)
+        .await
+        .expect("pool counts");
+    (tenant, ids)
+}
+
+fn held(allocation: Uuid, choice: Choice, answer: Option<Answer>) -> Held {
+    Held {
+        allocation,
+        choice,
+        answer,
+        lost_attempt: false,
+    }
+}
+
+fn decided(state: &str) -> Option<Answer> {
+    Some(Answer::Decided {
+        changed: true,
+        state: state.into(),
+    })
+}
+
+#[tokio::test]
+async fn reserved_checks_fail_when_answers_rows_and_counts_disagree() {
+    let (tenant, [a, b, c, d]) = four_decided().await;
+    let namespace = tenant.creds.namespace_id;
+    let samples = PoolSamples {
+        samples: 3,
+        capacity: 5,
+        peak_held: 4,
+        peak_reserved: 4,
+        ..PoolSamples::default()
+    };
+    let honest = || Logged {
+        held: vec![
+            held(a, Choice::Confirm, decided("confirmed")),
+            held(b, Choice::Release, decided("released")),
+            held(
+                c,
+                Choice::Confirm,
+                Some(Answer::Conflict {
+                    state: Some("expired".into()),
+                }),
+            ),
+            held(d, Choice::Lapse, None),
+        ],
+        without_allocation: 0,
+    };
+    let check = |logged: Logged, samples: PoolSamples| {
+        let pg = tenant.pg.clone();
+        async move {
+            invariants::reserved(&pg, namespace, "stock", &logged, &samples)
+                .await
+                .expect("checks")
+        }
+    };
+    let (checks, states) = check(honest(), samples.clone()).await;
+    assert!(checks.iter().all(|c| c.holds), "{checks:?}");
+    assert_eq!(
+        (states.confirmed, states.released, states.expired),
+        (1, 1, 2)
+    );
+    let quota = invariants::quota(&tenant.pg, namespace, "stock")
+        .await
+        .expect("checks");
+    assert!(
+        verdict(&quota, "allocations within capacity").holds,
+        "{quota:?}"
+    );
+
+    let broken = |logged: Logged, samples: PoolSamples, name: &'static str| {
+        let run = check(logged, samples);
+        async move {
+            let (checks, _) = run.await;
+            assert!(!verdict(&checks, name).holds, "{name}: {checks:?}");
+        }
+    };
+    // A confirm answered 200 whose row expired: the row contradicts the answer, and one more
+    // confirm decided than confirmed rows.
+    let mut logged = honest();
+    logged.held[2] = held(c, Choice::Confirm, decided("confirmed"));
+    broken(
+        logged.clone(),
+        samples.clone(),
+        "every 200 to a confirm or release is the row's state",
+    )
+    .await;
+    broken(
+        logged,
+        samples.clone(),
+        "confirmed and released rows are as many as the 200s that decided them",
+    )
+    .await;
+    // A 409 naming a state the row is not in.
+    let mut logged = honest();
+    logged.held[0] = held(
+        a,
+        Choice::Confirm,
+        Some(Answer::Conflict {
+            state: Some("expired".into()),
+        }),
+    );
+    broken(
+        logged,
+        samples.clone(),
+        "every 409 names the row's state (expired, or the other decision)",
+    )
+    .await;
+    // A unit let lapse that is not expired; a winner's allocation with no row.
+    let mut logged = honest();
+    logged.held[3] = held(a, Choice::Lapse, None);
+    broken(logged, samples.clone(), "every unit let lapse expired").await;
+    let mut logged = honest();
+    logged.held.push(held(Uuid::new_v4(), Choice::Lapse, None));
+    broken(
+        logged,
+        samples.clone(),
+        "every winner's allocation has its row",
+    )
+    .await;
+    // A sample over capacity, or no sample at all.
+    let over = PoolSamples {
+        over_capacity: 1,
+        first_over: Some((4, 2, 5)),
+        ..samples.clone()
+    };
+    let name = "allocated + reserved within capacity at every sample (PostgreSQL, sampled)";
+    broken(honest(), over, name).await;
+    broken(honest(), PoolSamples::default(), name).await;
+
+    // A reservation still held, counted by the pool, then not counted.
+    sqlx::query(
+        "UPDATE allocations SET state = 'reserved', expires_at = now() - interval '1 second'
+          WHERE id = $1",
+    )
+    .bind(d)
+    .execute(&tenant.pg)
+    .await
+    .expect("update");
+    let left = invariants::await_settled(
+        &tenant.pg,
+        namespace,
+        "stock",
+        std::time::Duration::from_millis(300),
+    )
+    .await
+    .expect("settled");
+    assert_eq!(left, 1, "no sweeper runs: the wait ends at its deadline");
+    broken(
+        honest(),
+        samples.clone(),
+        "no reservation left once all had time to expire",
+    )
+    .await;
+    broken(
+        honest(),
+        samples.clone(),
+        "pool counts equal the allocation rows (allocated = confirmed, reserved = reserved)",
+    )
+    .await;
     tenant.close().await.expect("close");
 }
 

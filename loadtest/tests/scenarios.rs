@@ -163,7 +163,10 @@ async fn a_reserved_drop_decides_every_unit_and_keeps_the_pool_true() {
         );
     }
     let r = report.reservations.as_ref().expect("reservation figures");
-    assert!(r.reserved >= 20, "every unit was reserved at least once: {r:?}");
+    assert!(
+        r.reserved >= 20,
+        "every unit was reserved at least once: {r:?}"
+    );
     assert_eq!(r.reserved, report.people.succeeded, "{r:?}");
     assert_eq!(r.confirmed + r.released + r.expired, r.reserved, "{r:?}");
     assert!(
