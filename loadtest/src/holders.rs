@@ -33,8 +33,9 @@ pub struct Held {
     pub choice: Choice,
     /// `None` when the holder let it lapse.
     pub answer: Option<Answer>,
-    /// An attempt before the last had no answer, so it may have acted already: the last answer
-    /// may then be a `200` repeat (`changed: false`) of what the lost one did.
+    /// An attempt before the last had no answer (or `503 UNAVAILABLE`, which the API says may
+    /// leave a write's outcome unknown), so it may have acted already: the last answer may then
+    /// be a `200` repeat (`changed: false`) of what that one did.
     pub lost_attempt: bool,
 }
 

@@ -103,6 +103,13 @@ impl Holding {
                 Outcome::Refused {
                     status: 409, state, ..
                 } => break Answer::Conflict { state },
+                // The API's own words: a write answered UNAVAILABLE may have been applied.
+                Outcome::Refused {
+                    code, retry_after, ..
+                } if code == "UNAVAILABLE" => {
+                    lost_attempt = true;
+                    retry_after
+                }
                 Outcome::Refused {
                     retryable: true,
                     retry_after,
