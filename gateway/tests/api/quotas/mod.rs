@@ -3,6 +3,7 @@
 //! rows say (read from PostgreSQL by the tests, never from the handler's own answers).
 
 mod contract;
+mod outages;
 mod pools;
 mod races;
 
