@@ -8,7 +8,6 @@
 
 use fred::prelude::*;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use crate::DurableError;
@@ -191,14 +190,7 @@ pub async fn configure(
     .await?
     .map(|row| (row.request_sha256, row.snapshot));
     if let Some((stored_digest, snapshot)) = receipt {
-        if stored_digest != digest {
-            return Err(DurableError::IdempotencyConflict(
-                "this Idempotency-Key was used with another request".into(),
-            ));
-        }
-        let snapshot: Snapshot = serde_json::from_value(snapshot).map_err(|e| {
-            DurableError::StateConflict(format!("stored receipt does not load: {e}"))
-        })?;
+        let snapshot: Snapshot = crate::receipts::replay(&stored_digest, snapshot, &digest)?;
         tx.commit().await?;
         return Ok(Configured {
             snapshot,
@@ -270,14 +262,13 @@ pub async fn configure(
 /// What identifies a configure request's content: the expected revision, the reason and the
 /// three limits (the key itself is the receipt's address).
 fn request_digest(call: &Configure<'_>) -> Vec<u8> {
-    let canonical = serde_json::json!([
+    crate::receipts::digest(&serde_json::json!([
         call.expected_revision.to_string(),
         call.reason,
         call.budgets.max_unfinished_tasks,
         call.budgets.max_concurrency,
         call.budgets.rate_per_second,
-    ]);
-    Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+    ]))
 }
 
 /// Stores `budgets` of `revision` where the scripts read them; an older revision never

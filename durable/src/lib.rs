@@ -11,6 +11,7 @@
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
 //! - [`webhook_secret`]: rotating a namespace's webhook secret (two live during a rotation).
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
+//! - [`receipts`]: idempotency receipts of management calls (digest and replay).
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`status`]: the status board operators read.
 //! - [`quotas`]: quota pools' counts and capacity, allocations' confirm and release, and the
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod projection;
 pub mod quotas;
+pub mod receipts;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;

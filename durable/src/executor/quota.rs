@@ -127,9 +127,12 @@ async fn allocate_in_one_transaction(
     .await?
     .map(|row| (row.capacity, row.allocated, row.reserved));
     let counts = match counts {
+        // Under the pool's row lock, before units are counted: a buyer is never told
+        // `SOLD_OUT` while a unit whose reservation lapsed waits for the sweeper.
         Some((capacity, allocated, reserved)) if reserved > 0 => {
-            let lapsed = expire_lapsed(&mut tx, namespace_id, pool).await?;
-            Some((capacity, allocated, reserved - lapsed))
+            let lapsed = crate::quotas::expiry::expire_in_pool(&mut *tx, namespace_id, pool, None)
+                .await?;
+            Some((capacity, allocated, reserved - i64::try_from(lapsed).unwrap_or(0)))
         }
         other => other,
     };
@@ -204,35 +207,6 @@ async fn allocate_in_one_transaction(
     let landed = write_outcomes(&mut tx, batch, &outcomes).await?;
     tx.commit().await?;
     Ok(landed)
-}
-
-/// Expires the pool's reservations the database's clock has passed, under the pool's row lock
-/// the caller holds, before units are counted: a buyer is never told `SOLD_OUT` while a unit
-/// that lapsed waits for the sweeper. Returns how many expired.
-async fn expire_lapsed(
-    tx: &mut sqlx::PgConnection,
-    namespace_id: NamespaceId,
-    pool: &str,
-) -> Result<i64, DurableError> {
-    let lapsed: i64 = sqlx::query_scalar!(
-        r#"WITH expired AS (
-               UPDATE allocations SET state = 'expired', updated_at = clock_timestamp()
-                WHERE namespace_id = $1 AND pool = $2
-                  AND state = 'reserved' AND expires_at <= clock_timestamp()
-               RETURNING id
-           ), counted AS (
-               UPDATE quota_pools q SET reserved = q.reserved - (SELECT count(*) FROM expired)
-                WHERE q.namespace_id = $1 AND q.code = $2 AND EXISTS (SELECT 1 FROM expired)
-               RETURNING 1 AS counted
-           )
-           SELECT count(*) AS "lapsed!" FROM expired"#,
-        namespace_id as _,
-        pool,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    metrics::reservations_expired(usize::try_from(lapsed).unwrap_or(0));
-    Ok(lapsed)
 }
 
 /// The command's result: what it took, as it stood when it landed. A reservation's current

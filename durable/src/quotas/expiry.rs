@@ -39,7 +39,7 @@ pub async fn expire_overdue(pg: &PgPool, redis: &Projection) -> Result<usize, Du
     }
     let mut expired = 0;
     for ((application_id, namespace_id, pool), ids) in by_pool {
-        let count = expire_in_pool(pg, namespace_id, &pool, &ids).await?;
+        let count = expire_in_pool(pg, namespace_id, &pool, Some(&ids)).await?;
         if count > 0 {
             expired += count;
             super::invalidate_pool(redis, application_id, namespace_id, &pool).await;
@@ -48,22 +48,25 @@ pub async fn expire_overdue(pg: &PgPool, redis: &Projection) -> Result<usize, Du
     Ok(expired)
 }
 
-/// Expires those of `ids` that are still reserved and overdue once the pool is locked.
-async fn expire_in_pool(
-    pg: &PgPool,
+/// Expires the reservations of `pool` (those of `only`, when given) that are still reserved
+/// and overdue once the pool's row is locked; returns how many. One statement, in the order
+/// [`super::allocations::decide`] takes (the pool's row, then each allocation's as it is
+/// updated), so the pool is held for microseconds; run inside a transaction that already holds
+/// the pool's row (the quota handler's), it takes nothing new.
+pub async fn expire_in_pool(
+    conn: impl sqlx::PgExecutor<'_>,
     namespace_id: NamespaceId,
     pool: &str,
-    ids: &[Uuid],
+    only: Option<&[Uuid]>,
 ) -> Result<usize, DurableError> {
-    // One statement (the order `allocations::decide` takes: the pool's row, then each
-    // allocation's as it is updated), so the pool is held for microseconds.
     let expired = sqlx::query_scalar!(
         r#"WITH pool AS (
                SELECT code FROM quota_pools WHERE namespace_id = $1 AND code = $2 FOR UPDATE
            ), expired AS (
                UPDATE allocations a SET state = 'expired', updated_at = clock_timestamp()
                  FROM pool
-                WHERE a.namespace_id = $1 AND a.pool = $2 AND a.id = ANY($3)
+                WHERE a.namespace_id = $1 AND a.pool = $2
+                  AND ($3::uuid[] IS NULL OR a.id = ANY($3))
                   AND a.state = 'reserved' AND a.expires_at <= clock_timestamp()
                RETURNING a.id
            ), counted AS (
@@ -74,9 +77,9 @@ async fn expire_in_pool(
            SELECT count(*) AS "expired!" FROM expired"#,
         namespace_id as _,
         pool,
-        ids,
+        only as _,
     )
-    .fetch_one(pg)
+    .fetch_one(conn)
     .await?;
     let expired = usize::try_from(expired).unwrap_or(0);
     crate::metrics::reservations_expired(expired);

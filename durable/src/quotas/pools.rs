@@ -7,7 +7,6 @@
 //! set here alone (`tenancy::apply_declaration`).
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use crate::DurableError;
@@ -99,14 +98,8 @@ pub async fn configure(pg: &PgPool, call: &Configure<'_>) -> Result<Configured, 
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(receipt) = receipt {
-        if receipt.request_sha256 != digest {
-            return Err(DurableError::IdempotencyConflict(
-                "this Idempotency-Key was used with another request".into(),
-            ));
-        }
-        let snapshot: PoolSnapshot = serde_json::from_value(receipt.snapshot).map_err(|e| {
-            DurableError::StateConflict(format!("stored receipt does not load: {e}"))
-        })?;
+        let snapshot: PoolSnapshot =
+            crate::receipts::replay(&receipt.request_sha256, receipt.snapshot, &digest)?;
         tx.commit().await?;
         return Ok(Configured {
             snapshot,
@@ -175,11 +168,10 @@ pub async fn configure(pg: &PgPool, call: &Configure<'_>) -> Result<Configured, 
 /// What identifies a configure request's content: the pool, the expected revision, the reason
 /// and the capacity (the key itself is the receipt's address).
 fn request_digest(call: &Configure<'_>) -> Vec<u8> {
-    let canonical = serde_json::json!([
+    crate::receipts::digest(&serde_json::json!([
         call.pool,
         call.expected_revision.to_string(),
         call.reason,
         call.capacity,
-    ]);
-    Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+    ]))
 }

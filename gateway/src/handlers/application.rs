@@ -17,7 +17,7 @@ use sluice_durable::application::{
 };
 use sluice_durable::ids::ApplicationId;
 
-use super::{Handled, idempotency_key, require_json, validate_reason};
+use super::{Handled, RevisedChange, idempotency_key, require_json};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -123,19 +123,13 @@ struct ConfigureRequest {
 impl ConfigureRequest {
     fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let mut reader = ObjectReader::new(parse_object(body)?, "");
-        let expected_revision = reader.required_decimal_string_u64("expected_revision")?;
-        let reason = reader.required_string("reason")?;
+        let change = RevisedChange::read(&mut reader)?;
         let max_unfinished =
             reader.required_u64_in("max_unfinished_tasks", MAX_UNFINISHED_RANGE)?;
         let max_concurrency = reader.required_u64_in("max_concurrency", MAX_CONCURRENCY_RANGE)?;
         let rate = reader.required_u64_in("rate_per_second", RATE_PER_SECOND_RANGE)?;
         reader.finish()?;
-        if expected_revision == 0 {
-            return Err(ApiError::invalid("expected_revision", "must not be zero"));
-        }
-        let expected_revision = i64::try_from(expected_revision)
-            .map_err(|_| ApiError::invalid("expected_revision", "is beyond any revision"))?;
-        validate_reason(&reason)?;
+        let (expected_revision, reason) = change.validated()?;
         let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         Ok(Self {
             expected_revision,

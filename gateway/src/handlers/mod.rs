@@ -42,6 +42,34 @@ pub fn validate_reason(reason: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The two fields of every audited change made under a revision (`expected_revision`, a
+/// decimal string, and `reason`), read from a configure body; [`Self::validated`] checks them
+/// once the body's unknown fields have been refused.
+pub struct RevisedChange {
+    expected_revision: u64,
+    reason: String,
+}
+
+impl RevisedChange {
+    pub fn read(reader: &mut crate::strict_json::ObjectReader) -> Result<Self, ApiError> {
+        Ok(Self {
+            expected_revision: reader.required_decimal_string_u64("expected_revision")?,
+            reason: reader.required_string("reason")?,
+        })
+    }
+
+    /// `(expected_revision, reason)`: a revision that can exist, a reason that says something.
+    pub fn validated(self) -> Result<(i64, String), ApiError> {
+        if self.expected_revision == 0 {
+            return Err(ApiError::invalid("expected_revision", "must not be zero"));
+        }
+        let expected_revision = i64::try_from(self.expected_revision)
+            .map_err(|_| ApiError::invalid("expected_revision", "is beyond any revision"))?;
+        validate_reason(&self.reason)?;
+        Ok((expected_revision, self.reason))
+    }
+}
+
 /// Longest `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 128;
 

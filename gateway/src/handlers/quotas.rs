@@ -16,7 +16,7 @@ use sluice_durable::quotas::pools::{self, Configure, MAX_CAPACITY, PoolSnapshot}
 use uuid::Uuid;
 
 use super::answers::to_data;
-use super::{Handled, idempotency_key, is_command_code, require_json, validate_reason};
+use super::{Handled, RevisedChange, idempotency_key, is_command_code, require_json};
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Gateway;
@@ -140,14 +140,7 @@ pub async fn decide(
     let decided = allocations::decide(&gateway.pg, caller.namespace_id, id, action).await?;
     match decided {
         Decided::Changed(allocation) => {
-            let namespace = gateway.namespace(caller.namespace_id).await?;
-            invalidate_pool(
-                &gateway.redis,
-                namespace.application_id,
-                caller.namespace_id,
-                &allocation.pool,
-            )
-            .await;
+            pool_changed(gateway, caller, &allocation.pool).await?;
             Ok((
                 StatusCode::OK,
                 to_data(&AllocationAnswer::of(&allocation, Some(true)))?,
@@ -160,14 +153,7 @@ pub async fn decide(
         Decided::Refused(allocation) => {
             if allocation.state == AllocationState::Expired {
                 // This call may have been the one to expire it.
-                let namespace = gateway.namespace(caller.namespace_id).await?;
-                invalidate_pool(
-                    &gateway.redis,
-                    namespace.application_id,
-                    caller.namespace_id,
-                    &allocation.pool,
-                )
-                .await;
+                pool_changed(gateway, caller, &allocation.pool).await?;
             }
             Err(ApiError::new(
                 ErrorCode::StateConflict,
@@ -179,6 +165,19 @@ pub async fn decide(
             .with_detail("state", allocation.state.as_str()))
         }
     }
+}
+
+/// Drops the cached reads of the caller's `pool` after a change of its counts committed.
+async fn pool_changed(gateway: &Gateway, caller: &Caller, pool: &str) -> Result<(), ApiError> {
+    let namespace = gateway.namespace(caller.namespace_id).await?;
+    invalidate_pool(
+        &gateway.redis,
+        namespace.application_id,
+        caller.namespace_id,
+        pool,
+    )
+    .await;
+    Ok(())
 }
 
 /// A pool as the API shows it (the status board's fields, and the revision, a decimal string).
@@ -258,16 +257,10 @@ struct ConfigureRequest {
 impl ConfigureRequest {
     fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let mut reader = ObjectReader::new(parse_object(body)?, "");
-        let expected_revision = reader.required_decimal_string_u64("expected_revision")?;
-        let reason = reader.required_string("reason")?;
+        let change = RevisedChange::read(&mut reader)?;
         let capacity = reader.required_u64_in("capacity", 0..=MAX_CAPACITY)?;
         reader.finish()?;
-        if expected_revision == 0 {
-            return Err(ApiError::invalid("expected_revision", "must not be zero"));
-        }
-        let expected_revision = i64::try_from(expected_revision)
-            .map_err(|_| ApiError::invalid("expected_revision", "is beyond any revision"))?;
-        validate_reason(&reason)?;
+        let (expected_revision, reason) = change.validated()?;
         Ok(Self {
             expected_revision,
             reason,

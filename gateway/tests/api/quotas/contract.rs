@@ -57,6 +57,8 @@ async fn a_reservation_is_confirmed_released_or_expired_exactly_once() {
         "{:?}",
         by_other.body
     );
+    let released_by_other = act(&stack, &a_id, "release", &carol).await;
+    assert_eq!(released_by_other.status, StatusCode::FORBIDDEN);
     let by_credential = act(&stack, &a_id, "release", &stack.credential()).await;
     assert_eq!(by_credential.status, StatusCode::FORBIDDEN);
     assert_eq!(states(&stack.pg, "seats").await.get("reserved"), Some(&3));
