@@ -134,10 +134,10 @@ print(creds["credential"], f"{header}.{claims}.{signature}")
 PY
 )
 
-# Two copies of the document, one per scheme, both with the commands and `input` as the demo
-# declaration (deploy/demo.toml, which `sluice dev` applies) declares them: the document cannot
-# know a namespace's commands and parameters, and without them every positive enqueue is a 404
-# or a 400 on `input`. What
+# Two copies of the document, one per scheme, both with the commands, `input` and the quota pools
+# as the demo declaration (deploy/demo.toml, which `sluice dev` applies) declares them: the
+# document cannot know a namespace's commands, parameters and pools, and without them every
+# positive enqueue is a 404 or a 400 on `input`, and every positive pool request a 404. What
 # `x-required-with-credential` marks (`subject`) is required in the credential's copy and, in
 # the token's, may only name the token's own subject: JSON Schema cannot see which scheme
 # authenticated a request.
@@ -165,6 +165,9 @@ inputs = [{"type": "object", "additionalProperties": False,
 # The commands the namespace declares: positive cases name them (negative ones anything else).
 doc["components"]["parameters"]["CommandCode"]["schema"]["enum"] = [
     c["code"] for c in declaration.get("command", [])]
+# And its quota pools, so that positive reads and configures of a pool reach more than a 404.
+doc["components"]["parameters"]["PoolCode"]["schema"]["enum"] = [
+    p["code"] for p in declaration.get("quota_pool", [])]
 body = doc["components"]["schemas"]["EnqueueRequest"]["properties"]
 body["input"] = {**inputs[0], "description": body["input"].get("description", "")} if len(inputs) == 1 \
     else {"anyOf": inputs}
@@ -221,7 +224,7 @@ all_phases=(--phases examples,coverage,fuzzing,stateful)
 log "schemathesis (seed $seed): with a subject token"
 (cd "$out" && "$st" --no-color run openapi.subject.json "${common[@]}" "${all_phases[@]}" \
   -H "Authorization: Bearer $token" \
-  --include-operation-id-regex '^(enqueueCommand|getCommand|getCommandByRequestKey|listMyCommands|cancelCommand|getRead)$' \
+  --include-operation-id-regex '^(enqueueCommand|getCommand|getCommandByRequestKey|listMyCommands|cancelCommand|getRead|getAllocation|confirmAllocation|releaseAllocation)$' \
   --report junit,ndjson --report-dir subject) || status=1
 log "schemathesis (seed $seed): the control, with the credential"
 # No stateful phase: no link leads to or from the control.

@@ -28,6 +28,11 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/v1/reads/{name}:invalidate"),
     ("POST", "/v1/control"),
     ("GET", "/v1/status"),
+    ("GET", "/v1/quota-pools/{pool}"),
+    ("POST", "/v1/quota-pools/{pool}:configure"),
+    ("GET", "/v1/allocations/{allocation_id}"),
+    ("POST", "/v1/allocations/{allocation_id}:confirm"),
+    ("POST", "/v1/allocations/{allocation_id}:release"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
 ];
@@ -132,6 +137,30 @@ fn assert_exact(doc: &Value, name: &str, real: &Value, what: &str) {
         properties(doc, name),
         "components.schemas.{name}: every field is always sent, so every field is required"
     );
+}
+
+/// A schema with optional fields: the real object sends only documented fields and every
+/// required one.
+fn assert_within(doc: &Value, name: &str, real: &Value, what: &str) {
+    let sent = keys(real);
+    assert!(
+        sent.is_subset(&properties(doc, name)),
+        "{what}: undocumented fields in {sent:?} (components.schemas.{name})"
+    );
+    assert!(
+        required(doc, name).is_subset(&sent),
+        "{what}: a required field of components.schemas.{name} is missing from {sent:?}"
+    );
+}
+
+/// The values of an `enum` under `pointer` (a JSON pointer into the document).
+fn enum_at(doc: &Value, pointer: &str) -> BTreeSet<String> {
+    doc.pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("{pointer} is not an enum"))
+        .iter()
+        .map(|v| v.as_str().expect("enum values are strings").to_string())
+        .collect()
 }
 
 fn collect_refs(value: &Value, out: &mut Vec<String>) {
@@ -470,6 +499,192 @@ async fn read_answers_have_exactly_the_documented_fields() {
     assert!(reasons.contains(error["details"]["reason"].as_str().expect("reason")));
 }
 
+/// The quota answers: the results of a reserved and a committed quota command, a pool's `GET`
+/// and `:configure` (and its repeat), an allocation's `GET`, `:confirm` (and its repeat) and the
+/// `409` of `:release` after it, with `details.state`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_answers_have_exactly_the_documented_fields() {
+    let doc = document();
+    let declaration = format!(
+        "{}{CLAIM_DECLARATION}",
+        crate::quotas::reserved_declaration(3, 300)
+    );
+    let stack = Stack::with_declaration(&declaration).await;
+    let shutdown = crate::execution::start_executor(&stack, crate::execution::fast_executor());
+    let credential = stack.credential();
+    let offer = offer();
+    let reserved = crate::quotas::hold(&stack, "alice", &offer).await;
+    assert_eq!(reserved.status, StatusCode::ACCEPTED, "{:?}", reserved.body);
+    let committed = stack.enqueue("alice", &key(), &offer).await;
+    assert_eq!(
+        committed.status,
+        StatusCode::ACCEPTED,
+        "{:?}",
+        committed.body
+    );
+    assert!(
+        crate::execution::all_terminal(&stack, std::time::Duration::from_secs(20)).await,
+        "both commands land"
+    );
+
+    // The results, as the command's record shows them.
+    let result_of = |receipt: &Reply| {
+        let id = receipt.data()["command_id"]
+            .as_str()
+            .expect("command_id")
+            .to_string();
+        let stack = &stack;
+        async move {
+            let record = crate::execution::record(stack, &id).await;
+            assert_eq!(record.status, StatusCode::OK, "{:?}", record.body);
+            assert_eq!(record.data()["status"], "succeeded", "{:?}", record.body);
+            record.data()["result"].clone()
+        }
+    };
+    let held = result_of(&reserved).await;
+    assert_within(&doc, "QuotaResult", &held, "a reserved quota result");
+    assert_eq!(held["state"], "reserved", "{held}");
+    assert!(held["expires_at"].is_string(), "{held}");
+    let taken = result_of(&committed).await;
+    assert_within(&doc, "QuotaResult", &taken, "a committed quota result");
+    assert_eq!(taken["state"], "confirmed", "{taken}");
+    assert!(taken.get("expires_at").is_none(), "{taken}");
+    let result_states = enum_at(
+        &doc,
+        "/components/schemas/QuotaResult/properties/state/enum",
+    );
+    assert_eq!(
+        result_states,
+        BTreeSet::from(["confirmed".to_string(), "reserved".to_string()])
+    );
+
+    // The pool, and a configure of it (and its repeat).
+    let pool = stack.get("/v1/quota-pools/seats", Some(&credential)).await;
+    assert_eq!(pool.status, StatusCode::OK, "{:?}", pool.body);
+    assert_exact(&doc, "QuotaPoolEnvelope", &pool.body, "pool envelope");
+    assert_exact(&doc, "QuotaPool", pool.data(), "GET /v1/quota-pools/{pool}");
+    assert_eq!(pool.data()["reserved"], 1, "{:?}", pool.body);
+    let revision = pool.data()["revision"].as_str().expect("revision");
+    let body = serde_json::json!({
+        "expected_revision": revision, "reason": "fields", "capacity": 4,
+    });
+    assert_eq!(
+        keys(&body),
+        properties(&doc, "ConfigureQuotaPoolRequest"),
+        "the request's fields"
+    );
+    let configure = || {
+        stack.request_with(
+            Method::POST,
+            "/v1/quota-pools/seats:configure",
+            Some(&credential),
+            Some(body.to_string().into()),
+            &[("Idempotency-Key", "fields-1")],
+        )
+    };
+    let configured = configure().await;
+    assert_eq!(configured.status, StatusCode::OK, "{:?}", configured.body);
+    assert_exact(
+        &doc,
+        "ConfiguredQuotaPoolEnvelope",
+        &configured.body,
+        "configure envelope",
+    );
+    assert_exact(
+        &doc,
+        "ConfiguredQuotaPool",
+        configured.data(),
+        "POST /v1/quota-pools/{pool}:configure",
+    );
+    assert_exact(
+        &doc,
+        "QuotaPool",
+        &configured.data()["pool"],
+        "configured pool",
+    );
+    let repeated = configure().await;
+    assert_eq!(repeated.status, StatusCode::OK, "{:?}", repeated.body);
+    assert_eq!(repeated.data()["deduplicated"], true);
+    assert_exact(&doc, "QuotaPool", &repeated.data()["pool"], "repeated pool");
+
+    // The allocation, its confirm, the confirm's repeat and a release after it.
+    let states = string_enum(&doc, "AllocationState");
+    let id = held["allocation_id"].as_str().expect("allocation_id");
+    let alice = stack.subject_token("alice");
+    let allocation = stack
+        .get(&format!("/v1/allocations/{id}"), Some(&alice))
+        .await;
+    assert_eq!(allocation.status, StatusCode::OK, "{:?}", allocation.body);
+    assert_exact(
+        &doc,
+        "AllocationEnvelope",
+        &allocation.body,
+        "allocation envelope",
+    );
+    assert_within(
+        &doc,
+        "Allocation",
+        allocation.data(),
+        "GET /v1/allocations/{id}",
+    );
+    assert_eq!(allocation.data()["state"], "reserved");
+    assert!(
+        allocation.data()["expires_at"].is_string(),
+        "{:?}",
+        allocation.body
+    );
+    let decide = |verb: &'static str| {
+        let (stack, alice) = (&stack, &alice);
+        async move {
+            stack
+                .post(&format!("/v1/allocations/{id}:{verb}"), Some(alice), "{}")
+                .await
+        }
+    };
+    for (answer, changed) in [
+        (decide("confirm").await, true),
+        (decide("confirm").await, false),
+    ] {
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+        assert_exact(
+            &doc,
+            "AllocationDecisionEnvelope",
+            &answer.body,
+            "confirm envelope",
+        );
+        assert_within(&doc, "AllocationDecision", answer.data(), "a confirm");
+        assert_eq!(answer.data()["changed"], changed, "{:?}", answer.body);
+        assert_eq!(answer.data()["state"], "confirmed");
+        assert!(
+            answer.data().get("expires_at").is_none(),
+            "{:?}",
+            answer.body
+        );
+        assert!(states.contains(answer.data()["state"].as_str().expect("state")));
+    }
+    // Exactly one field of the decision is not the allocation's.
+    let mut decision = properties(&doc, "AllocationDecision");
+    assert!(decision.remove("changed"));
+    assert_eq!(decision, properties(&doc, "Allocation"));
+
+    let refused = decide("release").await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{:?}", refused.body);
+    assert_eq!(keys(&refused.body), properties(&doc, "ErrorEnvelope"));
+    let error = &refused.body["error"];
+    assert!(keys(error).is_subset(&properties(&doc, "Error")), "{error}");
+    assert_eq!(error["code"], "STATE_CONFLICT");
+    let refusing = enum_at(
+        &doc,
+        "/components/schemas/Error/properties/details/properties/state/enum",
+    );
+    assert!(
+        refusing.contains(error["details"]["state"].as_str().expect("details.state")),
+        "{error}"
+    );
+    assert!(refusing.is_subset(&states));
+    shutdown.cancel();
+}
+
 /// The path of a documented operation with its parameters filled in.
 fn concrete(path: &str) -> String {
     path.replace("{command}", "claim")
@@ -477,6 +692,8 @@ fn concrete(path: &str) -> String {
         .replace("{ticket}", "c2VjcmV0LXRpY2tldA")
         .replace("{request_key}", "order-1")
         .replace("{name}", "offer")
+        .replace("{pool}", "offer-stock")
+        .replace("{allocation_id}", "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d11")
 }
 
 /// A method no operation of a path documents is `405` with `Allow` naming the documented one,
