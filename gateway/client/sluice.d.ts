@@ -23,6 +23,34 @@ export declare class SluiceError extends Error {
   /** True when the client will try again by itself. */
   retryable: boolean;
   readonly retryAfterMs: number | null;
+  /** The API's `error.details` when it sent one, e.g. `{ state: "expired" }` on the
+   *  `409 STATE_CONFLICT` of `confirm()` or `release()`. */
+  readonly details: Record<string, unknown> | null;
+}
+
+/** `reserved` until exactly one of the other three; a decided state never changes. */
+export type AllocationState = "reserved" | "confirmed" | "released" | "expired";
+
+export declare const ALLOCATION_STATES: readonly AllocationState[];
+
+/** An allocation's current truth (`GET /v1/allocations/{id}`). */
+export interface Allocation {
+  allocation_id: string;
+  pool: string;
+  /** The holder: the only subject who may confirm or release it. */
+  subject: string;
+  command_id: string;
+  state: AllocationState;
+  /** When the reservation lapses (or lapsed); only while `reserved` and once `expired`. */
+  expires_at?: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** The answer to `confirm()` and `release()`: the allocation, and whether this call decided it
+ *  (false: a repeat of the action that already had). */
+export interface AllocationDecision extends Allocation {
+  changed: boolean;
 }
 
 export interface Snapshot {
@@ -66,6 +94,14 @@ export interface ReadAnswer {
 export interface Client {
   readonly subject: string | null;
   read(name: string, params?: Record<string, string>): Promise<ReadAnswer>;
+  /** The allocation's state now; the holder's own only. */
+  allocation(id: string): Promise<Allocation>;
+  /** Keeps a reserved unit. Released or expired first: rejects with `STATE_CONFLICT`,
+   *  `details.state` saying which. Safe to repeat. */
+  confirm(id: string): Promise<AllocationDecision>;
+  /** Gives a reserved unit back. Confirmed or expired first: rejects with `STATE_CONFLICT`,
+   *  `details.state` saying which. Safe to repeat. */
+  release(id: string): Promise<AllocationDecision>;
   command(code: string, options: { key: string; input?: unknown }): CommandHandle;
 }
 

@@ -9,7 +9,11 @@
 //   back off exponentially up to 30 s, never earlier than `Retry-After`; a hidden tab polls at
 //   most every 30 s and catches up as soon as it is visible again;
 // - state lives in `storage` (sessionStorage by default); without a working storage the client
-//   refuses to start instead of keeping an intent in memory that a reload would forget.
+//   refuses to start instead of keeping an intent in memory that a reload would forget;
+// - a reserved unit (a quota command in reserved mode) is read, confirmed or released by its
+//   holder with `allocation(id)`, `confirm(id)` and `release(id)`: all three are safe to repeat
+//   (a repeated confirm or release answers `changed: false`), so an answer lost to the network
+//   is asked again like a 503, and the decision of a payment is never left unknown for a glitch.
 
 /** The statuses a command has on the server. */
 export const STATUSES = Object.freeze([
@@ -29,17 +33,30 @@ export const REQUEST_TIMEOUT_MS = 15_000;
 export const DEFAULT_POLL_MS = 2_000;
 const STORAGE_PREFIX = "sluice:v1:";
 
-/** A refusal or failure the client reports; `retryable` says whether it will try again itself. */
+/**
+ * A refusal or failure the client reports; `retryable` says whether it will try again itself.
+ * `details` is the API's `error.details` when it sent one: e.g. `{state}` on the `409
+ * STATE_CONFLICT` of a confirm or release, the state that forbids it.
+ */
 export class SluiceError extends Error {
-  constructor(code, message, { status = 0, retryable = false, retryAfterMs = null } = {}) {
+  constructor(code, message, { status = 0, retryable = false, retryAfterMs = null, details = null } = {}) {
     super(message);
     this.name = "SluiceError";
     this.code = code;
     this.status = status;
     this.retryable = retryable;
     this.retryAfterMs = retryAfterMs;
+    this.details = details;
   }
 }
+
+/** The states of an allocation (`GET /v1/allocations/{id}`). */
+export const ALLOCATION_STATES = Object.freeze(["reserved", "confirmed", "released", "expired"]);
+
+/** Attempts of a call the client repeats by itself (`read`, `allocation`, `confirm`, `release`). */
+const MAX_ATTEMPTS = 4;
+
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 /**
  * The wait before attempt `attempt` (0 = the first retry): exponential from FIRST_BACKOFF_MS,
@@ -179,6 +196,42 @@ export function createClient(options) {
     return { status: response.status, data: json?.data ?? null, error: json?.error ?? null, retryAfterMs };
   }
 
+  /**
+   * A call that is safe to repeat, resolved to its `data`: a `429` or `503` is asked again after
+   * a backoff (never earlier than `Retry-After`), and, with `lostAnswers`, so is a network error
+   * (the outcome of the call is then unknown, and repeating it is what makes it known), up to
+   * MAX_ATTEMPTS in all. Any other answer is thrown as a SluiceError at once.
+   */
+  async function repeatable(method, path, { lostAnswers = false } = {}) {
+    for (let attempt = 0; ; attempt += 1) {
+      let answer;
+      try {
+        answer = await call(method, path);
+      } catch (thrown) {
+        // The client's own errors (a token naming another subject) are not the network's.
+        if (thrown instanceof SluiceError || !lostAnswers) throw thrown;
+        if (attempt + 1 >= MAX_ATTEMPTS) {
+          throw new SluiceError("NETWORK", `the gateway could not be reached: ${thrown?.message ?? thrown}`,
+            { retryable: true });
+        }
+        await sleep(env, backoffMs(attempt, null, random));
+        continue;
+      }
+      if (answer.status === 200) return answer.data;
+      const retryable = answer.status === 503 || answer.status === 429;
+      if (!retryable || attempt + 1 >= MAX_ATTEMPTS) throw refusal(answer);
+      await sleep(env, backoffMs(attempt, answer.retryAfterMs, random));
+    }
+  }
+
+  /** `/v1/allocations/{id}` and its custom methods; an id that cannot exist is refused here. */
+  function allocationPath(id, verb = "") {
+    if (typeof id !== "string" || !UUID.test(id)) {
+      throw new SluiceError("INVALID_ARGUMENT", "id must be an allocation id (a uuid, the result's allocation_id)");
+    }
+    return `/v1/allocations/${id}${verb}`;
+  }
+
   const handles = new Set();
 
   const client = {
@@ -187,13 +240,35 @@ export function createClient(options) {
     /** `GET /v1/reads/{name}?…`: the items and their freshness fields. */
     async read(name, params = {}) {
       const query = new URLSearchParams(params).toString();
-      for (let attempt = 0; ; attempt += 1) {
-        const answer = await call("GET", `/v1/reads/${encodeURIComponent(name)}${query ? `?${query}` : ""}`);
-        if (answer.status === 200) return answer.data;
-        const retryable = answer.status === 503 || answer.status === 429;
-        if (!retryable || attempt >= 3) throw refusal(answer);
-        await sleep(env, backoffMs(attempt, answer.retryAfterMs, random));
-      }
+      return repeatable("GET", `/v1/reads/${encodeURIComponent(name)}${query ? `?${query}` : ""}`);
+    },
+
+    /**
+     * `GET /v1/allocations/{id}`: the allocation's state now (`reserved`, `confirmed`,
+     * `released` or `expired`, with `expires_at` while reserved or once expired). The receipt
+     * in a command's result never changes; this is what counts. Only its holder may read it.
+     */
+    async allocation(id) {
+      return repeatable("GET", allocationPath(id), { lostAnswers: true });
+    },
+
+    /**
+     * `POST /v1/allocations/{id}:confirm`: keeps a reserved unit (after the payment, before
+     * `expires_at`). Resolves to the allocation with `changed` (false: it was confirmed
+     * already). Released or expired first: a SluiceError `STATE_CONFLICT`, `details.state`
+     * saying which.
+     */
+    async confirm(id) {
+      return repeatable("POST", allocationPath(id, ":confirm"), { lostAnswers: true });
+    },
+
+    /**
+     * `POST /v1/allocations/{id}:release`: gives a reserved unit back to the pool (the subject
+     * never gets another one from it). Resolves like `confirm`; confirmed or expired first: a
+     * SluiceError `STATE_CONFLICT` with `details.state`.
+     */
+    async release(id) {
+      return repeatable("POST", allocationPath(id, ":release"), { lostAnswers: true });
     },
 
     /**
@@ -221,6 +296,7 @@ function refusal(answer) {
     status: answer.status,
     retryable: Boolean(error.retryable),
     retryAfterMs: answer.retryAfterMs,
+    details: error.details && typeof error.details === "object" ? error.details : null,
   });
 }
 

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import {
-  FINAL, MAX_BACKOFF_MS, SluiceError, backoffMs, createClient, pollDelayMs, tokenClaims,
+  ALLOCATION_STATES, FINAL, MAX_BACKOFF_MS, SluiceError, backoffMs, createClient, pollDelayMs, tokenClaims,
 } from "../sluice.js";
 
 /** A subject token whose payload names `sub` and `exp` (the client does not verify it). */
@@ -251,4 +251,93 @@ test("a token function is asked again on 401, and a new subject stops the comman
   assert.equal(handle.snapshot.error.code, "SUBJECT_CHANGED");
   assert.equal(clock.timers.length, 0, "nothing polls for Alice any more");
   assert.equal(tokenClaims(token("x")).sub, "x");
+});
+
+const ALLOCATION = "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10";
+
+/** Lets `promise`'s pending requests run and fires its timers (backoffs) until it settles. */
+async function settle(clock, promise) {
+  let done = false;
+  promise.then(() => { done = true; }, () => { done = true; });
+  for (let i = 0; i < 50 && !done; i += 1) {
+    for (let j = 0; j < 20 && !done; j += 1) await new Promise((r) => setImmediate(r));
+    if (!done) await clock.tick();
+  }
+  return promise;
+}
+const allocation = (state, extra = {}) => ({
+  status: 200,
+  json: { data: { allocation_id: ALLOCATION, pool: "seats", subject: "alice", command_id: "c1", state,
+    created_at: "t0", updated_at: "t1", ...extra } },
+});
+const conflict = (state) => ({
+  status: 409,
+  json: { error: { code: "STATE_CONFLICT", message: `the allocation is ${state}`, retryable: false, details: { state } } },
+});
+
+test("allocation(), confirm() and release() send the subject token and answer the allocation", async () => {
+  const alice = token("alice");
+  const { gw, client } = setup({
+    [`/v1/allocations/${ALLOCATION}`]: [allocation("reserved", { expires_at: "t2" })],
+    [`/v1/allocations/${ALLOCATION}:confirm`]: [allocation("confirmed", { changed: true })],
+    [`/v1/allocations/${ALLOCATION}:release`]: [allocation("released", { changed: false })],
+  }, { token: alice });
+  const held = await client.allocation(ALLOCATION);
+  assert.equal(held.state, "reserved");
+  assert.equal(held.expires_at, "t2");
+  const confirmed = await client.confirm(ALLOCATION);
+  assert.deepEqual([confirmed.state, confirmed.changed], ["confirmed", true]);
+  const released = await client.release(ALLOCATION);
+  assert.deepEqual([released.state, released.changed], ["released", false]);
+  assert.deepEqual(gw.calls.map((c) => [c.method, c.path]), [
+    ["GET", `/v1/allocations/${ALLOCATION}`],
+    ["POST", `/v1/allocations/${ALLOCATION}:confirm`],
+    ["POST", `/v1/allocations/${ALLOCATION}:release`],
+  ]);
+  for (const c of gw.calls) {
+    assert.equal(c.headers.authorization, `Bearer ${alice}`, "the holder's subject token");
+    assert.equal(c.body, null, "confirm and release send no body");
+    assert.equal(c.headers["content-type"], undefined);
+  }
+  assert.deepEqual([...ALLOCATION_STATES], ["reserved", "confirmed", "released", "expired"]);
+});
+
+test("a decided or expired allocation is a STATE_CONFLICT error carrying its state, not retried", async () => {
+  const { gw, client } = setup({
+    [`/v1/allocations/${ALLOCATION}:confirm`]: [conflict("expired")],
+    [`/v1/allocations/${ALLOCATION}:release`]: [conflict("confirmed")],
+  });
+  await assert.rejects(client.confirm(ALLOCATION), (e) => e instanceof SluiceError
+    && e.code === "STATE_CONFLICT" && e.status === 409 && e.details?.state === "expired" && !e.retryable);
+  await assert.rejects(client.release(ALLOCATION), (e) => e.code === "STATE_CONFLICT"
+    && e.details.state === "confirmed");
+  assert.equal(gw.calls.length, 2, "a conflict is an answer, never asked again");
+});
+
+test("a confirm whose answer was lost or refused for now is asked again, never earlier than Retry-After", async () => {
+  const { clock, gw, client } = setup({
+    [`/v1/allocations/${ALLOCATION}:confirm`]: [
+      new Error("connection reset"), refused(503, "UNAVAILABLE", true, 4_000), allocation("confirmed", { changed: false }),
+    ],
+  });
+  const confirmed = await settle(clock, client.confirm(ALLOCATION));
+  assert.deepEqual([confirmed.state, confirmed.changed], ["confirmed", false], "the repeat found it confirmed");
+  assert.equal(gw.calls.length, 3);
+  assert.ok(clock.delays.includes(4_000), clock.delays.join(","));
+});
+
+test("allocation calls give up after four attempts, and refuse an id that is no allocation's before asking", async () => {
+  const lost = () => new Error("offline");
+  const { clock, gw, client } = setup({
+    [`/v1/allocations/${ALLOCATION}`]: [lost(), lost(), lost(), lost()],
+    [`/v1/allocations/${ALLOCATION}:release`]: [refused(403, "PERMISSION_DENIED", false)],
+  });
+  await assert.rejects(settle(clock, client.allocation(ALLOCATION)), (e) => e.code === "NETWORK" && e.retryable);
+  assert.equal(gw.calls.length, 4);
+  await assert.rejects(client.release(ALLOCATION), (e) => e.code === "PERMISSION_DENIED" && e.status === 403);
+  assert.equal(gw.calls.length, 5, "a refusal for good is not asked again");
+  for (const id of ["", "a1", `${ALLOCATION}:release`, "../status", null]) {
+    await assert.rejects(client.confirm(id), (e) => e.code === "INVALID_ARGUMENT", String(id));
+  }
+  assert.equal(gw.calls.length, 5, "nothing sent for a malformed id");
 });
