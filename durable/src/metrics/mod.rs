@@ -11,6 +11,10 @@
 //! [`MAX_APPLICATIONS`], the list cached for [`APPLICATION_LIST_TTL`]), one `metrics.lua` call
 //! per application. A read that fails never fails the scrape: that application is exported with
 //! `sluice_projection_up 0` and the scrape goes on.
+//!
+//! The quota pools' units by state are read from PostgreSQL when scraped, at the same time as
+//! the projection figures (one query, at most [`MAX_POOLS`] pools); a failed read is exported as
+//! `sluice_quota_pools_up 0`, and the scrape goes on.
 
 use std::fmt::Write as _;
 use std::sync::LazyLock;
@@ -26,9 +30,12 @@ use sqlx::PgPool;
 use crate::DurableError;
 use crate::lifecycle::CommandStatus;
 
+mod pools;
 mod projection;
 
 use crate::projection::Projection;
+pub use pools::MAX_POOLS;
+use pools::pool_figures;
 use projection::projection_figures;
 pub use projection::{AppFigures, CommandFigures, read_app_figures};
 
@@ -313,8 +320,8 @@ fn register_common(registry: &mut Registry) {
     );
 }
 
-/// The gateway's exposition: its counters, then the projection figures of every application
-/// (read now, see the module's doc).
+/// The gateway's exposition: its counters, then the projection figures of every application and
+/// the quota pools' units (both read now, side by side, see the module's doc).
 pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
     let mut registry = Registry::default();
     register_common(&mut registry);
@@ -364,7 +371,9 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "Command reads (by id, by request key, mine, cancel) refused by the subject's own rate or the process's budget",
         f.command_reads_refused.clone(),
     );
-    projection_figures(pg, redis).await.register(&mut registry);
+    let (projection, pools) = tokio::join!(projection_figures(pg, redis), pool_figures(pg));
+    projection.register(&mut registry);
+    pools.register(&mut registry);
     encode(&registry)
 }
 

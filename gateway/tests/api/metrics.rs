@@ -344,6 +344,83 @@ async fn an_unreadable_projection_is_exported_as_down_without_failing_the_scrape
     );
 }
 
+/// A pool's units by state, read from PostgreSQL at scrape: a reserved unit shows as
+/// `reserved` beside a committed pool's `allocated`, moves to `allocated` when its holder
+/// confirms it and back to `available` when another holder releases one; the three always add
+/// up to the pool's capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_pools_show_reserved_units_beside_allocated_ones() {
+    let declaration = format!(
+        "{}{CLAIM_DECLARATION}",
+        crate::quotas::reserved_declaration(3, 300)
+    );
+    let stack = Stack::with_declaration(&declaration).await;
+    let shutdown = crate::execution::start_executor(&stack, crate::execution::fast_executor());
+    let ns = stack.creds.namespace_id.to_string();
+    let units = |exposition: &Exposition, pool: &str| -> [f64; 3] {
+        ["allocated", "reserved", "available"].map(|state| {
+            exposition.value(
+                "sluice_quota_pool_units",
+                &[("namespace", &ns), ("pool", pool), ("state", state)],
+            )
+        })
+    };
+
+    // Before anything is allocated: every unit available, and the pools were read.
+    let idle = scrape(&stack.admin_base, "/metrics").await;
+    assert_eq!(idle.value("sluice_quota_pools_up", &[]), 1.0);
+    assert_eq!(units(&idle, "seats"), [0.0, 0.0, 3.0]);
+    assert_eq!(units(&idle, "stock"), [0.0, 0.0, 100.0]);
+
+    let offer = offer();
+    let mut allocations = Vec::new();
+    for subject in ["alice", "bob"] {
+        let receipt = crate::quotas::hold(&stack, subject, &offer).await;
+        assert_eq!(receipt.status, StatusCode::ACCEPTED, "{:?}", receipt.body);
+        allocations.push(receipt);
+    }
+    let committed = stack.enqueue("carol", &key(), &offer).await;
+    assert_eq!(
+        committed.status,
+        StatusCode::ACCEPTED,
+        "{:?}",
+        committed.body
+    );
+    assert!(
+        all_terminal(&stack, Duration::from_secs(20)).await,
+        "{:?}",
+        status_counts(&stack).await
+    );
+    let held = scrape(&stack.admin_base, "/metrics").await;
+    assert_eq!(units(&held, "seats"), [0.0, 2.0, 1.0], "two units reserved");
+    assert_eq!(
+        units(&held, "stock"),
+        [1.0, 0.0, 99.0],
+        "one unit allocated"
+    );
+
+    // Alice confirms hers, Bob releases his: the gauge follows PostgreSQL.
+    let mut ids = Vec::new();
+    for receipt in &allocations {
+        let (status, result, code) = crate::quotas::landed(&stack, receipt).await;
+        assert_eq!(status, "succeeded", "{code:?}");
+        ids.push(result["allocation_id"].as_str().expect("id").to_string());
+    }
+    for ((id, subject), verb) in ids.iter().zip(["alice", "bob"]).zip(["confirm", "release"]) {
+        let answer = crate::quotas::act(&stack, id, verb, &stack.subject_token(subject)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    }
+    let decided = scrape(&stack.admin_base, "/metrics").await;
+    assert_eq!(units(&decided, "seats"), [1.0, 0.0, 2.0]);
+    let (capacity, allocated, reserved, _) = crate::quotas::pool_row(&stack.pg, "seats").await;
+    assert_eq!(
+        units(&decided, "seats"),
+        [allocated, reserved, capacity - allocated - reserved].map(|n| n as f64),
+        "the gauge is the pool's row"
+    );
+    shutdown.cancel();
+}
+
 /// A second application in the stack's database, with a ready projection.
 async fn tenancy_app(stack: &Stack) -> Uuid {
     let created = sluice_durable::tenancy::bootstrap(
