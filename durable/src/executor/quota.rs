@@ -130,9 +130,13 @@ async fn allocate_in_one_transaction(
         // Under the pool's row lock, before units are counted: a buyer is never told
         // `SOLD_OUT` while a unit whose reservation lapsed waits for the sweeper.
         Some((capacity, allocated, reserved)) if reserved > 0 => {
-            let lapsed = crate::quotas::expiry::expire_in_pool(&mut *tx, namespace_id, pool, None)
-                .await?;
-            Some((capacity, allocated, reserved - i64::try_from(lapsed).unwrap_or(0)))
+            let lapsed =
+                crate::quotas::expiry::expire_in_pool(&mut *tx, namespace_id, pool, None).await?;
+            Some((
+                capacity,
+                allocated,
+                reserved - i64::try_from(lapsed).unwrap_or(0),
+            ))
         }
         other => other,
     };
