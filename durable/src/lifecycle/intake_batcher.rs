@@ -227,6 +227,10 @@ impl Drop for Unread {
     }
 }
 
+/// Pauses after each failed give-back of an orphaned reservation (so three tries in about a
+/// second, well within the reservation's own expiry).
+const ORPHAN_RETRY_PAUSES_MS: [u64; 3] = [100, 300, 600];
+
 /// Releases a reservation whose caller is gone, as a failed commit would (`release.lua`:
 /// exactly once, so an expiry in between changes nothing). In a task of its own, so neither a
 /// lane nor a dropping caller waits for it; if Redis cannot take it now, it expires.
@@ -246,17 +250,27 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
             request_key_field: &entry.request_key_field,
             existing: None,
         };
-        match release(&shared.redis, &entry.keys, &give).await {
-            Ok(_) => {
-                shared
-                    .stats
-                    .orphans_released
-                    .fetch_add(1, Ordering::Relaxed);
+        // `release.lua` acts once, so a call whose answer was lost may be sent again; a Redis
+        // that stays unreachable for all of them leaves the reservation to expire.
+        let mut last_error = None;
+        for pause_ms in ORPHAN_RETRY_PAUSES_MS {
+            match release(&shared.redis, &entry.keys, &give).await {
+                Ok(_) => {
+                    shared
+                        .stats
+                        .orphans_released
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(error) => {
+                    crate::metrics::storage_error(&error);
+                    last_error = Some(error);
+                    tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                }
             }
-            Err(error) => {
-                crate::metrics::storage_error(&error);
-                tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it will expire");
-            }
+        }
+        if let Some(error) = last_error {
+            tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it will expire");
         }
     });
 }

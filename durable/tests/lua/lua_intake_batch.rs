@@ -402,12 +402,18 @@ async fn a_reservation_whose_caller_went_away_is_given_back() {
         .await;
         assert!(answered, "the lane decided both entries");
     }
+    // The give-back's count follows its Redis call: wait for both, not the first alone.
     let released = sluice_testkit::eventually(Duration::from_secs(5), || async {
         bench.reservations("claim").await == 0
+            && batcher.stats().orphans_released.load(ordering) == 2
     })
     .await;
-    assert!(released, "both reservations were given back");
-    assert_eq!(batcher.stats().orphans_released.load(ordering), 2);
+    assert!(
+        released,
+        "both reservations were given back: {} left, {} give-backs counted",
+        bench.reservations("claim").await,
+        batcher.stats().orphans_released.load(ordering)
+    );
     assert_eq!(bench.counter("unfinished").await, 0);
     assert_eq!(
         bench
