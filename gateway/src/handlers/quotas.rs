@@ -79,13 +79,7 @@ pub async fn configure_pool(
     )
     .await?;
     if !configured.deduplicated {
-        invalidate_pool(
-            &gateway.redis,
-            namespace.application_id,
-            caller.namespace_id,
-            pool,
-        )
-        .await;
+        pool_changed(gateway, caller, pool).await?;
     }
     Ok((
         StatusCode::OK,
