@@ -11,6 +11,7 @@
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
 //! - [`webhook_secret`]: rotating a namespace's webhook secret (two live during a rotation).
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
+//! - [`pass_keys`]: the Ed25519 keys that sign waiting-room passes, their rotation and JWKS.
 //! - [`receipts`]: idempotency receipts of management calls (digest and replay).
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`status`]: the status board operators read.
@@ -38,6 +39,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod pass_keys;
 pub mod projection;
 pub mod quotas;
 pub mod receipts;

@@ -52,6 +52,10 @@ pub enum Command {
     /// Rotate the namespace's webhook secret: both sign until the old one is retired.
     #[command(subcommand)]
     WebhookSecret(WebhookSecretCommand),
+    /// Rotate the Ed25519 key that signs waiting-room passes (one for the installation): the
+    /// old key stays published in /.well-known/jwks.json until every pass it signed expired.
+    #[command(subcommand)]
+    PassKey(PassKeyCommand),
     /// Rebuild an application's Redis projection from PostgreSQL.
     Rebuild(RebuildArgs),
     /// Print the effective settings as TOML (defaults, file, environment and flags applied; the
@@ -238,6 +242,12 @@ pub enum SubjectKeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PassKeyCommand {
+    /// Make a new key live now (prints its id); passes signed with the old one stay valid.
+    Rotate(ConfigArgs),
+}
+
+#[derive(Debug, Subcommand)]
 pub enum WebhookSecretCommand {
     /// Make a new secret current (printed once); requests are signed with both the new and the
     /// old one until `retire`.
@@ -280,6 +290,12 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Dev(args) => crate::dev::run(args).await,
         Command::SubjectKey(command) => subject_key(command).await,
         Command::WebhookSecret(command) => webhook_secret(command).await,
+        Command::PassKey(PassKeyCommand::Rotate(config)) => {
+            let pg = db::connect(&config.load(vec![])?.database_url, 2).await?;
+            let key = sluice_durable::pass_keys::rotate(&pg).await?;
+            println!("{}", serde_json::json!({"kid": key.kid}));
+            Ok(())
+        }
         Command::Config(config) => {
             print!("{}", config.load(vec![])?.to_redacted_toml()?);
             Ok(())

@@ -34,6 +34,7 @@ pub mod dev;
 pub mod error;
 pub mod handlers;
 pub mod health;
+pub mod jwks;
 pub mod lookup_budget;
 mod mac;
 pub mod pg_budget;

@@ -295,6 +295,12 @@ async fn route(
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
             json(Box::pin(quotas::decide(gateway, &caller, id, action, &body)).await)
         }
+        (&Method::GET, [".well-known", "jwks.json"]) => {
+            parse_query(query.as_deref(), &[])?;
+            Box::pin(crate::jwks::serve(gateway))
+                .await
+                .map(Answer::Plain)
+        }
         (&Method::GET, ["ui", rest @ ..]) => crate::ui::serve(rest).map(Answer::Plain),
         (&Method::GET, ["sdk", "v1", rest @ ..]) => crate::sdk::serve(rest).map(Answer::Plain),
         (&Method::GET, ["wait", namespace, command]) => {
@@ -369,7 +375,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         }
     };
     match segments {
-        ["healthz"] | ["readyz"] | ["ui", ..] => Some("GET"),
+        ["healthz"] | ["readyz"] | ["ui", ..] | [".well-known", "jwks.json"] => Some("GET"),
         ["sdk", "v1", ..] | ["wait", _, _] | ["demo", ..] => Some("GET"),
         ["v1", "tickets", _] => Some("GET"),
         ["v1", "commands", last] => by_verb(last, COMMAND_VERBS),
@@ -423,6 +429,7 @@ mod tests {
             ("POST", &format!("/v1/allocations/{id}:release")),
             ("GET", "/healthz"),
             ("GET", "/readyz"),
+            ("GET", "/.well-known/jwks.json"),
             ("GET", "/ui/index.html"),
             ("GET", "/sdk/v1/sluice.js"),
             ("GET", "/wait/0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d10/claim"),

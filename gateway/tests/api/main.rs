@@ -30,6 +30,7 @@ mod logs;
 mod lua_fixture;
 mod metrics;
 mod openapi;
+mod passes;
 mod postgres_outage;
 mod projection;
 mod quotas;

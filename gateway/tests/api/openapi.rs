@@ -35,6 +35,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/v1/allocations/{allocation_id}:release"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/.well-known/jwks.json"),
 ];
 
 /// Every variant of [`ErrorCode`].
@@ -754,4 +755,19 @@ async fn wrong_methods_are_405_with_the_documented_allow() {
     // The documented method itself is still routed (here: refused for want of a credential).
     let reply = stack.request(Method::GET, "/v1/status", None, None).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{:?}", reply.body);
+}
+
+/// `GET /.well-known/jwks.json` is exactly the documented JWK Set, key by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pass_key_set_has_exactly_the_documented_fields() {
+    let doc = document();
+    let stack = Stack::start().await;
+    let reply = stack.get("/.well-known/jwks.json", None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    assert_exact(&doc, "JwkSet", &reply.body, "the JWK Set");
+    let keys = reply.body["keys"].as_array().expect("keys");
+    assert!(!keys.is_empty(), "a live key is always published");
+    for key in keys {
+        assert_exact(&doc, "PassJwk", key, "a published key");
+    }
 }

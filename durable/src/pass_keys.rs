@@ -1,0 +1,163 @@
+//! The Ed25519 keys that sign waiting-room passes, and the signing itself: a pass is a JWT
+//! (`alg: EdDSA`, `kid`) that any origin verifies with a standard JWT library against the keys
+//! the gateway publishes (`GET /.well-known/jwks.json`), without calling Sluice.
+//!
+//! PostgreSQL holds the keys, so every gateway signs with the same live key and publishes the
+//! same set. Rotation retires the live key and creates the next in one transaction; a retired
+//! key stays published for [`RETIRED_KEY_LISTED`], longer than any pass lives.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use ed25519_dalek::{Signer, SigningKey};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::DurableError;
+
+/// The longest a pass may live (a day), plus a margin for clocks: a key retired this long ago
+/// signed no pass that is still valid.
+pub const RETIRED_KEY_LISTED: Duration = Duration::from_secs(86_400 + 300);
+
+/// One signing key. `Debug` never shows the seed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PassKey {
+    pub kid: String,
+    seed: [u8; 32],
+    pub public_key: [u8; 32],
+    pub retired_at: Option<DateTime<Utc>>,
+}
+
+impl std::fmt::Debug for PassKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassKey")
+            .field("kid", &self.kid)
+            .field("retired_at", &self.retired_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PassKey {
+    /// A new key from 32 random bytes; its id names its public key (`p-` and 16 hex digits of
+    /// its SHA-256), so two keys never share an id.
+    pub fn generate() -> Self {
+        let seed: [u8; 32] = rand::random();
+        let public_key = SigningKey::from_bytes(&seed).verifying_key().to_bytes();
+        let kid = format!("p-{}", hex::encode(&Sha256::digest(public_key)[..8]));
+        Self {
+            kid,
+            seed,
+            public_key,
+            retired_at: None,
+        }
+    }
+
+    /// Signs `claims` as a compact JWT: header `{"alg":"EdDSA","typ":"JWT","kid"}`.
+    pub fn sign(&self, claims: &serde_json::Value) -> String {
+        let header = serde_json::json!({"alg": "EdDSA", "typ": "JWT", "kid": self.kid});
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let signature = SigningKey::from_bytes(&self.seed).sign(input.as_bytes());
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature.to_bytes()))
+    }
+
+    /// The key as a JSON Web Key (RFC 8037: `kty: OKP`, `crv: Ed25519`).
+    pub fn jwk(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": URL_SAFE_NO_PAD.encode(self.public_key),
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        })
+    }
+}
+
+struct Row {
+    kid: String,
+    seed: Vec<u8>,
+    public_key: Vec<u8>,
+    retired_at: Option<DateTime<Utc>>,
+}
+
+impl Row {
+    fn into_key(self) -> Result<PassKey, DurableError> {
+        let broken =
+            || DurableError::Misconfigured(format!("pass key {} is not 32 bytes", self.kid));
+        Ok(PassKey {
+            seed: self.seed.as_slice().try_into().map_err(|_| broken())?,
+            public_key: self
+                .public_key
+                .as_slice()
+                .try_into()
+                .map_err(|_| broken())?,
+            kid: self.kid,
+            retired_at: self.retired_at,
+        })
+    }
+}
+
+/// The live key, created first if there is none (concurrent callers end with the same one).
+pub async fn live(pg: &PgPool) -> Result<PassKey, DurableError> {
+    let fresh = PassKey::generate();
+    sqlx::query!(
+        "INSERT INTO pass_keys (kid, seed, public_key) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+        fresh.kid,
+        &fresh.seed[..],
+        &fresh.public_key[..],
+    )
+    .execute(pg)
+    .await?;
+    sqlx::query_as!(
+        Row,
+        "SELECT kid, seed, public_key, retired_at FROM pass_keys WHERE retired_at IS NULL",
+    )
+    .fetch_one(pg)
+    .await?
+    .into_key()
+}
+
+/// Retires the live key and makes a new one live, in one transaction; returns the new key.
+pub async fn rotate(pg: &PgPool) -> Result<PassKey, DurableError> {
+    let next = PassKey::generate();
+    let mut tx = pg.begin().await?;
+    sqlx::query!("UPDATE pass_keys SET retired_at = now() WHERE retired_at IS NULL")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query!(
+        "INSERT INTO pass_keys (kid, seed, public_key) VALUES ($1, $2, $3)",
+        next.kid,
+        &next.seed[..],
+        &next.public_key[..],
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(next)
+}
+
+/// The keys an origin may meet on a valid pass: the live one and those retired within
+/// [`RETIRED_KEY_LISTED`], newest first.
+pub async fn published(pg: &PgPool) -> Result<Vec<PassKey>, DurableError> {
+    live(pg).await?;
+    sqlx::query_as!(
+        Row,
+        "SELECT kid, seed, public_key, retired_at FROM pass_keys
+          WHERE retired_at IS NULL
+             OR retired_at > now() - make_interval(secs => $1::double precision)
+          ORDER BY created_at DESC",
+        RETIRED_KEY_LISTED.as_secs_f64(),
+    )
+    .fetch_all(pg)
+    .await?
+    .into_iter()
+    .map(Row::into_key)
+    .collect()
+}
