@@ -227,9 +227,9 @@ impl Drop for Unread {
     }
 }
 
-/// Pauses after each failed give-back of an orphaned reservation (so three tries in about a
-/// second, well within the reservation's own expiry).
-const ORPHAN_RETRY_PAUSES_MS: [u64; 3] = [100, 300, 600];
+/// Pauses between the tries of an orphaned reservation's give-back: three tries within about
+/// half a second, well within the reservation's own expiry, and no wait after the last.
+const ORPHAN_RETRY_PAUSES_MS: [u64; 2] = [100, 300];
 
 /// Releases a reservation whose caller is gone, as a failed commit would (`release.lua`:
 /// exactly once, so an expiry in between changes nothing). In a task of its own, so neither a
@@ -252,8 +252,8 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
         };
         // `release.lua` acts once, so a call whose answer was lost may be sent again; a Redis
         // that stays unreachable for all of them leaves the reservation to expire.
-        let mut last_error = None;
-        for pause_ms in ORPHAN_RETRY_PAUSES_MS {
+        let mut pauses = ORPHAN_RETRY_PAUSES_MS.iter();
+        loop {
             match release(&shared.redis, &entry.keys, &give).await {
                 Ok(_) => {
                     shared
@@ -264,13 +264,13 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
                 }
                 Err(error) => {
                     crate::metrics::storage_error(&error);
-                    last_error = Some(error);
-                    tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    let Some(pause_ms) = pauses.next() else {
+                        tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it will expire");
+                        return;
+                    };
+                    tokio::time::sleep(std::time::Duration::from_millis(*pause_ms)).await;
                 }
             }
-        }
-        if let Some(error) = last_error {
-            tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it will expire");
         }
     });
 }
