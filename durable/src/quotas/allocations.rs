@@ -124,20 +124,47 @@ fn not_found() -> DurableError {
     DurableError::NotFound("no such allocation in this namespace".into())
 }
 
-/// The allocation as it stands by the database's clock: a reservation past `expires_at` is
-/// `expired` even before the sweeper writes it (nothing can confirm it any more).
+/// An allocation as its row stands, unlocked, and whether the database's clock has passed it
+/// while it is still reserved: what [`decide`] starts from, and what [`Stored::current`] shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub allocation: Allocation,
+    overdue: bool,
+}
+
+impl Stored {
+    /// The allocation as it stands by the database's clock: a reservation past `expires_at` is
+    /// `expired` even before the sweeper writes it (nothing can confirm it any more).
+    pub fn current(self) -> Allocation {
+        let mut allocation = self.allocation;
+        if self.overdue {
+            allocation.state = AllocationState::Expired;
+        }
+        allocation
+    }
+}
+
+/// The allocation's row, unlocked.
+pub async fn read(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+) -> Result<Stored, DurableError> {
+    let row = read_row(pg, namespace_id, id).await?;
+    let overdue = row.overdue;
+    Ok(Stored {
+        allocation: row.into_allocation()?,
+        overdue,
+    })
+}
+
+/// The allocation as it stands by the database's clock ([`Stored::current`]).
 pub async fn get(
     pg: &PgPool,
     namespace_id: NamespaceId,
     id: Uuid,
 ) -> Result<Allocation, DurableError> {
-    let row = read_row(pg, namespace_id, id).await?;
-    let overdue = row.overdue;
-    let mut allocation = row.into_allocation()?;
-    if overdue {
-        allocation.state = AllocationState::Expired;
-    }
-    Ok(allocation)
+    Ok(read(pg, namespace_id, id).await?.current())
 }
 
 /// The row as stored, unlocked, with whether the database's clock has passed a reservation.
@@ -156,20 +183,21 @@ async fn read_row(pg: &PgPool, namespace_id: NamespaceId, id: Uuid) -> Result<Ro
     .ok_or_else(not_found)
 }
 
-/// Confirms or releases a reservation for its holder (the caller has checked who that is).
-/// A repeat of the action that decided it is [`Decided::Repeated`]; any other decided state is
+/// Confirms or releases the reservation `stored` (as [`read`] found it) for its holder (the
+/// caller has checked who that is). A repeat of the action that decided it is [`Decided::Repeated`]; any other decided state is
 /// [`Decided::Refused`], as is a reservation the database's clock has passed, which this call
 /// then expires (the sweeper's write, under the same locks).
 pub async fn decide(
     pg: &PgPool,
     namespace_id: NamespaceId,
-    id: Uuid,
+    stored: Stored,
     action: Action,
 ) -> Result<Decided, DurableError> {
     // A decided allocation never changes again: it is answered without a lock, so repeats
     // cost the pool nothing. Only a reservation takes the locks, the pool's row first (its code
     // never changes, so reading it unlocked is safe).
-    let seen = read_row(pg, namespace_id, id).await?.into_allocation()?;
+    let seen = stored.allocation;
+    let id = seen.id;
     if seen.state != AllocationState::Reserved {
         return Ok(verdict_on_decided(seen, action));
     }

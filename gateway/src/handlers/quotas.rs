@@ -124,14 +124,15 @@ pub async fn decide(
         ObjectReader::new(parse_object(body)?, "").finish()?;
     }
     let _permit = gateway.command_read_permit(caller)?;
-    // Whose it is never changes, so checking before deciding is safe.
-    let held = allocations::get(&gateway.pg, caller.namespace_id, id).await?;
-    if &held.subject != subject {
+    // Whose it is never changes, so checking before deciding is safe; `decide` starts from
+    // the same read.
+    let held = allocations::read(&gateway.pg, caller.namespace_id, id).await?;
+    if &held.allocation.subject != subject {
         return Err(ApiError::permission_denied(
             "the allocation belongs to another subject",
         ));
     }
-    let decided = allocations::decide(&gateway.pg, caller.namespace_id, id, action).await?;
+    let decided = allocations::decide(&gateway.pg, caller.namespace_id, held, action).await?;
     match decided {
         Decided::Changed(allocation) => {
             pool_changed(gateway, caller, &allocation.pool).await?;
