@@ -93,7 +93,7 @@ pub(super) async fn pool_figures(pg: &PgPool) -> PoolGauges {
     };
     gauges.up.set(1);
     for row in rows {
-        let available = (row.capacity - row.allocated - row.reserved).max(0);
+        let available = crate::quotas::pools::available(row.capacity, row.allocated, row.reserved);
         for (state, units) in STATES
             .into_iter()
             .zip([row.allocated, row.reserved, available])

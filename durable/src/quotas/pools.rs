@@ -28,6 +28,19 @@ pub struct PoolSnapshot {
     pub revision: i64,
 }
 
+impl PoolSnapshot {
+    /// Units neither allocated nor reserved.
+    pub fn available(&self) -> i64 {
+        available(self.capacity, self.allocated, self.reserved)
+    }
+}
+
+/// A pool's free units, as every view of a pool shows them (never below zero, whatever the
+/// counts say).
+pub fn available(capacity: i64, allocated: i64, reserved: i64) -> i64 {
+    (capacity - allocated - reserved).max(0)
+}
+
 /// A configure call.
 #[derive(Debug, Clone)]
 pub struct Configure<'a> {

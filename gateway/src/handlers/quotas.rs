@@ -193,7 +193,7 @@ impl<'a> PoolAnswer<'a> {
             capacity: pool.capacity,
             allocated: pool.allocated,
             reserved: pool.reserved,
-            available: (pool.capacity - pool.allocated - pool.reserved).max(0),
+            available: pool.available(),
             revision: pool.revision.to_string(),
         }
     }

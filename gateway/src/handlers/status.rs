@@ -242,7 +242,11 @@ impl<'a> StatusBoard<'a> {
                 capacity: q.capacity,
                 allocated: q.allocated,
                 reserved: q.reserved,
-                available: (q.capacity - q.allocated - q.reserved).max(0),
+                available: sluice_durable::quotas::pools::available(
+                    q.capacity,
+                    q.allocated,
+                    q.reserved,
+                ),
             })
             .collect();
         let generation = projection.and_then(|p| p.generation);
