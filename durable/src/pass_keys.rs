@@ -103,8 +103,12 @@ impl Row {
     }
 }
 
-/// The live key, created first if there is none (concurrent callers end with the same one).
+/// The live key, created first if there is none (concurrent creators end with the same one).
+/// Read first: a key is made and an insert tried only while none exists, not on every call.
 pub async fn live(pg: &PgPool) -> Result<PassKey, DurableError> {
+    if let Some(key) = live_row(pg).await? {
+        return key.into_key();
+    }
     let fresh = PassKey::generate();
     sqlx::query!(
         "INSERT INTO pass_keys (kid, seed, public_key) VALUES ($1, $2, $3)
@@ -115,13 +119,19 @@ pub async fn live(pg: &PgPool) -> Result<PassKey, DurableError> {
     )
     .execute(pg)
     .await?;
-    sqlx::query_as!(
+    live_row(pg)
+        .await?
+        .ok_or_else(|| DurableError::Unavailable("no live pass key; try again".into()))?
+        .into_key()
+}
+
+async fn live_row(pg: &PgPool) -> Result<Option<Row>, DurableError> {
+    Ok(sqlx::query_as!(
         Row,
         "SELECT kid, seed, public_key, retired_at FROM pass_keys WHERE retired_at IS NULL",
     )
-    .fetch_one(pg)
-    .await?
-    .into_key()
+    .fetch_optional(pg)
+    .await?)
 }
 
 /// Retires the live key and makes a new one live, in one transaction; returns the new key.
@@ -146,7 +156,16 @@ pub async fn rotate(pg: &PgPool) -> Result<PassKey, DurableError> {
 /// The keys an origin may meet on a valid pass: the live one and those retired within
 /// [`RETIRED_KEY_LISTED`], newest first.
 pub async fn published(pg: &PgPool) -> Result<Vec<PassKey>, DurableError> {
+    let keys = listed(pg).await?;
+    if keys.iter().any(|key| key.retired_at.is_none()) {
+        return Ok(keys);
+    }
+    // None live yet (a new installation, before its first pass): make one, then list again.
     live(pg).await?;
+    listed(pg).await
+}
+
+async fn listed(pg: &PgPool) -> Result<Vec<PassKey>, DurableError> {
     sqlx::query_as!(
         Row,
         "SELECT kid, seed, public_key, retired_at FROM pass_keys
