@@ -43,6 +43,7 @@ pub mod pass_keys;
 pub mod projection;
 pub mod quotas;
 pub mod receipts;
+pub mod rooms;
 pub mod secrets;
 pub mod status;
 pub mod tenancy;

@@ -180,3 +180,150 @@ async fn listed(pg: &PgPool) -> Result<Vec<PassKey>, DurableError> {
     .map(Row::into_key)
     .collect()
 }
+
+/// Longest pass the gateway reads back (heartbeat, leave); its own are far shorter.
+const MAX_PASS_LEN: usize = 2048;
+
+/// Why a pass handed back to the gateway was refused. Messages are safe for a 401 body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PassError {
+    #[error("the pass is malformed")]
+    Malformed,
+    #[error("the pass is not signed by a published key")]
+    UnknownKey,
+    #[error("the pass's signature is not valid")]
+    BadSignature,
+}
+
+/// What a pass says, as the gateway signs it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PassClaims {
+    /// The subject the place belongs to.
+    pub sub: String,
+    /// The namespace's id.
+    pub namespace: String,
+    pub room: String,
+    /// The place's id (the join id).
+    pub jti: uuid::Uuid,
+    pub iat: i64,
+    pub exp: i64,
+}
+
+impl PassClaims {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// The key id a pass names, if it is shaped like one of ours (so a caller can refresh its
+/// key set before [`verify`] on an id it does not know).
+pub fn pass_kid(token: &str) -> Option<String> {
+    let header = token.split('.').next()?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
+    header["kid"].as_str().map(str::to_owned)
+}
+
+/// Checks a pass's signature against `keys` and reads its claims. Expiry is not checked here:
+/// the place's state in PostgreSQL is the truth a heartbeat or a leave answers with (an
+/// origin checks `exp` itself). Total on any input.
+pub fn verify(token: &str, keys: &[PassKey]) -> Result<PassClaims, PassError> {
+    use ed25519_dalek::{Signature, VerifyingKey};
+    if token.is_empty() || token.len() > MAX_PASS_LEN {
+        return Err(PassError::Malformed);
+    }
+    let mut parts = token.split('.');
+    let (Some(header), Some(payload), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(PassError::Malformed);
+    };
+    let decode = |part: &str| {
+        URL_SAFE_NO_PAD
+            .decode(part)
+            .map_err(|_| PassError::Malformed)
+    };
+    let header: serde_json::Value =
+        serde_json::from_slice(&decode(header)?).map_err(|_| PassError::Malformed)?;
+    if header["alg"] != "EdDSA" {
+        return Err(PassError::Malformed);
+    }
+    let kid = header["kid"].as_str().ok_or(PassError::Malformed)?;
+    let key = keys
+        .iter()
+        .find(|key| key.kid == kid)
+        .ok_or(PassError::UnknownKey)?;
+    let signature: [u8; 64] = decode(signature)?
+        .try_into()
+        .map_err(|_| PassError::Malformed)?;
+    let verifying = VerifyingKey::from_bytes(&key.public_key).map_err(|_| PassError::UnknownKey)?;
+    let signed_len = token.len() - token.rsplit('.').next().map_or(0, str::len) - 1;
+    verifying
+        .verify_strict(
+            &token.as_bytes()[..signed_len],
+            &Signature::from_bytes(&signature),
+        )
+        .map_err(|_| PassError::BadSignature)?;
+    serde_json::from_slice(&decode(payload)?).map_err(|_| PassError::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> PassClaims {
+        PassClaims {
+            sub: "alice".into(),
+            namespace: uuid::Uuid::new_v4().to_string(),
+            room: "doors".into(),
+            jti: uuid::Uuid::new_v4(),
+            iat: 1_750_000_000,
+            exp: 1_750_000_600,
+        }
+    }
+
+    #[test]
+    fn a_signed_pass_verifies_and_every_change_is_refused() {
+        let key = PassKey::generate();
+        let other = PassKey::generate();
+        let pass = key.sign(&claims().to_json());
+        assert_eq!(
+            verify(&pass, std::slice::from_ref(&key)),
+            Ok(claims_of(&pass))
+        );
+        assert_eq!(pass_kid(&pass).as_deref(), Some(key.kid.as_str()));
+        assert_eq!(
+            verify(&pass, std::slice::from_ref(&other)),
+            Err(PassError::UnknownKey)
+        );
+        // Every character replaced: refused (a base64 character that decodes to the same
+        // bytes cannot exist in the last position without padding bits set, which we refuse).
+        for i in 0..pass.len() {
+            let mut bytes = pass.clone().into_bytes();
+            bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+            let changed = String::from_utf8(bytes).expect("ascii");
+            assert!(
+                verify(&changed, &[key.clone(), other.clone()]).is_err(),
+                "position {i} accepted"
+            );
+        }
+        // The same key id on another key's signature.
+        let mut forged = other.clone();
+        forged.kid = key.kid.clone();
+        assert_eq!(
+            verify(
+                &forged.sign(&claims().to_json()),
+                std::slice::from_ref(&key)
+            ),
+            Err(PassError::BadSignature)
+        );
+        for garbage in ["", ".", "a.b.c", "a.b.c.d", &"x".repeat(5000)] {
+            assert!(verify(garbage, std::slice::from_ref(&key)).is_err());
+        }
+    }
+
+    fn claims_of(pass: &str) -> PassClaims {
+        let payload = pass.split('.').nth(1).expect("payload");
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).expect("b64")).expect("claims")
+    }
+}

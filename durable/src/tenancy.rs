@@ -335,7 +335,7 @@ pub async fn namespace_config(
 }
 
 /// Applies a TOML declaration as a new revision: parse and validate everything first, then one
-/// transaction (revision, quota pools, audit), so nothing is ever half-applied.
+/// transaction (revision, quota pools, rooms, audit), so nothing is ever half-applied.
 /// `expected_revision`, when given, must equal the revision in force (compare-and-set).
 pub async fn apply_declaration(
     pg: &PgPool,
@@ -368,6 +368,7 @@ pub async fn apply_declaration(
     }
     let previous = previous_pool_capacities(&mut tx, namespace_id, current).await?;
     apply_quota_pools(&mut tx, namespace_id, &declaration, &previous).await?;
+    crate::rooms::declare::apply(&mut tx, namespace_id, &declaration).await?;
     let revision = current + 1;
     let document = serde_json::to_value(&declaration)
         .map_err(|e| DurableError::StateConflict(format!("declaration does not serialise: {e}")))?;
@@ -392,6 +393,7 @@ pub async fn apply_declaration(
             "revision": revision,
             "commands": declaration.commands.iter().map(|c| &c.code).collect::<Vec<_>>(),
             "quota_pools": declaration.quota_pools.iter().map(|p| &p.code).collect::<Vec<_>>(),
+            "rooms": declaration.rooms.iter().map(|r| &r.code).collect::<Vec<_>>(),
         }),
     )
     .await?;

@@ -16,6 +16,7 @@ mod names;
 mod namespace;
 mod params;
 mod read;
+mod room;
 mod template;
 mod waiting_page;
 mod walk;
@@ -29,10 +30,11 @@ pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
     NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
-    SubjectRate, WaitingPageDecl,
+    RoomDecl, SubjectRate, WaitingPageDecl,
 };
 pub use namespace::MAX_CAPACITY as MAX_POOL_CAPACITY;
 pub use read::parse_read_params;
+pub use room::{MAX_PASS_SECONDS, opens_at as room_opens_at};
 
 use toml::Table;
 
@@ -40,7 +42,7 @@ use crate::field_error::FieldError;
 use walk::Obj;
 
 /// Every top-level key of a declaration.
-const TOP_LEVEL_KEYS: &[&str] = &["namespace", "command", "quota_pool", "read"];
+const TOP_LEVEL_KEYS: &[&str] = &["namespace", "command", "quota_pool", "read", "room"];
 
 /// Parses and validates a declaration document.
 ///
@@ -54,11 +56,13 @@ pub fn parse(text: &str) -> Result<Declaration, FieldError> {
     let commands = command::parse_commands(&root, &quota_pools)?;
     limits::check_shared_limits(&commands)?;
     let reads = read::parse_reads(&root)?;
+    let rooms = room::parse_rooms(&root)?;
     Ok(Declaration {
         namespace,
         commands,
         quota_pools,
         reads,
+        rooms,
     })
 }
 
@@ -66,6 +70,11 @@ impl Declaration {
     /// The command with `code`, if declared.
     pub fn command(&self, code: &str) -> Option<&CommandDecl> {
         self.commands.iter().find(|c| c.code == code)
+    }
+
+    /// The room with `code`, if declared.
+    pub fn room(&self, code: &str) -> Option<&RoomDecl> {
+        self.rooms.iter().find(|r| r.code == code)
     }
 
     /// The read named `name`, if declared.

@@ -23,6 +23,10 @@ pub struct Declaration {
     /// reads existed, which load with none.
     #[serde(default)]
     pub reads: Vec<ReadDecl>,
+    /// Declared waiting rooms (`[[room]]`), in document order. Absent in declarations stored
+    /// before rooms existed, which load with none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rooms: Vec<RoomDecl>,
 }
 
 /// Namespace-wide settings.
@@ -250,4 +254,26 @@ pub enum ReadScope {
     Application,
     /// One value per parameter set and subject: never served to another subject.
     Subject,
+}
+
+/// A declared waiting room: people queue for a pass to a protected page or API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomDecl {
+    /// Room code, unique in the namespace.
+    pub code: String,
+    /// Passes live at once, when limited.
+    pub max_active: Option<u32>,
+    /// Admissions per minute, spread evenly, when limited.
+    pub admit_per_minute: Option<u32>,
+    /// Longest a pass lives from admission, heartbeats or not.
+    pub pass_seconds: u32,
+    /// When set, a pass must be renewed at least this often or its place is freed.
+    pub heartbeat_seconds: Option<u32>,
+    /// When the room starts admitting (RFC 3339, UTC, whole seconds); open at once when absent.
+    pub opens_at: Option<String>,
+    /// How long before `opens_at` joins are taken into the pre-queue; from the declaration on
+    /// when absent.
+    pub prequeue_seconds: Option<u32>,
+    /// Whether the pre-queue is ordered by the committed seed (else by arrival).
+    pub shuffle_prequeue: bool,
 }

@@ -8,6 +8,7 @@ mod rules_handler;
 mod rules_limits;
 mod rules_params;
 mod rules_read;
+mod rules_room;
 mod rules_waiting_page;
 
 use super::parse;

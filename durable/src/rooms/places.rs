@@ -1,0 +1,185 @@
+//! A place as a poll sees it, and what the holder of a pass does with it: heartbeat and leave.
+//!
+//! A heartbeat is one statement on the place's row: it extends `pass_until` only while the
+//! pass is live by the database's clock, so it can never revive a place the ticker has freed
+//! (the ticker frees a place only once `pass_until` has passed, and both lock the row).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{Place, PlaceState, current_state, position};
+use crate::DurableError;
+use crate::ids::NamespaceId;
+
+/// The place `id` of the namespace, with its position, or `None` if there is no such place.
+pub async fn read(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+) -> Result<Option<Place>, DurableError> {
+    let row = sqlx::query!(
+        r#"SELECT p.id, p.room, p.subject, p.state, p.prequeue, p.ord, p.joined_at,
+                  p.renewed_at, p.pass_until, r.admitted_through, r.opens_at, r.admit_per_minute,
+                  r.heartbeat_seconds, now() AS "now!"
+             FROM room_places p
+             JOIN rooms r ON r.namespace_id = p.namespace_id AND r.code = p.room
+            WHERE p.id = $1 AND p.namespace_id = $2"#,
+        id,
+        namespace_id as _
+    )
+    .fetch_optional(pg)
+    .await?;
+    Ok(row.map(|row| {
+        let state = current_state(&row.state, row.pass_until, row.now);
+        Place {
+            id: row.id,
+            namespace_id,
+            room: row.room,
+            subject: row.subject,
+            state,
+            prequeue: row.prequeue,
+            joined_at: row.joined_at,
+            renewed_at: row.renewed_at,
+            pass_until: row.pass_until,
+            position: position(state, row.ord, row.admitted_through),
+            opens_at: row.opens_at,
+            admit_per_minute: row.admit_per_minute,
+            heartbeat_seconds: row.heartbeat_seconds,
+            observed_at: row.now,
+        }
+    }))
+}
+
+/// What a heartbeat or a leave did.
+#[derive(Debug)]
+pub enum PassChange {
+    /// The pass was extended (heartbeat) or given back (leave): the place as it is now.
+    Changed(Place),
+    /// A leave of a place that had already ended, or a heartbeat that could not extend the pass
+    /// further (`pass_seconds` reached): the place as it is.
+    Unchanged(Place),
+    /// The place ended before this heartbeat: its state.
+    Ended(PlaceState),
+}
+
+/// Extends the admitted place `id` of `subject`: `pass_until` becomes the earlier of the
+/// admission plus `pass_seconds` and now plus `heartbeat_seconds` (whole seconds). `None` when
+/// there is no such place of that subject.
+pub async fn heartbeat(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+    subject: &str,
+) -> Result<Option<PassChange>, DurableError> {
+    let extended = sqlx::query!(
+        r#"UPDATE room_places p
+              SET renewed_at = date_trunc('second', now()),
+                  pass_until = least(
+                      date_trunc('second', p.admitted_at) + make_interval(secs => r.pass_seconds),
+                      date_trunc('second', now()) + make_interval(secs => r.heartbeat_seconds))
+             FROM rooms r
+            WHERE p.id = $1 AND p.namespace_id = $2 AND p.subject = $3
+              AND p.state = 'admitted' AND p.pass_until > now()
+              AND r.namespace_id = p.namespace_id AND r.code = p.room
+              AND r.heartbeat_seconds IS NOT NULL
+              AND least(
+                      date_trunc('second', p.admitted_at) + make_interval(secs => r.pass_seconds),
+                      date_trunc('second', now()) + make_interval(secs => r.heartbeat_seconds))
+                  > p.pass_until
+        RETURNING p.id"#,
+        id,
+        namespace_id as _,
+        subject
+    )
+    .fetch_optional(pg)
+    .await?;
+    let Some(place) = read(pg, namespace_id, id).await? else {
+        return Ok(None);
+    };
+    if place.subject != subject {
+        return Ok(None);
+    }
+    Ok(Some(match (extended, place.state) {
+        (Some(_), _) => PassChange::Changed(place),
+        (None, PlaceState::Admitted) => PassChange::Unchanged(place),
+        (None, state) => PassChange::Ended(state),
+    }))
+}
+
+/// Gives the place `id` of `subject` back: a waiting one leaves the queue at once; an admitted
+/// one ends, and its slot is free once its last pass can no longer be accepted (its `exp`
+/// plus the grace, see [`super`]). A place that
+/// had already ended is answered as it is. `None` when there is no such place of that subject.
+pub async fn leave(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    id: Uuid,
+    subject: &str,
+) -> Result<Option<PassChange>, DurableError> {
+    let Some(place) = read(pg, namespace_id, id).await? else {
+        return Ok(None);
+    };
+    if place.subject != subject {
+        return Ok(None);
+    }
+    if place.state.is_final() {
+        return Ok(Some(PassChange::Unchanged(place)));
+    }
+    let mut tx = pg.begin().await?;
+    sqlx::query!(
+        "SELECT code FROM rooms WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
+        namespace_id as _,
+        &place.room
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    // A pass that ran out meanwhile is not left: it expired (the ticker records it).
+    let left = sqlx::query!(
+        r#"WITH old AS (
+               SELECT id, state FROM room_places
+                WHERE id = $1 AND namespace_id = $2
+                  AND (state = 'waiting' OR (state = 'admitted' AND pass_until > now()))
+                FOR UPDATE)
+           UPDATE room_places p SET state = 'left', ended_at = now()
+             FROM old WHERE p.id = old.id
+        RETURNING old.state AS "was!""#,
+        id,
+        namespace_id as _
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(left) = &left {
+        let (waiting, active) = if left.was == "waiting" {
+            (1, 0)
+        } else {
+            (0, 1)
+        };
+        sqlx::query!(
+            "UPDATE rooms SET waiting = waiting - $3, active = active - $4, left_total = left_total + 1
+              WHERE namespace_id = $1 AND code = $2",
+            namespace_id as _,
+            &place.room,
+            waiting,
+            active
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    let place = read(pg, namespace_id, id)
+        .await?
+        .ok_or_else(|| DurableError::NotFound("the place is gone".into()))?;
+    Ok(Some(match left {
+        Some(_) => PassChange::Changed(place),
+        None => PassChange::Unchanged(place),
+    }))
+}
+
+/// When a place's pass was last signed and when it ends, for the pass's `iat` and `exp`.
+pub fn pass_times(place: &Place) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    match place.state {
+        PlaceState::Admitted => Some((place.renewed_at?, place.pass_until?)),
+        _ => None,
+    }
+}
