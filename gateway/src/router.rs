@@ -15,12 +15,13 @@ use crate::auth::authenticate;
 use crate::cors;
 use crate::error::{ApiError, ErrorCode};
 use crate::handlers::{
-    self, Handled, application, commands, complete, control, enqueue, quotas, reads, status,
+    self, Handled, application, commands, complete, control, enqueue, quotas, reads, rooms, status,
     tickets,
 };
 use crate::health;
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
 use crate::state::Gateway;
+use crate::ticket::Ticket;
 use crate::url::{decode_segment, parse_query};
 
 /// The path as logs show it: a ticket is a capability (whoever has it reads the command), so
@@ -154,11 +155,20 @@ async fn route(
         // No I/O: `/metrics` and the detailed readiness are on the admin listener.
         (&Method::GET, ["readyz"]) => Ok(Answer::Plain(health::public_readiness(gateway))),
         (&Method::GET, ["v1", "tickets", ticket]) => {
-            let claims = tickets::verify(gateway, ticket)?;
-            *namespace = Some(claims.namespace_id);
-            let (status, data) = tickets::poll(gateway, &claims).await?;
-            let cache = tickets::cache_control(&data);
-            Ok(Answer::Cacheable(status, data, cache))
+            let ticket = tickets::verify(gateway, ticket)?;
+            *namespace = Some(ticket.namespace_id());
+            match ticket {
+                Ticket::Command(claims) => {
+                    let (status, data) = tickets::poll(gateway, &claims).await?;
+                    let cache = tickets::cache_control(&data);
+                    Ok(Answer::Cacheable(status, data, cache))
+                }
+                Ticket::Place(claims) => {
+                    let (status, data) = Box::pin(rooms::poll(gateway, &claims)).await?;
+                    let cache = rooms::cache_control(&data);
+                    Ok(Answer::Cacheable(status, data, cache))
+                }
+            }
         }
         (&Method::POST, ["v1", "commands", action]) => {
             let action = decode_segment(action, "path")?;
@@ -295,6 +305,52 @@ async fn route(
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
             json(Box::pin(quotas::decide(gateway, &caller, id, action, &body)).await)
         }
+        (&Method::POST, ["v1", "rooms", action]) => {
+            let action = decode_segment(action, "path")?;
+            let Some(room) = action.strip_suffix(":join") else {
+                return Err(ApiError::not_found("POST /v1/rooms/{room}:join"));
+            };
+            rooms::check_room_code(room)?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
+            json(Box::pin(rooms::join(gateway, &caller, room, &parts.headers, &body)).await)
+        }
+        (&Method::GET, ["v1", "rooms", room]) => {
+            let room = decode_segment(room, "room")?;
+            rooms::check_room_code(&room)?;
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(Box::pin(rooms::read(gateway, &caller, &room)).await)
+        }
+        (&Method::GET, ["v1", "rooms", room, "prequeue"]) => {
+            let room = decode_segment(room, "room")?;
+            rooms::check_room_code(&room)?;
+            parse_query(query.as_deref(), &[])?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            json(Box::pin(rooms::prequeue(gateway, &caller, &room)).await)
+        }
+        (&Method::POST, ["v1", action]) if action.starts_with("passes") => {
+            let action = decode_segment(action, "path")?;
+            let caller = authenticate(gateway, request.headers()).await?;
+            *namespace = Some(caller.namespace_id);
+            let (parts, body) = request.into_parts();
+            let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
+            match action.as_str() {
+                "passes:heartbeat" => {
+                    json(Box::pin(rooms::heartbeat(gateway, &caller, &parts.headers, &body)).await)
+                }
+                "passes:leave" => {
+                    json(Box::pin(rooms::leave(gateway, &caller, &parts.headers, &body)).await)
+                }
+                _ => Err(ApiError::not_found(
+                    "POST /v1/passes:heartbeat or /v1/passes:leave",
+                )),
+            }
+        }
         (&Method::GET, [".well-known", "jwks.json"]) => {
             parse_query(query.as_deref(), &[])?;
             Box::pin(crate::jwks::serve(gateway))
@@ -382,6 +438,9 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "reads", last] => by_verb(last, &["invalidate"]),
         ["v1", "quota-pools", last] => by_verb(last, &["configure"]),
         ["v1", "allocations", last] => by_verb(last, &["confirm", "release"]),
+        ["v1", "rooms", last] => by_verb(last, &["join"]),
+        ["v1", "rooms", _, "prequeue"] => Some("GET"),
+        ["v1", "passes:heartbeat" | "passes:leave"] => Some("POST"),
         ["v1", "commands", _, "requests", _] | ["v1", "commands", _, "mine"] => Some("GET"),
         ["v1", "application", "resources"] | ["v1", "status"] => Some("GET"),
         ["v1", "application", "resources:configure"] | ["v1", "control"] => Some("POST"),
@@ -427,6 +486,11 @@ mod tests {
             ("GET", &format!("/v1/allocations/{id}")),
             ("POST", &format!("/v1/allocations/{id}:confirm")),
             ("POST", &format!("/v1/allocations/{id}:release")),
+            ("POST", "/v1/rooms/doors:join"),
+            ("GET", "/v1/rooms/doors"),
+            ("GET", "/v1/rooms/doors/prequeue"),
+            ("POST", "/v1/passes:heartbeat"),
+            ("POST", "/v1/passes:leave"),
             ("GET", "/healthz"),
             ("GET", "/readyz"),
             ("GET", "/.well-known/jwks.json"),
@@ -449,6 +513,8 @@ mod tests {
             // An unknown custom method: the router's own 404 names it.
             "/v1/commands/claim:frobnicate",
             "/v1/reads/offer:refresh",
+            "/v1/rooms/doors:enter",
+            "/v1/passes:renew",
             "/v1/allocations/x:configure",
             "/v1/quota-pools/stock:confirm",
         ] {

@@ -79,6 +79,7 @@ pub async fn accept(listener: &TcpListener, name: &str) -> tokio::net::TcpStream
 pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
     let builder = connection_builder(&gateway.config);
     let open = Arc::new(Semaphore::new(gateway.config.max_connections));
+    let rooms = tokio::spawn(crate::room_ticker::run(gateway.clone(), shutdown.clone()));
     let connections = TaskTracker::new();
     loop {
         tokio::select! {
@@ -102,6 +103,7 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
     }
     // The port refuses new connections from here on.
     drop(listener);
+    let _ = rooms.await;
     connections.close();
     if tokio::time::timeout(DRAIN_TIMEOUT, connections.wait())
         .await

@@ -23,6 +23,10 @@ use crate::error::{ApiError, ErrorCode};
 use crate::lookup_budget::{IdentityKey, Lookup, LookupBudget};
 use crate::pg_budget::{PgBudget, Refused};
 use crate::ticket::TicketKeys;
+use sluice_durable::pass_keys::PassKey;
+
+/// How long a gateway keeps the pass keys it read.
+const PASS_KEYS_CACHED: Duration = Duration::from_secs(30);
 use sluice_durable::projection::Projection;
 
 /// Counters that tests and benchmarks read; `/metrics` exports the same events process-wide
@@ -56,6 +60,8 @@ pub struct Gateway {
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
     allowed_origins: Cache<(), Arc<Vec<String>>>,
+    /// The published pass keys, live first ([`Gateway::pass_keys`]).
+    pass_keys: Cache<(), Arc<Vec<PassKey>>>,
     /// The rebuild of each application that this process has in flight (see
     /// [`Gateway::ensure_projection`]): its waiters watch it, none of them owns it.
     rebuilds: Flights,
@@ -83,6 +89,10 @@ impl Gateway {
                 .max_capacity(10_000)
                 .build(),
             allowed_origins: Cache::builder().time_to_live(ttl).max_capacity(1).build(),
+            pass_keys: Cache::builder()
+                .time_to_live(PASS_KEYS_CACHED)
+                .max_capacity(1)
+                .build(),
             rebuilds: Arc::default(),
             lookups: LookupBudget::new(config.unknown_lookups_per_second),
             fallback: PgBudget::new(
@@ -218,6 +228,26 @@ impl Gateway {
             })
             .await;
         origins.is_ok_and(|list| list.iter().any(|o| o == origin))
+    }
+
+    /// The published pass keys (the live one first), cached for [`PASS_KEYS_CACHED`]: after a
+    /// rotation a gateway may sign with the retired key that long, which stays published for a
+    /// day, so every pass it signs still verifies. `refresh` reloads at once (a pass naming a
+    /// key this copy does not know); a load that fails is not cached.
+    pub async fn pass_keys(&self, refresh: bool) -> Result<Arc<Vec<PassKey>>, ApiError> {
+        if refresh {
+            self.pass_keys.invalidate(&()).await;
+        }
+        let pg = self.pg.clone();
+        self.pass_keys
+            .try_get_with((), async move {
+                sluice_durable::pass_keys::published(&pg)
+                    .await
+                    .map(Arc::new)
+                    .map_err(ApiError::from)
+            })
+            .await
+            .map_err(|e| (*e).clone())
     }
 
     /// Rebuilds the application's projection if it is missing or stale, one rebuild per

@@ -18,6 +18,11 @@
 //! sequence is not known (replays, reads), or while `gateway.polls_from_memory` is off, has no
 //! queue claim: always answered from Redis.
 //!
+//! Version 4 is a different capability: reading one waiting-room place
+//! (`version(1)=4 | kid_len(1) | kid | namespace_id(16) | place_id(16) | expires_at_unix(i64 BE)
+//! | HMAC-SHA256(32)`, domain `sluice-ticket-room-v1`), so a place ticket can never verify as a
+//! command's, nor a command ticket as a place's.
+//!
 //! Version 2 is version 3 without those three fields (domain `sluice-ticket-v2`): what a ticket
 //! without a queue claim is still signed as (byte for byte what gateways before version 3 sign
 //! and verify), and it verifies with no queue claim, so an upgrade breaks no browser that is
@@ -42,6 +47,10 @@ use crate::mac::{HmacSha256, keyed_mac};
 /// the same secret (and so a future format version cannot verify as this one).
 const DOMAIN: &[u8] = b"sluice-ticket-v3";
 const VERSION: u8 = 3;
+/// A waiting-room place's ticket.
+const DOMAIN_PLACE: &[u8] = b"sluice-ticket-room-v1";
+const VERSION_PLACE: u8 = 4;
+const BODY_LEN_PLACE: usize = 2 * 16 + 8;
 /// The format before the queue claim, still verified.
 const DOMAIN_V2: &[u8] = b"sluice-ticket-v2";
 const VERSION_V2: u8 = 2;
@@ -73,6 +82,31 @@ pub struct TicketClaims {
     /// Where the command waits, when the ticket was minted knowing it (version 3, sequence
     /// above 0); None: its polls are answered from Redis.
     pub queue: Option<QueueClaim>,
+}
+
+/// What a waiting-room ticket grants: reading one place of one namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlaceClaims {
+    pub namespace_id: NamespaceId,
+    pub place_id: Uuid,
+    /// Unix seconds; the ticket is refused from this instant on.
+    pub expires_at_unix: i64,
+}
+
+/// Either capability a ticket can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ticket {
+    Command(TicketClaims),
+    Place(PlaceClaims),
+}
+
+impl Ticket {
+    pub fn namespace_id(&self) -> NamespaceId {
+        match self {
+            Self::Command(claims) => claims.namespace_id,
+            Self::Place(claims) => claims.namespace_id,
+        }
+    }
 }
 
 /// A waiting command's place as its ticket states it, for answers from memory.
@@ -237,10 +271,40 @@ impl TicketKeys {
         URL_SAFE_NO_PAD.encode(bytes)
     }
 
+    /// Signs a waiting-room place's ticket with the newest key.
+    pub fn sign_place(&self, claims: &PlaceClaims) -> String {
+        let Some(key) = self.keys.first() else {
+            return String::new();
+        };
+        let mut bytes = Vec::with_capacity(2 + key.kid.len() + BODY_LEN_PLACE + MAC_LEN);
+        bytes.push(VERSION_PLACE);
+        bytes.push(key.kid.len() as u8);
+        bytes.extend_from_slice(key.kid.as_bytes());
+        bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
+        bytes.extend_from_slice(claims.place_id.as_bytes());
+        bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
+        let tag = key
+            .mac
+            .clone()
+            .chain_update(DOMAIN_PLACE)
+            .chain_update(&bytes)
+            .finalize();
+        bytes.extend_from_slice(&tag.into_bytes());
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// A command's ticket's claims; a place's ticket is refused as malformed here.
+    pub fn verify(&self, ticket: &str, now_unix: i64) -> Result<TicketClaims, TicketError> {
+        match self.verify_any(ticket, now_unix)? {
+            Ticket::Command(claims) => Ok(claims),
+            Ticket::Place(_) => Err(TicketError::Malformed),
+        }
+    }
+
     /// Checks a ticket and returns its claims. Total on any input: every length is checked
     /// before slicing, the MAC comparison is constant-time, and expiry is checked only once
     /// the claims are known to be authentic.
-    pub fn verify(&self, ticket: &str, now_unix: i64) -> Result<TicketClaims, TicketError> {
+    pub fn verify_any(&self, ticket: &str, now_unix: i64) -> Result<Ticket, TicketError> {
         if ticket.is_empty() || ticket.len() > MAX_TICKET_LEN {
             return Err(TicketError::Malformed);
         }
@@ -255,6 +319,7 @@ impl TicketKeys {
             VERSION => (DOMAIN, BODY_LEN, BODY_LEN_V2 - 8),
             VERSION_V2 => (DOMAIN_V2, BODY_LEN_V2, BODY_LEN_V2 - 8),
             VERSION_V1 => (DOMAIN_V1, BODY_LEN_V1, BODY_LEN_V1 - 8),
+            VERSION_PLACE => (DOMAIN_PLACE, BODY_LEN_PLACE, BODY_LEN_PLACE - 8),
             _ => return Err(TicketError::Malformed),
         };
         if rest.len() != kid_len + body_len + MAC_LEN {
@@ -276,13 +341,28 @@ impl TicketKeys {
             .chain_update(signed)
             .verify_slice(tag)
             .map_err(|_| TicketError::BadSignature)?;
-        let claims =
-            decode_body(rest, expiry_at, *version == VERSION).ok_or(TicketError::Malformed)?;
-        if now_unix >= claims.expires_at_unix {
+        let (ticket, expires_at_unix) = if *version == VERSION_PLACE {
+            let claims = decode_place(rest).ok_or(TicketError::Malformed)?;
+            (Ticket::Place(claims), claims.expires_at_unix)
+        } else {
+            let claims =
+                decode_body(rest, expiry_at, *version == VERSION).ok_or(TicketError::Malformed)?;
+            (Ticket::Command(claims), claims.expires_at_unix)
+        };
+        if now_unix >= expires_at_unix {
             return Err(TicketError::Expired);
         }
-        Ok(claims)
+        Ok(ticket)
     }
+}
+
+/// Reads a place ticket's fields after the kid; `None` only if the slice is too short.
+fn decode_place(body: &[u8]) -> Option<PlaceClaims> {
+    Some(PlaceClaims {
+        namespace_id: Uuid::from_bytes(body.get(..16)?.try_into().ok()?).into(),
+        place_id: Uuid::from_bytes(body.get(16..32)?.try_into().ok()?),
+        expires_at_unix: i64::from_be_bytes(body.get(32..40)?.try_into().ok()?),
+    })
 }
 
 /// Reads the fixed-size fields after the kid, the expiry at `expiry_at` and, when `queued`

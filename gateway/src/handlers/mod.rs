@@ -10,6 +10,7 @@ pub mod enqueue;
 pub mod quotas;
 pub mod reads;
 pub mod record;
+pub mod rooms;
 pub mod status;
 pub mod tickets;
 

@@ -16,15 +16,15 @@ use crate::auth::now_unix;
 use crate::error::ApiError;
 use crate::poll_policy;
 use crate::state::Gateway;
-use crate::ticket::{QueueClaim, TicketClaims};
+use crate::ticket::{QueueClaim, Ticket, TicketClaims};
 use crate::waiting_view::MemoryAnswer;
 use sluice_durable::metrics;
 
-/// Checks the ticket's signature and expiry (no I/O).
-pub fn verify(gateway: &Gateway, ticket: &str) -> Result<TicketClaims, ApiError> {
+/// Checks the ticket's signature and expiry (no I/O): a command's or a waiting-room place's.
+pub fn verify(gateway: &Gateway, ticket: &str) -> Result<Ticket, ApiError> {
     gateway
         .tickets
-        .verify(ticket, now_unix())
+        .verify_any(ticket, now_unix())
         .map_err(|e| ApiError::unauthenticated(format!("the ticket is not valid: {e}")))
 }
 

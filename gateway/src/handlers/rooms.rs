@@ -1,0 +1,444 @@
+//! Waiting rooms: `POST /v1/rooms/{room}:join`, `GET /v1/rooms/{room}` and its `/prequeue`,
+//! a place ticket's poll, and `POST /v1/passes:heartbeat` and `:leave`.
+//!
+//! A place is one person's: joining, heartbeats and leaving take a subject token of that
+//! subject. Every answer about a place is read from PostgreSQL, which alone admits (see
+//! `sluice_durable::rooms`); a pass is signed here, on the way out, for the times the database
+//! committed, so it never claims more than the place holds.
+
+use chrono::{DateTime, Utc};
+use hyper::{HeaderMap, StatusCode};
+use serde::Serialize;
+use sluice_durable::outbox::rfc3339;
+use sluice_durable::pass_keys::{self, PassClaims, PassKey};
+use sluice_durable::rooms::fair_order::{self, RoomView};
+use sluice_durable::rooms::join::{self, Joined};
+use sluice_durable::rooms::places::{self, PassChange};
+use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
+use uuid::Uuid;
+
+use super::answers::to_data;
+use super::{Handled, is_command_code, require_json};
+use crate::auth::{Caller, now_unix};
+use crate::error::{ApiError, ErrorCode};
+use crate::poll_policy;
+use crate::state::Gateway;
+use crate::strict_json::{ObjectReader, parse_object};
+use crate::ticket::PlaceClaims;
+
+/// A place's ticket lives this long after the later of its issue and the room's start: long
+/// enough for any wait a room can have, and it reads nothing but that one place.
+const PLACE_TICKET_SECONDS: i64 = 2 * 86_400;
+
+/// The name of the pre-queue's order function, as `GET /v1/rooms/{room}` states it.
+const ORDER_FUNCTION: &str = "sha256(seed || join_id)";
+
+/// A room code as declarations allow it; anything else cannot exist.
+pub fn check_room_code(code: &str) -> Result<(), ApiError> {
+    if is_command_code(code) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("no room {code:?}")))
+    }
+}
+
+/// A place as every answer about it shows it (`GET /v1/tickets/{ticket}` and the join).
+#[derive(Debug, Serialize)]
+struct PlaceAnswer {
+    join_id: Uuid,
+    room: String,
+    status: PlaceState,
+    prequeue: bool,
+    queue: Option<QueuePosition>,
+    opens_at: Option<String>,
+    eta_seconds: Option<u64>,
+    /// None once the place is admitted (heartbeat instead) or ended.
+    poll_after_ms: Option<u64>,
+    /// While admitted: the pass and when it ends.
+    pass: Option<String>,
+    pass_expires_at: Option<String>,
+    /// While admitted and the room requires heartbeats: when to send the next.
+    heartbeat_after_ms: Option<u64>,
+    joined_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deduplicated: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+struct QueuePosition {
+    position: u64,
+    observed_at: String,
+}
+
+/// `POST /v1/rooms/{room}:join`: `202` with a new place, `200` with the subject's live one.
+pub async fn join(
+    gateway: &Gateway,
+    caller: &Caller,
+    room: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Handled {
+    let subject = caller.subject().ok_or_else(|| {
+        ApiError::permission_denied("joining a room needs a subject token: a place is one person's")
+    })?;
+    if !body.is_empty() {
+        require_json(headers)?;
+        ObjectReader::new(parse_object(body)?, "").finish()?;
+    }
+    let (status, place, deduplicated) =
+        match join::join(&gateway.pg, caller.namespace_id, room, subject).await? {
+            Ok(Joined::New(place)) => (StatusCode::ACCEPTED, place, false),
+            Ok(Joined::Existing(place)) => (StatusCode::OK, place, true),
+            Err(refusal) => return Err(refused(room, refusal)),
+        };
+    let mut answer = place_answer(gateway, &place).await?;
+    answer.ticket = Some(place_ticket(gateway, &place));
+    answer.deduplicated = Some(deduplicated);
+    Ok((status, to_data(&answer)?))
+}
+
+/// `GET /v1/tickets/{ticket}` for a place's ticket, and its `Cache-Control`.
+pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
+    let place = places::read(&gateway.pg, claims.namespace_id, claims.place_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("the place no longer exists"))?;
+    let answer = place_answer(gateway, &place).await?;
+    Ok((StatusCode::OK, to_data(&answer)?))
+}
+
+/// What a cache may keep of a place poll: an ended place never changes again.
+pub fn cache_control(data: &serde_json::Value) -> &'static str {
+    match data["status"].as_str() {
+        Some("left" | "expired") => "private, max-age=3600, immutable",
+        _ => "no-store",
+    }
+}
+
+/// `GET /v1/rooms/{room}`: the subject token of anyone in the namespace, or `status:read`.
+pub async fn read(gateway: &Gateway, caller: &Caller, room: &str) -> Handled {
+    require_reader(caller)?;
+    let view = fair_order::view(&gateway.pg, caller.namespace_id, room)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no room {room:?}")))?;
+    Ok((StatusCode::OK, to_data(&RoomAnswer::of(&view))?))
+}
+
+/// `GET /v1/rooms/{room}/prequeue`: every pre-queue join id, sorted by id; `complete` once the
+/// pre-queue was drawn (the draw takes the room's lock, so no pre-queue join commits after it).
+pub async fn prequeue(gateway: &Gateway, caller: &Caller, room: &str) -> Handled {
+    require_reader(caller)?;
+    let view = fair_order::view(&gateway.pg, caller.namespace_id, room)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no room {room:?}")))?;
+    let ids = fair_order::prequeue_ids(&gateway.pg, caller.namespace_id, room).await?;
+    let complete = view.drawn_at.is_some();
+    Ok((
+        StatusCode::OK,
+        serde_json::json!({
+            "room": view.code,
+            "complete": complete,
+            "join_ids": ids,
+        }),
+    ))
+}
+
+fn require_reader(caller: &Caller) -> Result<(), ApiError> {
+    if caller.subject().is_some() {
+        return Ok(());
+    }
+    caller.require_scope("status:read")
+}
+
+/// `POST /v1/passes:heartbeat` with `{"pass"}`: extends the live pass, answers the new one.
+pub async fn heartbeat(
+    gateway: &Gateway,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Handled {
+    let subject = holder(caller)?;
+    require_json(headers)?;
+    let mut reader = ObjectReader::new(parse_object(body)?, "");
+    let pass = reader.required_string("pass")?;
+    reader.finish()?;
+    let claims = read_pass(gateway, caller, subject, &pass).await?;
+    let change = places::heartbeat(&gateway.pg, caller.namespace_id, claims.jti, subject)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such place"))?;
+    let (place, extended) = match change {
+        PassChange::Changed(place) => (place, true),
+        PassChange::Unchanged(place) => (place, false),
+        PassChange::Ended(state) => return Err(ended(state)),
+    };
+    let mut answer = serde_json::to_value(place_answer(gateway, &place).await?)
+        .map_err(|_| ApiError::unavailable("the gateway cannot serve this request right now"))?;
+    answer["extended"] = extended.into();
+    Ok((StatusCode::OK, answer))
+}
+
+/// `POST /v1/passes:leave` with `{"pass"}` (admitted) or `{"ticket"}` (still waiting): the
+/// place ends at once and the next person is admitted. Leaving an ended place changes nothing.
+pub async fn leave(
+    gateway: &Gateway,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Handled {
+    let subject = holder(caller)?;
+    require_json(headers)?;
+    let mut reader = ObjectReader::new(parse_object(body)?, "");
+    let pass = reader.optional_string("pass")?;
+    let ticket = reader.optional_string("ticket")?;
+    reader.finish()?;
+    let place_id = match (pass, ticket) {
+        (Some(pass), None) => read_pass(gateway, caller, subject, &pass).await?.jti,
+        (None, Some(ticket)) => {
+            let claims = match gateway.tickets.verify_any(&ticket, now_unix()) {
+                Ok(crate::ticket::Ticket::Place(claims)) => claims,
+                Ok(crate::ticket::Ticket::Command(_)) => {
+                    return Err(ApiError::invalid(
+                        "ticket",
+                        "is a command's ticket, not a place's",
+                    ));
+                }
+                Err(error) => {
+                    return Err(ApiError::unauthenticated(format!(
+                        "the ticket is not valid: {error}"
+                    )));
+                }
+            };
+            if claims.namespace_id != caller.namespace_id {
+                return Err(ApiError::permission_denied(
+                    "the ticket is of another namespace",
+                ));
+            }
+            claims.place_id
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "pass",
+                "give exactly one of pass (an admitted place) and ticket (a waiting one)",
+            ));
+        }
+    };
+    let change = places::leave(&gateway.pg, caller.namespace_id, place_id, subject)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such place of this subject"))?;
+    let (place, changed) = match change {
+        PassChange::Changed(place) => (place, true),
+        PassChange::Unchanged(place) => (place, false),
+        PassChange::Ended(state) => return Err(ended(state)),
+    };
+    Ok((
+        StatusCode::OK,
+        serde_json::json!({
+            "join_id": place.id,
+            "room": place.room,
+            "status": place.state,
+            "changed": changed,
+        }),
+    ))
+}
+
+fn holder(caller: &Caller) -> Result<&str, ApiError> {
+    caller.subject().ok_or_else(|| {
+        ApiError::permission_denied("a pass is its holder's: this needs the holder's subject token")
+    })
+}
+
+fn ended(state: PlaceState) -> ApiError {
+    ApiError::new(
+        ErrorCode::StateConflict,
+        format!(
+            "the pass has ended ({}); join the room again",
+            state.as_str()
+        ),
+    )
+    .with_detail("state", state.as_str())
+}
+
+/// A pass handed back: signed by a published key (the set is read again once for a key id
+/// this gateway has not seen), of this namespace and of the caller's subject.
+async fn read_pass(
+    gateway: &Gateway,
+    caller: &Caller,
+    subject: &str,
+    pass: &str,
+) -> Result<PassClaims, ApiError> {
+    let mut keys = gateway.pass_keys(false).await?;
+    if let Some(kid) = pass_keys::pass_kid(pass)
+        && !keys.iter().any(|key| key.kid == kid)
+    {
+        keys = gateway.pass_keys(true).await?;
+    }
+    let claims = pass_keys::verify(pass, &keys)
+        .map_err(|error| ApiError::unauthenticated(format!("the pass is not valid: {error}")))?;
+    if claims.namespace != caller.namespace_id.to_string() {
+        return Err(ApiError::permission_denied(
+            "the pass is of another namespace",
+        ));
+    }
+    if claims.sub != subject {
+        return Err(ApiError::permission_denied("the pass is another subject's"));
+    }
+    Ok(claims)
+}
+
+fn refused(room: &str, refusal: RoomRefusal) -> ApiError {
+    match refusal {
+        RoomRefusal::NoRoom => ApiError::not_found(format!("no room {room:?}")),
+        RoomRefusal::NotOpenYet { prequeue_opens_at } => ApiError::new(
+            ErrorCode::StateConflict,
+            format!(
+                "the room's pre-queue opens at {}",
+                rfc3339(prequeue_opens_at)
+            ),
+        )
+        .with_detail("prequeue_opens_at", rfc3339(prequeue_opens_at)),
+        RoomRefusal::Paused => ApiError::new(
+            ErrorCode::IntakePaused,
+            "an operator paused intake for this namespace; joins resume when it is resumed",
+        ),
+    }
+}
+
+fn place_ticket(gateway: &Gateway, place: &Place) -> String {
+    let from = place
+        .opens_at
+        .map_or(now_unix(), |at| at.timestamp().max(now_unix()));
+    gateway.tickets.sign_place(&PlaceClaims {
+        namespace_id: place.namespace_id,
+        place_id: place.id,
+        expires_at_unix: from + PLACE_TICKET_SECONDS,
+    })
+}
+
+async fn place_answer(gateway: &Gateway, place: &Place) -> Result<PlaceAnswer, ApiError> {
+    let rate = place
+        .admit_per_minute
+        .map(|per_minute| f64::from(per_minute) / 60.0);
+    let until_open = place
+        .opens_at
+        .map(|at| (at - place.observed_at).num_seconds())
+        .filter(|seconds| *seconds > 0)
+        .map(|seconds| seconds as u64);
+    let waiting = place.state == PlaceState::Waiting;
+    let eta_seconds = if !waiting {
+        None
+    } else if place.position.is_some() {
+        poll_policy::eta_seconds(place.position, rate)
+    } else {
+        // Not drawn yet: everyone in the pre-queue is at the start.
+        until_open
+    };
+    let poll_after_ms = waiting.then(|| match (until_open, place.position) {
+        (Some(seconds), None) => seconds.saturating_mul(1000).clamp(1_000, 10_000),
+        _ => poll_policy::poll_after_ms(place.position, rate, rand::random::<f64>()),
+    });
+    let (pass, pass_expires_at, heartbeat_after_ms) = match places::pass_times(place) {
+        Some((issued, until)) => (
+            Some(sign_pass(gateway, place, issued, until).await?),
+            Some(rfc3339(until)),
+            place
+                .heartbeat_seconds
+                .map(|seconds| u64::try_from(seconds).unwrap_or(0) * 1000 / 3),
+        ),
+        None => (None, None, None),
+    };
+    Ok(PlaceAnswer {
+        join_id: place.id,
+        room: place.room.clone(),
+        status: place.state,
+        prequeue: place.prequeue,
+        queue: place.position.map(|position| QueuePosition {
+            position,
+            observed_at: rfc3339(place.observed_at),
+        }),
+        opens_at: place.opens_at.map(rfc3339),
+        eta_seconds,
+        poll_after_ms,
+        pass,
+        pass_expires_at,
+        heartbeat_after_ms,
+        joined_at: rfc3339(place.joined_at),
+        ticket: None,
+        deduplicated: None,
+    })
+}
+
+/// The pass of an admitted place: `iat` and `exp` are the times PostgreSQL committed.
+async fn sign_pass(
+    gateway: &Gateway,
+    place: &Place,
+    issued: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<String, ApiError> {
+    let keys = gateway.pass_keys(false).await?;
+    let key: &PassKey = match keys.iter().find(|key| key.retired_at.is_none()) {
+        Some(key) => key,
+        None => keys
+            .first()
+            .ok_or_else(|| ApiError::unavailable("no pass key is live; try again"))?,
+    };
+    let claims = PassClaims {
+        sub: place.subject.clone(),
+        namespace: place.namespace_id.to_string(),
+        room: place.room.clone(),
+        jti: place.id,
+        iat: issued.timestamp(),
+        exp: until.timestamp(),
+    };
+    Ok(key.sign(&claims.to_json()))
+}
+
+/// `GET /v1/rooms/{room}`.
+#[derive(Debug, Serialize)]
+struct RoomAnswer<'a> {
+    room: &'a str,
+    max_active: Option<i32>,
+    admit_per_minute: Option<i32>,
+    pass_seconds: i32,
+    heartbeat_seconds: Option<i32>,
+    opens_at: Option<String>,
+    prequeue_opens_at: Option<String>,
+    shuffle_prequeue: bool,
+    order: Option<&'static str>,
+    seed_sha256: Option<&'a str>,
+    seed: Option<&'a str>,
+    drawn_at: Option<String>,
+    waiting: i64,
+    active: i64,
+    prequeue_joins: i64,
+    admitted_total: i64,
+    left_total: i64,
+    expired_total: i64,
+    observed_at: String,
+}
+
+impl<'a> RoomAnswer<'a> {
+    fn of(view: &'a RoomView) -> Self {
+        Self {
+            room: &view.code,
+            max_active: view.max_active,
+            admit_per_minute: view.admit_per_minute,
+            pass_seconds: view.pass_seconds,
+            heartbeat_seconds: view.heartbeat_seconds,
+            opens_at: view.opens_at.map(rfc3339),
+            prequeue_opens_at: view.prequeue_opens_at.map(rfc3339),
+            shuffle_prequeue: view.shuffle_prequeue,
+            order: (view.opens_at.is_some() && view.shuffle_prequeue).then_some(ORDER_FUNCTION),
+            seed_sha256: view.seed_sha256.as_deref(),
+            seed: view.seed.as_deref(),
+            drawn_at: view.drawn_at.map(rfc3339),
+            waiting: view.waiting,
+            active: view.active,
+            prequeue_joins: view.prequeue,
+            admitted_total: view.admitted_total,
+            left_total: view.left_total,
+            expired_total: view.expired_total,
+            observed_at: rfc3339(view.observed_at),
+        }
+    }
+}

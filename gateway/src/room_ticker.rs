@@ -1,0 +1,46 @@
+//! The waiting rooms' admission ticker: every [`TICK`], each room with people waiting, passes
+//! live or a draw due gets one step of `sluice_durable::rooms::admission` (the draw at
+//! `opens_at`, lapsed passes freed, the next people admitted).
+//!
+//! Every gateway runs one. A step locks its room's row with `SKIP LOCKED`, so gateways never
+//! wait for each other and admit together exactly as one would; with none running, nobody is
+//! admitted, but nothing is lost either (the places wait in PostgreSQL).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_durable::rooms::admission;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::Gateway;
+
+/// How often rooms are stepped: the delay between a freed place and the next admission.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// Steps every busy room each [`TICK`] until `shutdown`.
+pub async fn run(gateway: Arc<Gateway>, shutdown: CancellationToken) {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A failure is logged when it starts and when it ends, not at every tick of an outage.
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let outcome = step_all(&gateway).await;
+        match (&outcome, failing) {
+            (Err(error), false) => tracing::warn!(%error, "waiting rooms cannot admit"),
+            (Ok(()), true) => tracing::info!("waiting rooms admit again"),
+            _ => {}
+        }
+        failing = outcome.is_err();
+    }
+}
+
+async fn step_all(gateway: &Gateway) -> Result<(), sluice_durable::DurableError> {
+    for room in admission::busy_rooms(&gateway.pg).await? {
+        admission::step(&gateway.pg, &room).await?;
+    }
+    Ok(())
+}
