@@ -39,6 +39,7 @@ mod readme_tokens;
 mod reads;
 mod reconcile;
 mod redis_outage;
+mod rooms;
 mod shutdown;
 mod sluice_process;
 mod startup_checks;

@@ -33,6 +33,11 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/v1/allocations/{allocation_id}"),
     ("POST", "/v1/allocations/{allocation_id}:confirm"),
     ("POST", "/v1/allocations/{allocation_id}:release"),
+    ("POST", "/v1/rooms/{room}:join"),
+    ("GET", "/v1/rooms/{room}"),
+    ("GET", "/v1/rooms/{room}/prequeue"),
+    ("POST", "/v1/passes:heartbeat"),
+    ("POST", "/v1/passes:leave"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/.well-known/jwks.json"),
@@ -682,8 +687,334 @@ async fn quota_answers_have_exactly_the_documented_fields() {
         refusing.contains(error["details"]["state"].as_str().expect("details.state")),
         "{error}"
     );
-    assert!(refusing.is_subset(&states));
+    // The same enum also names the ended places a heartbeat refuses (`left`, `expired`).
+    let places = string_enum(&doc, "PlaceState");
+    assert!(
+        refusing
+            .iter()
+            .all(|state| states.contains(state) || places.contains(state)),
+        "{refusing:?}"
+    );
     shutdown.cancel();
+}
+
+/// A refusal in the documented error envelope, with `status` and `code`; its `error`.
+fn assert_error<'a>(doc: &Value, reply: &'a Reply, status: StatusCode, code: &str) -> &'a Value {
+    assert_eq!(reply.status, status, "{:?}", reply.body);
+    assert_eq!(
+        keys(&reply.body),
+        properties(doc, "ErrorEnvelope"),
+        "{:?}",
+        reply.body
+    );
+    let error = &reply.body["error"];
+    let sent = keys(error);
+    assert!(
+        sent.is_subset(&properties(doc, "Error")),
+        "undocumented error fields: {sent:?}"
+    );
+    assert!(required(doc, "Error").is_subset(&sent), "{error}");
+    assert_eq!(error["code"], code, "{error}");
+    error
+}
+
+/// The waiting rooms' answers: a join (`202`, and `200` for the subject's live place), a place's
+/// poll while waiting in the queue, in a pre-queue, admitted and left, a room and its pre-queue,
+/// a heartbeat, leaving by pass and by ticket, and the refusals whose details are documented
+/// (`prequeue_opens_at`, `state`, `INTAKE_PAUSED`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_answers_have_exactly_the_documented_fields() {
+    use std::time::Duration;
+
+    let doc = document();
+    let states = string_enum(&doc, "PlaceState");
+    assert_eq!(
+        states,
+        BTreeSet::from(["waiting", "admitted", "left", "expired"].map(String::from))
+    );
+    let opens_in = |days| {
+        (chrono::Utc::now() + chrono::Duration::days(days))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    // `doors` admits one at a time, from now on; `premiere` takes its pre-queue until tomorrow;
+    // `later`'s pre-queue opens an hour before its start, the day after.
+    let declaration = format!(
+        r#"{CLAIM_DECLARATION}
+[[room]]
+code = "doors"
+max_active = 1
+heartbeat_seconds = 30
+
+[[room]]
+code = "premiere"
+max_active = 1
+opens_at = "{}"
+
+[[room]]
+code = "later"
+max_active = 1
+opens_at = "{}"
+prequeue_seconds = 3600
+"#,
+        opens_in(1),
+        opens_in(2)
+    );
+    let stack = Stack::with_declaration(&declaration).await;
+    let (alice, bob) = (stack.subject_token("alice"), stack.subject_token("bob"));
+
+    // A new place, then the same subject's live place again.
+    let joined = stack.post("/v1/rooms/doors:join", Some(&alice), "").await;
+    assert_eq!(joined.status, StatusCode::ACCEPTED, "{:?}", joined.body);
+    assert_exact(&doc, "JoinedPlaceEnvelope", &joined.body, "join envelope");
+    assert_exact(&doc, "JoinedPlace", joined.data(), "a join (202)");
+    assert_eq!(joined.data()["deduplicated"], false);
+    assert!(states.contains(joined.data()["status"].as_str().expect("status")));
+    let again = stack.post("/v1/rooms/doors:join", Some(&alice), "{}").await;
+    assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+    assert_exact(
+        &doc,
+        "JoinedPlace",
+        again.data(),
+        "a join (200, live place)",
+    );
+    assert_eq!(again.data()["deduplicated"], true);
+    assert_eq!(again.data()["join_id"], joined.data()["join_id"]);
+    let ticket = joined.data()["ticket"]
+        .as_str()
+        .expect("ticket")
+        .to_string();
+
+    // Admitted by the ticker within a few ticks; bob waits behind the only place.
+    let bob_joined = stack.post("/v1/rooms/doors:join", Some(&bob), "").await;
+    assert_eq!(
+        bob_joined.status,
+        StatusCode::ACCEPTED,
+        "{:?}",
+        bob_joined.body
+    );
+    let bob_ticket = bob_joined.data()["ticket"]
+        .as_str()
+        .expect("ticket")
+        .to_string();
+    let admitted = eventually(Duration::from_secs(10), || async {
+        stack.poll(&ticket).await.data()["status"] == "admitted"
+    })
+    .await;
+    assert!(
+        admitted,
+        "alice is admitted: {:?}",
+        stack.poll(&ticket).await.body
+    );
+    let poll = stack.poll(&ticket).await;
+    assert_eq!(poll.status, StatusCode::OK, "{:?}", poll.body);
+    assert_exact(&doc, "PlaceEnvelope", &poll.body, "place poll envelope");
+    assert_exact(&doc, "Place", poll.data(), "a place's poll (admitted)");
+    assert!(poll.data()["pass"].is_string(), "{:?}", poll.body);
+    assert!(
+        poll.data()["heartbeat_after_ms"].is_u64(),
+        "{:?}",
+        poll.body
+    );
+    assert_eq!(
+        poll.headers
+            .get("cache-control")
+            .and_then(|v| v.to_str().ok()),
+        Some("no-store")
+    );
+    let pass = poll.data()["pass"].as_str().expect("pass").to_string();
+    let waiting = stack.poll(&bob_ticket).await;
+    assert_eq!(waiting.status, StatusCode::OK, "{:?}", waiting.body);
+    assert_exact(&doc, "Place", waiting.data(), "a place's poll (waiting)");
+    assert_eq!(waiting.data()["status"], "waiting", "{:?}", waiting.body);
+    assert_exact(
+        &doc,
+        "PlaceQueuePosition",
+        &waiting.data()["queue"],
+        "a waiting place's queue",
+    );
+
+    // A pre-queue place, its room (with the seed's commitment) and the pre-queue.
+    let early = stack
+        .post("/v1/rooms/premiere:join", Some(&alice), "")
+        .await;
+    assert_eq!(early.status, StatusCode::ACCEPTED, "{:?}", early.body);
+    assert_exact(&doc, "JoinedPlace", early.data(), "a pre-queue join");
+    assert_eq!(early.data()["prequeue"], true, "{:?}", early.body);
+    let early_poll = stack
+        .poll(early.data()["ticket"].as_str().expect("ticket"))
+        .await;
+    assert_exact(&doc, "Place", early_poll.data(), "a pre-queue place's poll");
+    for (path, bearer) in [
+        ("/v1/rooms/doors", &alice),
+        ("/v1/rooms/premiere", &stack.credential()),
+    ] {
+        let room = stack.get(path, Some(bearer)).await;
+        assert_eq!(room.status, StatusCode::OK, "{path}: {:?}", room.body);
+        assert_exact(&doc, "RoomEnvelope", &room.body, "room envelope");
+        assert_exact(&doc, "Room", room.data(), path);
+    }
+    let premiere = stack.get("/v1/rooms/premiere", Some(&bob)).await;
+    assert!(
+        premiere.data()["seed_sha256"].is_string(),
+        "{:?}",
+        premiere.body
+    );
+    assert!(premiere.data()["seed"].is_null(), "{:?}", premiere.body);
+    let orders = schema(&doc, "Room")["properties"]["order"]["enum"]
+        .as_array()
+        .expect("Room.order has an enum");
+    assert!(premiere.data()["order"].is_string(), "{:?}", premiere.body);
+    assert!(
+        orders.contains(&premiere.data()["order"]),
+        "{:?}",
+        premiere.body
+    );
+    let prequeue = stack.get("/v1/rooms/premiere/prequeue", Some(&bob)).await;
+    assert_eq!(prequeue.status, StatusCode::OK, "{:?}", prequeue.body);
+    assert_exact(
+        &doc,
+        "PrequeueEnvelope",
+        &prequeue.body,
+        "prequeue envelope",
+    );
+    assert_exact(
+        &doc,
+        "Prequeue",
+        prequeue.data(),
+        "GET /v1/rooms/{room}/prequeue",
+    );
+    assert_eq!(
+        prequeue.data()["join_ids"],
+        serde_json::json!([early.data()["join_id"]])
+    );
+
+    // Refused joins: before the pre-queue opens, and with a credential.
+    let too_early = stack.post("/v1/rooms/later:join", Some(&alice), "").await;
+    let error = assert_error(&doc, &too_early, StatusCode::CONFLICT, "STATE_CONFLICT");
+    assert!(error["details"]["prequeue_opens_at"].is_string(), "{error}");
+    assert!(
+        keys(&error["details"]).is_subset(&keys(
+            &schema(&doc, "Error")["properties"]["details"]["properties"]
+        )),
+        "{error}"
+    );
+    let credential = stack
+        .post("/v1/rooms/doors:join", Some(&stack.credential()), "")
+        .await;
+    assert_error(
+        &doc,
+        &credential,
+        StatusCode::FORBIDDEN,
+        "PERMISSION_DENIED",
+    );
+
+    // A heartbeat, and another subject's.
+    let body = serde_json::json!({"pass": pass}).to_string();
+    assert_eq!(
+        keys(&serde_json::json!({"pass": ""})),
+        properties(&doc, "HeartbeatRequest")
+    );
+    let beat = stack
+        .post("/v1/passes:heartbeat", Some(&alice), &body)
+        .await;
+    assert_eq!(beat.status, StatusCode::OK, "{:?}", beat.body);
+    assert_exact(
+        &doc,
+        "PlaceHeartbeatEnvelope",
+        &beat.body,
+        "heartbeat envelope",
+    );
+    assert_exact(
+        &doc,
+        "PlaceHeartbeat",
+        beat.data(),
+        "POST /v1/passes:heartbeat",
+    );
+    assert_eq!(beat.data()["status"], "admitted", "{:?}", beat.body);
+    let stolen = stack.post("/v1/passes:heartbeat", Some(&bob), &body).await;
+    assert_error(&doc, &stolen, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+
+    // Leaving by pass, the place's poll after it, and a heartbeat of the ended place.
+    assert_eq!(
+        keys(&serde_json::json!({"pass": "", "ticket": ""})),
+        properties(&doc, "LeaveRequest")
+    );
+    let left = stack.post("/v1/passes:leave", Some(&alice), &body).await;
+    assert_eq!(left.status, StatusCode::OK, "{:?}", left.body);
+    assert_exact(&doc, "LeftPlaceEnvelope", &left.body, "leave envelope");
+    assert_exact(
+        &doc,
+        "LeftPlace",
+        left.data(),
+        "POST /v1/passes:leave (pass)",
+    );
+    assert_eq!(left.data()["changed"], true, "{:?}", left.body);
+    assert_eq!(left.data()["status"], "left", "{:?}", left.body);
+    let ended = stack.poll(&ticket).await;
+    assert_exact(&doc, "Place", ended.data(), "a place's poll (left)");
+    assert_eq!(
+        ended
+            .headers
+            .get("cache-control")
+            .and_then(|v| v.to_str().ok()),
+        Some("private, max-age=3600, immutable")
+    );
+    let late = stack
+        .post("/v1/passes:heartbeat", Some(&alice), &body)
+        .await;
+    let error = assert_error(&doc, &late, StatusCode::CONFLICT, "STATE_CONFLICT");
+    let refusing = enum_at(
+        &doc,
+        "/components/schemas/Error/properties/details/properties/state/enum",
+    );
+    let state = error["details"]["state"].as_str().expect("details.state");
+    assert_eq!(state, "left", "{error}");
+    assert!(
+        refusing.contains(state) && states.contains(state),
+        "{error}"
+    );
+
+    // Leaving by ticket, and again (nothing changes).
+    let by_ticket = serde_json::json!({"ticket": bob_ticket}).to_string();
+    for changed in [true, false] {
+        let left = stack.post("/v1/passes:leave", Some(&bob), &by_ticket).await;
+        assert_eq!(left.status, StatusCode::OK, "{:?}", left.body);
+        assert_exact(
+            &doc,
+            "LeftPlace",
+            left.data(),
+            "POST /v1/passes:leave (ticket)",
+        );
+        assert_eq!(left.data()["changed"], changed, "{:?}", left.body);
+    }
+
+    // Paused intake refuses a new place; a live one is still answered.
+    let paused = stack
+        .post(
+            "/v1/control",
+            Some(&stack.credential()),
+            r#"{"paused": true, "reason": "fields"}"#,
+        )
+        .await;
+    assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.body);
+    let carol = stack.subject_token("carol");
+    let refused = stack.post("/v1/rooms/doors:join", Some(&carol), "").await;
+    assert_error(
+        &doc,
+        &refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "INTAKE_PAUSED",
+    );
+    let live = stack
+        .post("/v1/rooms/premiere:join", Some(&alice), "")
+        .await;
+    assert_eq!(live.status, StatusCode::OK, "{:?}", live.body);
+    assert_exact(
+        &doc,
+        "JoinedPlace",
+        live.data(),
+        "a live place while paused",
+    );
 }
 
 /// The path of a documented operation with its parameters filled in.
@@ -695,6 +1026,7 @@ fn concrete(path: &str) -> String {
         .replace("{name}", "offer")
         .replace("{pool}", "offer-stock")
         .replace("{allocation_id}", "0b0c8f5e-3c1d-4c4e-9d7e-2f7a1b6c9d11")
+        .replace("{room}", "doors")
 }
 
 /// A method no operation of a path documents is `405` with `Allow` naming the documented one,

@@ -1,0 +1,104 @@
+//! What the room tests share: a stack with rooms, a person's moves, and passes verified as an
+//! origin would verify them (`jsonwebtoken` against the published JWK Set, never Sluice's own
+//! code).
+
+use std::time::Duration;
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::Value;
+
+use crate::support::*;
+
+/// A stack whose declaration is the usual one plus `rooms` (`[[room]]` tables).
+pub async fn stack_with_rooms(rooms: &str) -> Stack {
+    Stack::with_declaration(&format!("{CLAIM_DECLARATION}\n{rooms}")).await
+}
+
+pub async fn join(stack: &Stack, room: &str, subject: &str) -> Reply {
+    stack
+        .post(
+            &format!("/v1/rooms/{room}:join"),
+            Some(&stack.subject_token(subject)),
+            "",
+        )
+        .await
+}
+
+/// Runs `attempt` until it says done (`Ok` with its value) or `within` has passed (`Err` with
+/// the last value), 50 ms apart.
+pub async fn until<T, F, Fut>(within: Duration, mut attempt: F) -> Result<T, T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (bool, T)>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (done, value) = attempt().await;
+        if done {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(value);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `ticket` until its place's status is `status`, within `within`; that answer.
+pub async fn poll_until(stack: &Stack, ticket: &str, status: &str, within: Duration) -> Value {
+    until(within, || async move {
+        let reply = stack.poll(ticket).await;
+        assert_eq!(reply.status, hyper::StatusCode::OK, "{:?}", reply.body);
+        (reply.data()["status"] == status, reply.data().clone())
+    })
+    .await
+    .unwrap_or_else(|last| panic!("never {status}: {last}"))
+}
+
+pub async fn heartbeat(stack: &Stack, subject: &str, pass: &str) -> Reply {
+    stack
+        .post(
+            "/v1/passes:heartbeat",
+            Some(&stack.subject_token(subject)),
+            &serde_json::json!({ "pass": pass }).to_string(),
+        )
+        .await
+}
+
+pub async fn leave(stack: &Stack, subject: &str, field: &str, value: &str) -> Reply {
+    stack
+        .post(
+            "/v1/passes:leave",
+            Some(&stack.subject_token(subject)),
+            &serde_json::json!({ field: value }).to_string(),
+        )
+        .await
+}
+
+/// The published keys, fetched over HTTP as an origin would.
+pub async fn key_set(stack: &Stack) -> JwkSet {
+    let reply = stack.get("/.well-known/jwks.json", None).await;
+    assert_eq!(reply.status, hyper::StatusCode::OK, "{:?}", reply.body);
+    serde_json::from_value(reply.body).expect("a JWK Set")
+}
+
+/// Verifies `pass` as a protected origin does: the `kid`'s key from `set`, EdDSA only, `exp`
+/// with no leeway, for `room`.
+pub fn verify_pass(set: &JwkSet, pass: &str, room: &str) -> Result<Value, String> {
+    let header = jsonwebtoken::decode_header(pass).map_err(|e| e.to_string())?;
+    let jwk = set
+        .find(header.kid.as_deref().unwrap_or_default())
+        .ok_or("unknown kid")?;
+    let mut validation = Validation::new(Algorithm::EdDSA);
+    validation.leeway = 0;
+    validation.set_required_spec_claims(&["exp", "sub", "jti"]);
+    let key = DecodingKey::from_jwk(jwk).map_err(|e| e.to_string())?;
+    let claims = jsonwebtoken::decode::<Value>(pass, &key, &validation)
+        .map_err(|e| e.to_string())?
+        .claims;
+    if claims["room"] != room {
+        return Err(format!("a pass for room {}", claims["room"]));
+    }
+    Ok(claims)
+}

@@ -1,0 +1,8 @@
+//! Waiting rooms over the real stack: the contract of join, polls, passes, heartbeats and
+//! leaves; `max_active` as a protected origin counts it; the fair start recomputed by an
+//! independent script.
+
+mod capacity;
+mod contract;
+mod fair_start;
+mod kit;
