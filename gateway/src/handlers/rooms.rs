@@ -158,20 +158,14 @@ pub async fn heartbeat(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Handled {
-    let subject = holder(caller)?;
-    require_json(headers)?;
-    let mut reader = ObjectReader::new(parse_object(body)?, "");
+    let (subject, mut reader) = holder_body(caller, headers, body)?;
     let pass = reader.required_string("pass")?;
     reader.finish()?;
     let claims = read_pass(gateway, caller, subject, &pass).await?;
     let change = places::heartbeat(&gateway.pg, caller.namespace_id, claims.jti, subject)
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
-    let (place, extended) = match change {
-        PassChange::Changed(place) => (place, true),
-        PassChange::Unchanged(place) => (place, false),
-        PassChange::Ended(state) => return Err(ended(state)),
-    };
+    let (place, extended) = outcome(change)?;
     let mut answer = serde_json::to_value(place_answer(gateway, &place).await?)
         .map_err(|_| ApiError::unavailable("the gateway cannot serve this request right now"))?;
     answer["extended"] = extended.into();
@@ -179,16 +173,15 @@ pub async fn heartbeat(
 }
 
 /// `POST /v1/passes:leave` with `{"pass"}` (admitted) or `{"ticket"}` (still waiting): the
-/// place ends at once and the next person is admitted. Leaving an ended place changes nothing.
+/// place ends at once; an admitted one's slot goes to the next person once its last pass can
+/// no longer be accepted (`exp` plus a second). Leaving an ended place changes nothing.
 pub async fn leave(
     gateway: &Gateway,
     caller: &Caller,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Handled {
-    let subject = holder(caller)?;
-    require_json(headers)?;
-    let mut reader = ObjectReader::new(parse_object(body)?, "");
+    let (subject, mut reader) = holder_body(caller, headers, body)?;
     let pass = reader.optional_string("pass")?;
     let ticket = reader.optional_string("ticket")?;
     reader.finish()?;
@@ -226,11 +219,7 @@ pub async fn leave(
     let change = places::leave(&gateway.pg, caller.namespace_id, place_id, subject)
         .await?
         .ok_or_else(|| ApiError::not_found("no such place of this subject"))?;
-    let (place, changed) = match change {
-        PassChange::Changed(place) => (place, true),
-        PassChange::Unchanged(place) => (place, false),
-        PassChange::Ended(state) => return Err(ended(state)),
-    };
+    let (place, changed) = outcome(change)?;
     Ok((
         StatusCode::OK,
         serde_json::json!({
@@ -242,10 +231,26 @@ pub async fn leave(
     ))
 }
 
-fn holder(caller: &Caller) -> Result<&str, ApiError> {
-    caller.subject().ok_or_else(|| {
+/// The holder's subject (a pass is its holder's) and the JSON body to read.
+fn holder_body<'a>(
+    caller: &'a Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(&'a str, ObjectReader), ApiError> {
+    let subject = caller.subject().ok_or_else(|| {
         ApiError::permission_denied("a pass is its holder's: this needs the holder's subject token")
-    })
+    })?;
+    require_json(headers)?;
+    Ok((subject, ObjectReader::new(parse_object(body)?, "")))
+}
+
+/// The place after a heartbeat or a leave, and whether it changed; an ended place is `409`.
+fn outcome(change: PassChange) -> Result<(Place, bool), ApiError> {
+    match change {
+        PassChange::Changed(place) => Ok((place, true)),
+        PassChange::Unchanged(place) => Ok((place, false)),
+        PassChange::Ended(state) => Err(ended(state)),
+    }
 }
 
 fn ended(state: PlaceState) -> ApiError {
