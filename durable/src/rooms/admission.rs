@@ -58,7 +58,7 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
     let mut tx = pg.begin().await?;
     let Some(row) = sqlx::query!(
         r#"SELECT max_active, admit_per_minute, opens_at,
-                  shuffle_prequeue, seed, drawn_at, active, waiting, tokens, tokens_at,
+                  shuffle_prequeue, seed, drawn_at, waiting, tokens, tokens_at,
                   clock_timestamp() AS "now!"
              FROM rooms WHERE namespace_id = $1 AND code = $2
               FOR UPDATE SKIP LOCKED"#,
