@@ -450,11 +450,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
 
 /// Command codes are declared as `^[a-z][a-z0-9_-]*$`; anything else cannot exist.
 fn check_command_code(code: &str) -> Result<(), ApiError> {
-    if handlers::is_command_code(code) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("no command {code:?}")))
-    }
+    handlers::check_declared_code("command", code)
 }
 
 #[cfg(test)]

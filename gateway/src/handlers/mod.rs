@@ -153,6 +153,16 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A declared code in a path (a command's, a quota pool's, a room's): one that declarations
+/// cannot hold names nothing, so it is `404` naming `what` before any look-up.
+pub fn check_declared_code(what: &str, code: &str) -> Result<(), ApiError> {
+    if is_command_code(code) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("no {what} {code:?}")))
+    }
+}
+
 /// Command codes are declared as `^[a-z][a-z0-9_-]*$`, at most 64 characters.
 pub fn is_command_code(code: &str) -> bool {
     !code.is_empty()

@@ -16,7 +16,7 @@ use sluice_durable::quotas::pools::{self, Configure, MAX_CAPACITY, PoolSnapshot}
 use uuid::Uuid;
 
 use super::answers::to_data;
-use super::{Handled, RevisedChange, idempotency_key, is_command_code, require_json};
+use super::{Handled, RevisedChange, check_declared_code, idempotency_key, require_json};
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Gateway;
@@ -24,11 +24,7 @@ use crate::strict_json::{ObjectReader, parse_object};
 
 /// A pool code as declarations allow it; anything else cannot exist.
 pub fn check_pool_code(code: &str) -> Result<(), ApiError> {
-    if is_command_code(code) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("no quota pool {code:?}")))
-    }
+    check_declared_code("quota pool", code)
 }
 
 /// An allocation id in a path.

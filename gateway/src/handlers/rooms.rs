@@ -18,7 +18,7 @@ use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
 use uuid::Uuid;
 
 use super::answers::to_data;
-use super::{Handled, is_command_code, require_json};
+use super::{Handled, check_declared_code, require_json};
 use crate::auth::{Caller, now_unix};
 use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
@@ -35,11 +35,7 @@ const ORDER_FUNCTION: &str = "sha256(seed || join_id)";
 
 /// A room code as declarations allow it; anything else cannot exist.
 pub fn check_room_code(code: &str) -> Result<(), ApiError> {
-    if is_command_code(code) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("no room {code:?}")))
-    }
+    check_declared_code("room", code)
 }
 
 /// A place as every answer about it shows it (`GET /v1/tickets/{ticket}` and the join).
@@ -166,8 +162,7 @@ pub async fn heartbeat(
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, extended) = outcome(change)?;
-    let mut answer = serde_json::to_value(place_answer(gateway, &place).await?)
-        .map_err(|_| ApiError::unavailable("the gateway cannot serve this request right now"))?;
+    let mut answer = to_data(&place_answer(gateway, &place).await?)?;
     answer["extended"] = extended.into();
     Ok((StatusCode::OK, answer))
 }
@@ -188,19 +183,12 @@ pub async fn leave(
     let place_id = match (pass, ticket) {
         (Some(pass), None) => read_pass(gateway, caller, subject, &pass).await?.jti,
         (None, Some(ticket)) => {
-            let claims = match gateway.tickets.verify_any(&ticket, now_unix()) {
-                Ok(crate::ticket::Ticket::Place(claims)) => claims,
-                Ok(crate::ticket::Ticket::Command(_)) => {
-                    return Err(ApiError::invalid(
-                        "ticket",
-                        "is a command's ticket, not a place's",
-                    ));
-                }
-                Err(error) => {
-                    return Err(ApiError::unauthenticated(format!(
-                        "the ticket is not valid: {error}"
-                    )));
-                }
+            let crate::ticket::Ticket::Place(claims) = super::tickets::verify(gateway, &ticket)?
+            else {
+                return Err(ApiError::invalid(
+                    "ticket",
+                    "is a command's ticket, not a place's",
+                ));
             };
             if claims.namespace_id != caller.namespace_id {
                 return Err(ApiError::permission_denied(
