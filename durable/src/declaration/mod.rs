@@ -29,12 +29,12 @@ mod tests;
 pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
-    NamespaceSettings, ParamDecl, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope, ResourceKeyDecl,
-    RoomDecl, SubjectRate, WaitingPageDecl,
+    NamespaceSettings, ParamDecl, ProofOfWork, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope,
+    ResourceKeyDecl, RoomDecl, SubjectRate, WaitingPageDecl,
 };
 pub use namespace::MAX_CAPACITY as MAX_POOL_CAPACITY;
 pub use read::parse_read_params;
-pub use room::{MAX_PASS_SECONDS, opens_at as room_opens_at};
+pub use room::{MAX_PASS_SECONDS, MAX_WORK_BITS, opens_at as room_opens_at};
 
 use toml::Table;
 

@@ -276,4 +276,54 @@ pub struct RoomDecl {
     pub prequeue_seconds: Option<u32>,
     /// Whether the pre-queue is ordered by the committed seed (else by arrival).
     pub shuffle_prequeue: bool,
+    /// What a join must prove it spent first; absent in declarations stored before it existed.
+    #[serde(default)]
+    pub proof_of_work: ProofOfWork,
+}
+
+/// The work a join must show: the number of leading zero bits of a SHA-256 the joiner has to
+/// find (each bit doubles the expected work, and checking a solution is one hash).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum ProofOfWork {
+    #[default]
+    Off,
+    /// Every challenge asks for `bits`.
+    Fixed { bits: u8 },
+    /// `min_bits` while joins arrive at most `calm_joins_per_second`; one more bit for each
+    /// doubling of the arrival rate above it, up to `max_bits`: a script that joins faster pays
+    /// more per join, and a calm room costs a browser almost nothing.
+    Adaptive {
+        min_bits: u8,
+        max_bits: u8,
+        calm_joins_per_second: u32,
+    },
+}
+
+impl ProofOfWork {
+    /// The bits a challenge issued now asks for, given the room's recent arrival rate.
+    pub fn bits_at(self, joins_per_second: f64) -> u8 {
+        match self {
+            Self::Off => 0,
+            Self::Fixed { bits } => bits,
+            Self::Adaptive {
+                min_bits,
+                max_bits,
+                calm_joins_per_second,
+            } => {
+                let calm = f64::from(calm_joins_per_second.max(1));
+                if !joins_per_second.is_finite() || joins_per_second <= calm {
+                    return min_bits;
+                }
+                let extra = (joins_per_second / calm).log2().ceil();
+                let bits = f64::from(min_bits) + extra;
+                if bits >= f64::from(max_bits) {
+                    max_bits
+                } else {
+                    // Between min_bits and max_bits, both u8.
+                    bits as u8
+                }
+            }
+        }
+    }
 }

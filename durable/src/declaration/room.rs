@@ -3,7 +3,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use toml::Value;
 
-use super::model::RoomDecl;
+use super::model::{ProofOfWork, RoomDecl};
 use super::names::{check_code, first_duplicate};
 use super::walk::{Obj, Result};
 use crate::field_error::FieldError;
@@ -19,6 +19,9 @@ const DEFAULT_PASS_SECONDS: u32 = 600;
 const MIN_HEARTBEAT_SECONDS: u32 = 5;
 /// Longest pre-queue window (a week).
 const MAX_PREQUEUE_SECONDS: u32 = 7 * 86_400;
+/// Most proof-of-work bits: 2^26 hashes is about a minute of a phone's browser; more would
+/// shut out the people the room is for.
+pub const MAX_WORK_BITS: u8 = 26;
 
 /// Parses every `[[room]]`, refusing duplicate codes (naming the later one).
 pub(crate) fn parse_rooms(root: &Obj<'_>) -> Result<Vec<RoomDecl>> {
@@ -82,7 +85,7 @@ fn parse_room(room: &Obj<'_>) -> Result<RoomDecl> {
             }
         }
     }
-    parse_proof_of_work(room)?;
+    let proof_of_work = parse_proof_of_work(room)?;
     Ok(RoomDecl {
         code: code.to_owned(),
         max_active,
@@ -92,6 +95,7 @@ fn parse_room(room: &Obj<'_>) -> Result<RoomDecl> {
         opens_at,
         prequeue_seconds,
         shuffle_prequeue: shuffle_prequeue.unwrap_or(true),
+        proof_of_work,
     })
 }
 
@@ -137,17 +141,40 @@ fn with_seconds(mut datetime: toml::value::Datetime) -> toml::value::Datetime {
     datetime
 }
 
-/// `proof_of_work`: only `"off"` for now; a declaration asking for it is refused rather than
-/// admitted without the protection it asked for.
-fn parse_proof_of_work(room: &Obj<'_>) -> Result<()> {
-    match room.get("proof_of_work") {
-        None => Ok(()),
-        Some(Value::String(mode)) if mode == "off" => Ok(()),
-        Some(_) => Err(room.error(
-            "proof_of_work",
-            "only \"off\" is supported by this version of Sluice",
-        )),
+/// `proof_of_work`: `"off"`, `{ bits = N }` (fixed), or `{ min_bits, max_bits,
+/// calm_joins_per_second }` (adaptive to the arrival rate).
+fn parse_proof_of_work(room: &Obj<'_>) -> Result<ProofOfWork> {
+    let shape = "must be \"off\", { bits = N } or { min_bits = N, max_bits = M, \
+                 calm_joins_per_second = R }";
+    let work = match room.get("proof_of_work") {
+        None => return Ok(ProofOfWork::Off),
+        Some(Value::String(mode)) if mode == "off" => return Ok(ProofOfWork::Off),
+        Some(Value::Table(_)) => room.req_table("proof_of_work")?,
+        Some(_) => return Err(room.error("proof_of_work", shape)),
+    };
+    if work.has("bits") {
+        work.allow_only(&["bits"])?;
+        let bits = work.req_num("bits", 1..=MAX_WORK_BITS)?;
+        return Ok(ProofOfWork::Fixed { bits });
     }
+    work.allow_only(&["min_bits", "max_bits", "calm_joins_per_second"])?;
+    if !work.has("min_bits") && !work.has("max_bits") {
+        return Err(room.error("proof_of_work", shape));
+    }
+    let min_bits = work.req_num("min_bits", 0..=MAX_WORK_BITS)?;
+    let max_bits = work.req_num("max_bits", 1..=MAX_WORK_BITS)?;
+    if max_bits <= min_bits {
+        return Err(work.error(
+            "max_bits",
+            format!("must be more than min_bits ({min_bits}), or use {{ bits = {min_bits} }}"),
+        ));
+    }
+    let calm_joins_per_second = work.req_num("calm_joins_per_second", 1..=1_000_000u32)?;
+    Ok(ProofOfWork::Adaptive {
+        min_bits,
+        max_bits,
+        calm_joins_per_second,
+    })
 }
 
 fn opt_bool(obj: &Obj<'_>, key: &str) -> Result<Option<bool>> {

@@ -24,16 +24,21 @@ pub enum Joined {
     Existing(Place),
 }
 
+/// Joins `room` as `subject`. `challenge_id` is the proof-of-work challenge the join solved,
+/// when the room asks for one: a new place records it, and a challenge already recorded is
+/// refused ([`RoomRefusal::ChallengeUsed`]) with nothing written. A repeated join of a subject
+/// with a live place uses up nothing.
 pub async fn join(
     pg: &PgPool,
     namespace_id: NamespaceId,
     room: &str,
     subject: &str,
+    challenge_id: Option<Uuid>,
 ) -> Result<Result<Joined, RoomRefusal>, DurableError> {
     if let Some(place) = live_place(pg, namespace_id, room, subject).await? {
         return Ok(Ok(Joined::Existing(place)));
     }
-    match insert(pg, namespace_id, room, subject).await {
+    match insert(pg, namespace_id, room, subject, challenge_id).await {
         Ok(Ok(id)) => Ok(places::read(pg, namespace_id, id)
             .await?
             .map(Joined::New)
@@ -48,8 +53,29 @@ pub async fn join(
                 .map(Joined::Existing)
                 .ok_or(RoomRefusal::NoRoom))
         }
+        Err(DurableError::Postgres(sqlx::Error::Database(e)))
+            if e.constraint() == Some("room_places_challenge") =>
+        {
+            Ok(Err(RoomRefusal::ChallengeUsed))
+        }
         Err(error) => Err(error),
     }
+}
+
+/// Joins so far in `room` (its arrival counter), for the rate adaptive proof of work follows;
+/// `None` when the room does not exist.
+pub async fn arrivals(
+    pg: &PgPool,
+    namespace_id: NamespaceId,
+    room: &str,
+) -> Result<Option<i64>, DurableError> {
+    Ok(sqlx::query_scalar!(
+        "SELECT next_seq FROM rooms WHERE namespace_id = $1 AND code = $2",
+        namespace_id as _,
+        room
+    )
+    .fetch_optional(pg)
+    .await?)
 }
 
 async fn live_place(
@@ -81,6 +107,7 @@ async fn insert(
     namespace_id: NamespaceId,
     room: &str,
     subject: &str,
+    challenge_id: Option<Uuid>,
 ) -> Result<Result<Uuid, RoomRefusal>, DurableError> {
     let mut tx = pg.begin().await?;
     let paused = sqlx::query_scalar!(
@@ -115,15 +142,18 @@ async fn insert(
     };
     let id = Uuid::new_v4();
     sqlx::query!(
-        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at)
-         VALUES ($1, $2, $3, $4, $5::bigint, $6::boolean, CASE WHEN $6 THEN NULL ELSE $5 END, 'waiting', $7)",
+        "INSERT INTO room_places
+                (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at, challenge_id)
+         VALUES ($1, $2, $3, $4, $5::bigint, $6::boolean, CASE WHEN $6 THEN NULL ELSE $5 END,
+                 'waiting', $7, $8)",
         id,
         namespace_id as _,
         room,
         subject,
         taken.next_seq,
         taken.prequeue,
-        taken.now
+        taken.now,
+        challenge_id
     )
     .execute(&mut *tx)
     .await?;

@@ -131,4 +131,6 @@ pub enum RoomRefusal {
     NotOpenYet { prequeue_opens_at: DateTime<Utc> },
     /// An operator paused intake for the namespace.
     Paused,
+    /// The proof-of-work challenge shown was already spent on a place.
+    ChallengeUsed,
 }

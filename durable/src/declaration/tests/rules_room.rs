@@ -1,6 +1,6 @@
 //! Rules for `[[room]]` declarations.
 
-use super::super::{RoomDecl, parse, room_opens_at};
+use super::super::{ProofOfWork, RoomDecl, parse, room_opens_at};
 use super::{assert_refused, doc};
 
 /// Keys to set, the field refused and a part of its message.
@@ -56,6 +56,7 @@ fn minimal_room_gets_defaults() {
             opens_at: None,
             prequeue_seconds: None,
             shuffle_prequeue: true,
+            proof_of_work: ProofOfWork::Off,
         }
     );
     let rate_only = room(&[("max_active", ""), ("admit_per_minute", "30")]);
@@ -77,7 +78,7 @@ fn every_room_field_may_be_set() {
         ("opens_at", r#""2026-12-24T19:00:00+01:00""#),
         ("prequeue_seconds", "604800"),
         ("shuffle_prequeue", "false"),
-        ("proof_of_work", r#""off""#),
+        ("proof_of_work", "{ bits = 26 }"),
     ]);
     assert_eq!(
         decl,
@@ -90,6 +91,7 @@ fn every_room_field_may_be_set() {
             opens_at: Some("2026-12-24T18:00:00Z".into()),
             prequeue_seconds: Some(604_800),
             shuffle_prequeue: false,
+            proof_of_work: ProofOfWork::Fixed { bits: 26 },
         }
     );
     assert_eq!(
@@ -324,15 +326,122 @@ fn prequeue_needs_opens_at_and_stays_in_range() {
 }
 
 #[test]
-fn proof_of_work_is_off_or_refused() {
+fn proof_of_work_is_off_fixed_or_adaptive() {
     assert_eq!(room(&[("proof_of_work", r#""off""#)]), room(&[]));
-    for value in [r#""on""#, r#""sha256""#, r#""OFF""#, "true", "false", "1"] {
-        assert_refused(
-            &with_room(&[("proof_of_work", value)]),
+    assert_eq!(room(&[]).proof_of_work, ProofOfWork::Off);
+    assert_eq!(
+        room(&[("proof_of_work", "{ bits = 18 }")]).proof_of_work,
+        ProofOfWork::Fixed { bits: 18 }
+    );
+    assert_eq!(
+        room(&[(
+            "proof_of_work",
+            "{ min_bits = 8, max_bits = 20, calm_joins_per_second = 50 }"
+        )])
+        .proof_of_work,
+        ProofOfWork::Adaptive {
+            min_bits: 8,
+            max_bits: 20,
+            calm_joins_per_second: 50
+        }
+    );
+    let shape = "must be \"off\", { bits = N }";
+    let cases: &[RefusalCase<'_>] = &[
+        (
+            &[("proof_of_work", r#""on""#)],
             "room[0].proof_of_work",
-            "only \"off\" is supported by this version of Sluice",
-        );
+            shape,
+        ),
+        (
+            &[("proof_of_work", r#""OFF""#)],
+            "room[0].proof_of_work",
+            shape,
+        ),
+        (&[("proof_of_work", "true")], "room[0].proof_of_work", shape),
+        (&[("proof_of_work", "18")], "room[0].proof_of_work", shape),
+        (&[("proof_of_work", "{}")], "room[0].proof_of_work", shape),
+        (
+            &[("proof_of_work", "{ bits = 0 }")],
+            "room[0].proof_of_work.bits",
+            "must be between 1 and 26",
+        ),
+        (
+            &[("proof_of_work", "{ bits = 27 }")],
+            "room[0].proof_of_work.bits",
+            "must be between 1 and 26",
+        ),
+        (
+            &[("proof_of_work", "{ bits = 10, max_bits = 20 }")],
+            "room[0].proof_of_work.max_bits",
+            "unknown field",
+        ),
+        (
+            &[(
+                "proof_of_work",
+                "{ min_bits = 8, calm_joins_per_second = 5 }",
+            )],
+            "room[0].proof_of_work.max_bits",
+            "is required",
+        ),
+        (
+            &[("proof_of_work", "{ min_bits = 8, max_bits = 20 }")],
+            "room[0].proof_of_work.calm_joins_per_second",
+            "is required",
+        ),
+        (
+            &[(
+                "proof_of_work",
+                "{ min_bits = 12, max_bits = 12, calm_joins_per_second = 5 }",
+            )],
+            "room[0].proof_of_work.max_bits",
+            "must be more than min_bits (12)",
+        ),
+        (
+            &[(
+                "proof_of_work",
+                "{ min_bits = 8, max_bits = 30, calm_joins_per_second = 5 }",
+            )],
+            "room[0].proof_of_work.max_bits",
+            "must be between 1 and 26",
+        ),
+        (
+            &[(
+                "proof_of_work",
+                "{ min_bits = 8, max_bits = 20, calm_joins_per_second = 0 }",
+            )],
+            "room[0].proof_of_work.calm_joins_per_second",
+            "must be between 1 and 1000000",
+        ),
+    ];
+    for (set, field, message) in cases {
+        assert_refused(&with_room(set), field, message);
     }
+}
+
+#[test]
+fn adaptive_work_adds_a_bit_per_doubling_of_arrivals_above_calm() {
+    let work = ProofOfWork::Adaptive {
+        min_bits: 8,
+        max_bits: 12,
+        calm_joins_per_second: 10,
+    };
+    let cases = [
+        (0.0, 8),
+        (10.0, 8),
+        (10.5, 9),
+        (20.0, 9),
+        (20.1, 10),
+        (40.0, 10),
+        (80.0, 11),
+        (160.0, 12),
+        (1e9, 12),
+        (f64::NAN, 8),
+    ];
+    for (rate, bits) in cases {
+        assert_eq!(work.bits_at(rate), bits, "at {rate} joins/s");
+    }
+    assert_eq!(ProofOfWork::Fixed { bits: 17 }.bits_at(1e6), 17);
+    assert_eq!(ProofOfWork::Off.bits_at(1e6), 0);
 }
 
 #[test]
