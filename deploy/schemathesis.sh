@@ -224,7 +224,7 @@ all_phases=(--phases examples,coverage,fuzzing,stateful)
 log "schemathesis (seed $seed): with a subject token"
 (cd "$out" && "$st" --no-color run openapi.subject.json "${common[@]}" "${all_phases[@]}" \
   -H "Authorization: Bearer $token" \
-  --include-operation-id-regex '^(enqueueCommand|getCommand|getCommandByRequestKey|listMyCommands|cancelCommand|getRead|getAllocation|confirmAllocation|releaseAllocation|joinRoom|getRoom|getRoomPrequeue|heartbeatPass|leavePass)$' \
+  --include-operation-id-regex '^(enqueueCommand|getCommand|getCommandByRequestKey|listMyCommands|cancelCommand|getRead|getAllocation|confirmAllocation|releaseAllocation|joinRoom|getRoomChallenge|getRoom|getRoomPrequeue|heartbeatPass|leavePass)$' \
   --report junit,ndjson --report-dir subject) || status=1
 log "schemathesis (seed $seed): the control, with the credential"
 # No stateful phase: no link leads to or from the control.

@@ -26,6 +26,7 @@
 //! - [`sdk`]: the browser module (`/sdk/v1/`) and the hosted waiting page (`/wait/…`).
 
 pub mod admin;
+pub mod arrival_rate;
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -54,3 +55,4 @@ pub mod ticket;
 pub mod ui;
 pub mod url;
 pub mod waiting_view;
+pub mod work_challenge;

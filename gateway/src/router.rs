@@ -15,8 +15,8 @@ use crate::auth::authenticate;
 use crate::cors;
 use crate::error::{ApiError, ErrorCode};
 use crate::handlers::{
-    self, Handled, application, commands, complete, control, enqueue, quotas, reads, rooms, status,
-    tickets,
+    self, Handled, application, commands, complete, control, enqueue, proof_of_work, quotas, reads,
+    rooms, status, tickets,
 };
 use crate::health;
 use crate::response::{HttpResponse, failure, new_request_id, plain, success};
@@ -112,6 +112,12 @@ fn answer_level(status: StatusCode, code: Option<ErrorCode>) -> Level {
     } else {
         Level::WARN
     }
+}
+
+/// The two doors of `POST /v1/rooms/{room}:…`.
+enum RoomDoor {
+    Join,
+    Challenge,
 }
 
 enum Answer {
@@ -307,15 +313,32 @@ async fn route(
         }
         (&Method::POST, ["v1", "rooms", action]) => {
             let action = decode_segment(action, "path")?;
-            let Some(room) = action.strip_suffix(":join") else {
-                return Err(ApiError::not_found("POST /v1/rooms/{room}:join"));
+            let (room, door) = match action.rsplit_once(':') {
+                Some((room, "join")) => (room, RoomDoor::Join),
+                Some((room, "challenge")) => (room, RoomDoor::Challenge),
+                _ => {
+                    return Err(ApiError::not_found(
+                        "POST /v1/rooms/{room}:join or /v1/rooms/{room}:challenge",
+                    ));
+                }
             };
             rooms::check_room_code(room)?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
             let (parts, body) = request.into_parts();
             let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-            json(Box::pin(rooms::join(gateway, &caller, room, &parts.headers, &body)).await)
+            let headers = &parts.headers;
+            json(match door {
+                RoomDoor::Join => {
+                    Box::pin(rooms::join(gateway, &caller, room, headers, &body)).await
+                }
+                RoomDoor::Challenge => {
+                    Box::pin(proof_of_work::challenge(
+                        gateway, &caller, room, headers, &body,
+                    ))
+                    .await
+                }
+            })
         }
         (&Method::GET, ["v1", "rooms", room]) => {
             let room = decode_segment(room, "room")?;
@@ -438,7 +461,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "reads", last] => by_verb(last, &["invalidate"]),
         ["v1", "quota-pools", last] => by_verb(last, &["configure"]),
         ["v1", "allocations", last] => by_verb(last, &["confirm", "release"]),
-        ["v1", "rooms", last] => by_verb(last, &["join"]),
+        ["v1", "rooms", last] => by_verb(last, &["join", "challenge"]),
         ["v1", "rooms", _, "prequeue"] => Some("GET"),
         ["v1", "passes:heartbeat" | "passes:leave"] => Some("POST"),
         ["v1", "commands", _, "requests", _] | ["v1", "commands", _, "mine"] => Some("GET"),

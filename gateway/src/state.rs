@@ -56,6 +56,8 @@ pub struct Gateway {
     pub waiting: crate::waiting_view::WaitingView,
     /// `sluice dev`'s demo sale (`/demo/`), set by `sluice dev` only.
     pub demo: std::sync::OnceLock<crate::demo::Demo>,
+    /// Each room's recent arrival rate, for adaptive proof of work.
+    pub arrivals: crate::arrival_rate::ArrivalRates,
     namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
@@ -109,6 +111,7 @@ impl Gateway {
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
             waiting: crate::waiting_view::WaitingView::new(redis.clone(), config.polls_from_memory),
             demo: std::sync::OnceLock::new(),
+            arrivals: crate::arrival_rate::ArrivalRates::default(),
             pg,
             redis,
             tickets,

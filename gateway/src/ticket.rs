@@ -234,6 +234,20 @@ impl TicketKeys {
         (spec, Self { keys: vec![key] })
     }
 
+    /// The newest key's kid and MAC, for other formats signed with the ticket keys; each such
+    /// format feeds its own domain into the MAC first, so none verifies as another.
+    pub(crate) fn signer(&self) -> Option<(&str, &HmacSha256)> {
+        self.keys.first().map(|k| (k.kid.as_str(), &k.mac))
+    }
+
+    /// The MAC of the key `kid`, for verifying what [`TicketKeys::signer`] signed.
+    pub(crate) fn verifier(&self, kid: &[u8]) -> Option<&HmacSha256> {
+        self.keys
+            .iter()
+            .find(|k| k.kid.as_bytes() == kid)
+            .map(|k| &k.mac)
+    }
+
     /// Signs `claims` with the newest key.
     pub fn sign(&self, claims: &TicketClaims) -> String {
         // `parse` and `generate` never build an empty set; the fallback keeps this total.

@@ -79,16 +79,28 @@ pub async fn join(
     let subject = caller.subject().ok_or_else(|| {
         ApiError::permission_denied("joining a room needs a subject token: a place is one person's")
     })?;
+    let mut proof = None;
     if !body.is_empty() {
         require_json(headers)?;
-        ObjectReader::new(parse_object(body)?, "").finish()?;
+        let mut reader = ObjectReader::new(parse_object(body)?, "");
+        proof = reader.optional_object("proof_of_work")?;
+        reader.finish()?;
     }
-    let (status, place, deduplicated) =
-        match join::join(&gateway.pg, caller.namespace_id, room, subject).await? {
-            Ok(Joined::New(place)) => (StatusCode::ACCEPTED, place, false),
-            Ok(Joined::Existing(place)) => (StatusCode::OK, place, true),
-            Err(refusal) => return Err(refused(room, refusal)),
-        };
+    let challenge_id =
+        super::proof_of_work::spent_challenge(gateway, caller, subject, room, proof).await?;
+    let (status, place, deduplicated) = match join::join(
+        &gateway.pg,
+        caller.namespace_id,
+        room,
+        subject,
+        challenge_id,
+    )
+    .await?
+    {
+        Ok(Joined::New(place)) => (StatusCode::ACCEPTED, place, false),
+        Ok(Joined::Existing(place)) => (StatusCode::OK, place, true),
+        Err(refusal) => return Err(refused(room, refusal)),
+    };
     let mut answer = place_answer(gateway, &place).await?;
     answer.ticket = Some(place_ticket(gateway, &place));
     answer.deduplicated = Some(deduplicated);
@@ -294,6 +306,7 @@ fn refused(room: &str, refusal: RoomRefusal) -> ApiError {
             ErrorCode::IntakePaused,
             "an operator paused intake for this namespace; joins resume when it is resumed",
         ),
+        RoomRefusal::ChallengeUsed => super::proof_of_work::challenge_used(),
     }
 }
 

@@ -34,6 +34,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/v1/allocations/{allocation_id}:confirm"),
     ("POST", "/v1/allocations/{allocation_id}:release"),
     ("POST", "/v1/rooms/{room}:join"),
+    ("POST", "/v1/rooms/{room}:challenge"),
     ("GET", "/v1/rooms/{room}"),
     ("GET", "/v1/rooms/{room}/prequeue"),
     ("POST", "/v1/passes:heartbeat"),
@@ -755,12 +756,38 @@ code = "later"
 max_active = 1
 opens_at = "{}"
 prequeue_seconds = 3600
+
+[[room]]
+code = "guarded"
+max_active = 1
+proof_of_work = {{ min_bits = 2, max_bits = 8, calm_joins_per_second = 10 }}
 "#,
         opens_in(1),
         opens_in(2)
     );
     let stack = Stack::with_declaration(&declaration).await;
     let (alice, bob) = (stack.subject_token("alice"), stack.subject_token("bob"));
+
+    // Proof-of-work challenges: a room that asks for work, and one that does not.
+    for (room, required) in [("guarded", true), ("doors", false)] {
+        let path = format!("/v1/rooms/{room}:challenge");
+        let offer = stack.post(&path, Some(&alice), "").await;
+        assert_eq!(offer.status, StatusCode::OK, "{:?}", offer.body);
+        assert_exact(
+            &doc,
+            "WorkChallengeEnvelope",
+            &offer.body,
+            "challenge envelope",
+        );
+        assert_exact(&doc, "WorkChallenge", offer.data(), &path);
+        assert_eq!(offer.data()["required"], required);
+    }
+    let bare = stack.post("/v1/rooms/guarded:join", Some(&alice), "").await;
+    let error = assert_error(&doc, &bare, StatusCode::FORBIDDEN, "PERMISSION_DENIED");
+    assert_eq!(
+        error["details"]["reason"], "proof_of_work_required",
+        "{error}"
+    );
 
     // A new place, then the same subject's live place again.
     let joined = stack.post("/v1/rooms/doors:join", Some(&alice), "").await;

@@ -6,3 +6,4 @@ mod capacity;
 mod contract;
 mod fair_start;
 mod kit;
+mod proof_of_work;
