@@ -38,9 +38,15 @@ pub async fn run(gateway: Arc<Gateway>, shutdown: CancellationToken) {
     }
 }
 
+/// One step for every busy room. A room whose step fails does not keep the rooms after it
+/// waiting for the next tick: each is stepped, and the first failure is reported.
 async fn step_all(gateway: &Gateway) -> Result<(), sluice_durable::DurableError> {
+    let mut first_failure = None;
     for room in admission::busy_rooms(&gateway.pg).await? {
-        admission::step(&gateway.pg, &room).await?;
+        if let Err(error) = admission::step(&gateway.pg, &room).await {
+            tracing::debug!(%error, namespace = %room.namespace_id, room = %room.code, "room step failed");
+            first_failure.get_or_insert(error);
+        }
     }
-    Ok(())
+    first_failure.map_or(Ok(()), Err)
 }

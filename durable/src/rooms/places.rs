@@ -61,6 +61,8 @@ pub enum PassChange {
     Unchanged(Place),
     /// The place ended before this heartbeat: its state.
     Ended(PlaceState),
+    /// The place is another subject's: only its holder may change it.
+    NotTheHolders,
 }
 
 /// Extends the admitted place `id` of `subject`: `pass_until` becomes the earlier of the
@@ -109,8 +111,8 @@ pub async fn heartbeat(
 
 /// Gives the place `id` of `subject` back: a waiting one leaves the queue at once; an admitted
 /// one ends, and its slot is free once its last pass can no longer be accepted (its `exp`
-/// plus the grace, see [`super`]). A place that
-/// had already ended is answered as it is. `None` when there is no such place of that subject.
+/// plus the grace, see [`super`]). A place that had already ended is answered as it is, another
+/// subject's is [`PassChange::NotTheHolders`], and `None` means there is no such place.
 pub async fn leave(
     pg: &PgPool,
     namespace_id: NamespaceId,
@@ -121,7 +123,7 @@ pub async fn leave(
         return Ok(None);
     };
     if place.subject != subject {
-        return Ok(None);
+        return Ok(Some(PassChange::NotTheHolders));
     }
     if place.state.is_final() {
         return Ok(Some(PassChange::Unchanged(place)));

@@ -218,7 +218,7 @@ pub async fn leave(
     };
     let change = places::leave(&gateway.pg, caller.namespace_id, place_id, subject)
         .await?
-        .ok_or_else(|| ApiError::not_found("no such place of this subject"))?;
+        .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, changed) = outcome(change)?;
     Ok((
         StatusCode::OK,
@@ -250,6 +250,9 @@ fn outcome(change: PassChange) -> Result<(Place, bool), ApiError> {
         PassChange::Changed(place) => Ok((place, true)),
         PassChange::Unchanged(place) => Ok((place, false)),
         PassChange::Ended(state) => Err(ended(state)),
+        PassChange::NotTheHolders => Err(ApiError::permission_denied(
+            "the place is another subject's: only its holder may change it",
+        )),
     }
 }
 
