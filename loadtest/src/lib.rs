@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //! - `sluice-loadtest` (`src/bin/loadtest.rs`): the load generator. [`scenario`] drives a run
-//!   (`drop`, `steady`, `backend`) against a [`stack`] it starts (or an external one), callers
+//!   (`drop`, `steady`, `backend`, `room`) against a [`stack`] it starts (or an external one), callers
 //!   talk to the gateway through [`api`], [`record`] tallies what they saw ([`holders`] what
 //!   the winners of a reserved drop did with their units), [`sampler`] watches `/v1/status`,
 //!   PostgreSQL and `/proc`, [`invariants`] checks PostgreSQL afterwards, [`report`] is the

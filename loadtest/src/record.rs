@@ -171,6 +171,17 @@ impl Recorder {
         });
     }
 
+    /// A person of a room holds a place (`202` to the join): counted as accepted, without a
+    /// command.
+    pub fn joined(&self) {
+        self.progress.accepted.fetch_add(1, Ordering::Relaxed);
+        let second = self.second(Instant::now());
+        self.with(|t| {
+            t.people.accepted += 1;
+            t.at(second).acceptances += 1;
+        });
+    }
+
     /// The terminal status a caller read for an accepted command.
     pub fn terminal_seen(&self, command_id: CommandId, status: CommandStatus) {
         self.with(|t| {

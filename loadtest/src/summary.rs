@@ -122,6 +122,12 @@ pub fn text(report: &Report) -> String {
             let _ = writeln!(out, "| {name} | {value} |");
         }
     }
+    if let Some(room) = &report.room {
+        let _ = writeln!(out, "\n| waiting room | value |\n| --- | ---: |");
+        for (name, value) in room.rows() {
+            let _ = writeln!(out, "| {name} | {value} |");
+        }
+    }
     let _ = writeln!(
         out,
         "\n| target | measured | goal | met |\n| --- | ---: | --- | --- |"

@@ -409,3 +409,235 @@ fn limit_checks_fail_above_their_limits() {
     let over = holds(&seen(3, 23, 1));
     assert_eq!(over.values().filter(|h| !**h).count(), 3, "{over:?}");
 }
+
+/// The waiting room's checks, each handed evidence of a violation (and, beside it, the same
+/// evidence without the violation, so the failure is the violation's and not the fixture's).
+mod room {
+    use std::collections::HashSet;
+
+    use sha2::{Digest, Sha256};
+    use sluice_loadtest::invariants::room::{
+        Exit, PlaceRow, Published, Witnessed, capacity, fair_order, fair_start, freeing,
+        nothing_lost,
+    };
+    use uuid::Uuid;
+
+    const S: i64 = 1_000_000;
+    /// A whole second of the database's clock, far from zero.
+    const T0: i64 = 1_800_000_000;
+
+    /// A person admitted with one place whose passes ran over [iat, exp].
+    fn person(n: u64, prequeue: bool, iat: i64, exp: i64, exit: Exit) -> Witnessed {
+        let join_id = Uuid::from_u64_pair(7, n);
+        Witnessed {
+            join_id,
+            subject: format!("p{n}"),
+            prequeue,
+            join_sent_us: (n as i64) * 1_000,
+            join_answered_us: (n as i64) * 1_000 + 500,
+            jtis: HashSet::from([join_id]),
+            first_iat: Some(iat),
+            last_exp: Some(exp),
+            exit,
+        }
+    }
+
+    fn row(w: &Witnessed, seq: i64, joined_at_us: i64, admitted_at_us: Option<i64>) -> PlaceRow {
+        PlaceRow {
+            id: w.join_id,
+            subject: w.subject.clone(),
+            seq,
+            prequeue: w.prequeue,
+            state: "left".into(),
+            joined_at_us,
+            admitted_at_us,
+        }
+    }
+
+    #[test]
+    fn capacity_fails_when_the_witness_saw_more_live_passes_than_max_active() {
+        // Back to back: one place's pass is accepted through its exp second, the next's iat
+        // is the second after.
+        let back_to_back = [
+            person(1, false, T0, T0 + 5, Exit::Left),
+            person(2, false, T0 + 6, T0 + 11, Exit::Left),
+        ];
+        assert!(capacity(&back_to_back, 1).holds);
+        // The second admitted within the first's exp second: two live at once.
+        let overlapping = [
+            person(1, false, T0, T0 + 5, Exit::Left),
+            person(2, false, T0 + 5, T0 + 10, Exit::Left),
+        ];
+        let check = capacity(&overlapping, 1);
+        assert!(!check.holds, "{check:?}");
+        assert!(check.detail.contains("at most 2 places"), "{check:?}");
+    }
+
+    #[test]
+    fn nothing_lost_fails_on_a_lost_place_a_foreign_pass_or_a_subject_twice() {
+        let people = [
+            person(1, false, T0, T0 + 5, Exit::Left),
+            person(2, false, T0, T0 + 5, Exit::Left),
+        ];
+        let rows: Vec<PlaceRow> = people
+            .iter()
+            .enumerate()
+            .map(|(i, w)| row(w, i as i64 + 1, T0 * S, Some(T0 * S)))
+            .collect();
+        assert!(nothing_lost(&people, &rows).iter().all(|c| c.holds));
+
+        let holds = |people: &[Witnessed], rows: &[PlaceRow]| -> Vec<bool> {
+            nothing_lost(people, rows).iter().map(|c| c.holds).collect()
+        };
+        // A place answered 202 has no row.
+        assert_eq!(holds(&people, &rows[..1]), [false, true]);
+        // A row was never admitted.
+        let mut never = rows.clone();
+        never[1].admitted_at_us = None;
+        assert_eq!(holds(&people, &never), [false, true]);
+        // A person was handed another place's pass.
+        let mut foreign = people.clone();
+        foreign[0].jtis.insert(foreign[1].join_id);
+        assert_eq!(holds(&foreign, &rows), [false, true]);
+        // A row no person was answered.
+        let mut extra = rows.clone();
+        let mut stranger = extra[0].clone();
+        stranger.id = Uuid::from_u64_pair(9, 9);
+        stranger.subject = "stranger".into();
+        extra.push(stranger);
+        assert_eq!(holds(&people, &extra), [false, true]);
+        // One subject holds two places.
+        let mut twice = rows.clone();
+        twice[1].subject = twice[0].subject.clone();
+        assert_eq!(holds(&people, &twice), [true, false]);
+    }
+
+    /// Four pre-queue places and two later arrivals, admitted as the seed orders them.
+    fn fair_fixture() -> (Published, Vec<Witnessed>, Vec<PlaceRow>) {
+        let seed = [42u8; 32];
+        let early: Vec<Witnessed> = (1..=4)
+            .map(|n| person(n, true, T0, T0 + 5, Exit::Left))
+            .collect();
+        let ids: Vec<Uuid> = early.iter().map(|w| w.join_id).collect();
+        let order = fair_order(&seed, &ids);
+        let mut rows = Vec::new();
+        for (rank, id) in order.iter().enumerate() {
+            let w = early
+                .iter()
+                .find(|w| w.join_id == *id)
+                .expect("a pre-queue place");
+            let seq = early.iter().position(|e| e.join_id == *id).expect("seq") as i64 + 1;
+            rows.push(row(w, seq, T0 * S, Some((T0 + 10 + rank as i64) * S)));
+        }
+        let mut late = Vec::new();
+        for n in 5..=6 {
+            let mut w = person(n, false, T0, T0 + 5, Exit::Left);
+            // The second was sent only after the first was answered.
+            w.join_sent_us = (T0 + n as i64) * S;
+            w.join_answered_us = w.join_sent_us + 1_000;
+            rows.push(row(
+                &w,
+                n as i64,
+                (T0 + n as i64) * S,
+                Some((T0 + 20 + n as i64) * S),
+            ));
+            late.push(w);
+        }
+        let published = Published {
+            commitment: Some(hex::encode(Sha256::digest(seed))),
+            seed_before: None,
+            seed: Some(hex::encode(seed)),
+            prequeue_ids: ids,
+            complete: true,
+        };
+        (published, [early, late].concat(), rows)
+    }
+
+    #[test]
+    fn fair_start_fails_on_a_broken_commitment_or_order() {
+        let (published, people, rows) = fair_fixture();
+        let check = fair_start(&published, &people, &rows);
+        assert!(check.holds, "{check:?}");
+
+        // The seed revealed is not the one committed to.
+        let mut other = published.clone();
+        other.seed = Some(hex::encode([43u8; 32]));
+        assert!(!fair_start(&other, &people, &rows).holds);
+        // The seed was public before the start.
+        let mut early = published.clone();
+        early.seed_before = published.seed.clone();
+        assert!(!fair_start(&early, &people, &rows).holds);
+        // Two pre-queue places admitted the other way round.
+        let mut swapped = rows.clone();
+        let (a, b) = (swapped[0].admitted_at_us, swapped[1].admitted_at_us);
+        swapped[0].admitted_at_us = b;
+        swapped[1].admitted_at_us = a;
+        let check = fair_start(&published, &people, &swapped);
+        assert!(
+            !check.holds && check.detail.contains("pre-queue: 1 admitted"),
+            "{check:?}"
+        );
+        // A later arrival admitted before the last of the pre-queue.
+        let mut jumped = rows.clone();
+        jumped[4].admitted_at_us = Some((T0 + 11) * S);
+        assert!(!fair_start(&published, &people, &jumped).holds);
+        // The later arrivals admitted out of arrival order.
+        let mut reversed = rows.clone();
+        reversed[4].admitted_at_us = Some((T0 + 30) * S);
+        assert!(!fair_start(&published, &people, &reversed).holds);
+        // A seq contradicting the people: answered before the other was sent, yet later.
+        let mut reseq = rows.clone();
+        reseq[4].seq = 6;
+        reseq[5].seq = 5;
+        reseq[4].admitted_at_us = Some((T0 + 27) * S);
+        let check = fair_start(&published, &people, &reseq);
+        assert!(
+            !check.holds && check.detail.contains("later seq"),
+            "{check:?}"
+        );
+        // A published pre-queue missing a place answered prequeue.
+        let mut short = published.clone();
+        short.prequeue_ids.pop();
+        assert!(!fair_start(&short, &people, &rows).holds);
+    }
+
+    #[test]
+    fn freeing_fails_when_an_abandoned_slot_stays_empty_with_people_waiting() {
+        // max_active 1: an abandoner holds [T0, T0+5]; the next person waits from T0+1.
+        let abandoner = person(1, false, T0, T0 + 5, Exit::Abandoned);
+        let next = person(2, false, T0 + 6, T0 + 11, Exit::Left);
+        let rows_admitted_at = |at_us: i64| {
+            vec![
+                row(&abandoner, 1, T0 * S, Some(T0 * S)),
+                row(&next, 2, (T0 + 1) * S, Some(at_us)),
+            ]
+        };
+        let people = [abandoner.clone(), next.clone()];
+        // Admitted one tick after the grace: 1.2 s after the exp.
+        let (check, delays) = freeing(
+            &people,
+            &rows_admitted_at((T0 + 6) * S + 200_000),
+            1,
+            0,
+            false,
+        );
+        assert!(check.holds, "{check:?}");
+        assert_eq!(delays, [1_200_000]);
+        // Admitted four seconds late.
+        let (check, delays) = freeing(&people, &rows_admitted_at((T0 + 10) * S), 1, 0, false);
+        assert!(!check.holds, "{check:?}");
+        assert_eq!(delays, [5_000_000]);
+        // Never admitted.
+        let mut rows = rows_admitted_at(0);
+        rows[1].admitted_at_us = None;
+        let never = Witnessed {
+            first_iat: None,
+            last_exp: None,
+            jtis: HashSet::new(),
+            exit: Exit::NotAdmitted,
+            ..next
+        };
+        let (check, _) = freeing(&[abandoner, never], &rows, 1, 0, false);
+        assert!(!check.holds, "{check:?}");
+    }
+}

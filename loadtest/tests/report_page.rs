@@ -222,6 +222,7 @@ fn sample() -> Report {
             peak_reserved: 1_000,
             ..Reservations::default()
         }),
+        room: None,
         targets: vec![
             Target {
                 name: "unknown outcomes".into(),
@@ -258,6 +259,7 @@ fn empty() -> Report {
         invariants: Vec::new(),
         waiting: None,
         reservations: None,
+        room: None,
         targets: Vec::new(),
         invariants_hold: true,
     }

@@ -357,3 +357,74 @@ fn a_run_beyond_the_open_file_limit_is_refused_up_front() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_room_admits_everyone_fairly_within_max_active() {
+    let out = tempfile::tempdir().expect("temp dir");
+    // 24 people for 5 slots: half join the pre-queue in the 3 s before the start, the rest
+    // over the 3 s after; each uses the room 2.5 s, heartbeating once (a pass lives 5 s from
+    // the last heartbeat, which is advised after 1.67 s). A slot comes back a second after its
+    // last pass's exp, leave or not: about 6 s after admission for an abandoner, 7.7 s for the
+    // others, so the run takes five rounds, about 40 s.
+    let options = options(
+        &[
+            "room",
+            "--subjects",
+            "24",
+            "--room-max-active",
+            "5",
+            "--heartbeat-seconds",
+            "5",
+            "--pass-seconds",
+            "30",
+            "--opens-in-seconds",
+            "4",
+            "--after-start-seconds",
+            "3",
+            "--visit-ms",
+            "2500",
+            "--leave-share",
+            "0.6",
+            "--abandon-share",
+            "0.2",
+            "--stack",
+            "dev",
+        ],
+        out.path(),
+    );
+    let written = scenario::run(options).await.expect("the run completes");
+    let report = written.report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    for name in [
+        "passes an origin accepts within max_active at every instant (origin witness)",
+        "every place taken was admitted exactly once (PostgreSQL rows, origin witness)",
+        "no subject holds two places",
+        "fair start: the pre-queue in the revealed seed's order, later arrivals after it in arrival order",
+        "a pass that ends unreturned frees its slot within exp + 1 s + a tick allowance",
+        "every pass handed out verifies with the published keys (origin witness)",
+    ] {
+        assert!(
+            report.invariants.iter().any(|c| c.name == name),
+            "{name} was checked: {:?}",
+            report.invariants
+        );
+    }
+    let room = report.room.as_ref().expect("room figures");
+    assert_eq!(room.joined_prequeue, 12, "{room:?}");
+    assert_eq!(room.joined_after_start, 12, "{room:?}");
+    assert_eq!(room.admitted, 24, "{room:?}");
+    assert_eq!(
+        room.peak_live_passes, 5,
+        "the room was full at some point: {room:?}"
+    );
+    assert!(
+        room.left > 0 && room.abandoned > 0 && room.ran_out > 0,
+        "every exit occurred: {room:?}"
+    );
+    assert!(room.freed_with_people_waiting > 0, "{room:?}");
+    assert!(room.heartbeats > 0, "{room:?}");
+    assert_eq!(report.people.unknown, 0, "{:?}", report.people);
+    let again = reread(&written.json);
+    assert_eq!(again.room.map(|r| r.admitted), Some(24));
+}

@@ -1,4 +1,4 @@
-//! `sluice-loadtest`: reproduces a drop (or a steady load, or backend services) on a local
+//! `sluice-loadtest`: reproduces a drop (or a steady load, backend services, a waiting room) on a local
 //! stack and reports it as an operator's capacity review would. Exits non-zero when an
 //! invariant does not hold; targets are reported, met or not.
 
@@ -10,8 +10,8 @@ use sluice_loadtest::scenario::{self, Options};
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice-loadtest",
-    about = "Load a local Sluice stack with a drop, a steady load or backend services, verify \
-             the invariants from PostgreSQL and write a JSON and HTML report"
+    about = "Load a local Sluice stack with a drop, a steady load, backend services or a waiting \
+             room, verify the invariants from PostgreSQL and write a JSON and HTML report"
 )]
 struct Cli {
     #[command(flatten)]

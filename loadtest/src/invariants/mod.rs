@@ -14,6 +14,7 @@ use crate::bench_stack::BoxError;
 use crate::report::{Check, Peaks};
 
 mod reserved;
+pub mod room;
 
 pub use reserved::{States, await_settled, reserved};
 

@@ -11,11 +11,14 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub mod html;
+mod room;
+
+pub use room::RoomFigures;
 
 /// One load run, start to verdict.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    /// `drop`, `steady` or `backend`.
+    /// `drop`, `steady`, `backend` or `room`.
     pub scenario: String,
     /// RFC 3339 UTC, the load generator's clock.
     pub started_at: String,
@@ -48,6 +51,10 @@ pub struct Report {
     /// reports written before it existed).
     #[serde(default)]
     pub reservations: Option<Reservations>,
+    /// The waiting room's figures (`room` only; absent otherwise, and in reports written
+    /// before it existed).
+    #[serde(default)]
+    pub room: Option<RoomFigures>,
     /// The targets with the measured value, met or not.
     pub targets: Vec<Target>,
     /// All invariants hold (targets are reported, not enforced).

@@ -123,7 +123,10 @@ impl Caller {
 
 /// An HS256 subject token for `subject`, valid for an hour, signed with the namespace's key
 /// (its secret as shown).
-fn subject_token(key: &sluice_durable::tenancy::SubjectKeyOutput, subject: &str) -> String {
+pub(super) fn subject_token(
+    key: &sluice_durable::tenancy::SubjectKeyOutput,
+    subject: &str,
+) -> String {
     let now = sluice_gateway::auth::now_unix();
     sluice_gateway::subject_token::issue(&key.id, key.secret.as_bytes(), subject, now, now + 3600)
 }

@@ -1,6 +1,6 @@
 //! The declarations a run applies to its own namespace: a sale (`claim` on a quota pool,
 //! committed or reserved as `--mode` says, and the `offer` read) for `drop` and `steady`, webhook
-//! calls with limit keys for `backend`.
+//! calls with limit keys for `backend`, one waiting room for `room`.
 
 use super::Options;
 use super::options::Mode;
@@ -88,5 +88,32 @@ limits = [ {{ key = "provider:{{provider}}", per_second = {provider_rate} }}, {{
         budgets = budgets(options),
         provider_rate = options.provider_per_second,
         account_in_flight = options.account_max_in_flight,
+    )
+}
+
+/// The room of a `room` run.
+pub const ROOM: &str = "room";
+
+/// One waiting room starting at `opens_at` (whole seconds), its pre-queue open from at least a
+/// minute before (the shortest the declaration allows) and always from the run's start.
+pub fn room(options: &Options, opens_at: chrono::DateTime<chrono::Utc>) -> String {
+    let rate = options
+        .room_admit_per_minute
+        .map_or(String::new(), |n| format!("admit_per_minute = {n}\n"));
+    format!(
+        r#"
+[[room]]
+code = "{ROOM}"
+max_active = {max_active}
+{rate}pass_seconds = {pass}
+heartbeat_seconds = {heartbeat}
+opens_at = "{opens_at}"
+prequeue_seconds = {prequeue}
+"#,
+        max_active = options.room_max_active,
+        pass = options.pass_seconds,
+        heartbeat = options.heartbeat_seconds,
+        opens_at = opens_at.format("%Y-%m-%dT%H:%M:%SZ"),
+        prequeue = (options.opens_in_seconds + 60).min(604_800),
     )
 }

@@ -1,4 +1,4 @@
-//! The three scenarios and the run that drives one: set up a namespace of the run's own on the
+//! The four scenarios and the run that drives one: set up a namespace of the run's own on the
 //! stack, let the callers arrive on schedule, sample the stack while they act, wait for the
 //! durable record to drain, check the invariants and write the report.
 
@@ -8,6 +8,7 @@ mod holder;
 mod journey;
 mod options;
 mod reserved;
+mod room;
 
 pub use options::{Interrupted, Mode, Options, Scenario};
 
@@ -79,6 +80,8 @@ enum Helpers {
         backend: WebhookBackend,
         secret: Arc<std::sync::OnceLock<String>>,
     },
+    /// A room run needs no server beside the stack: its witness runs in the people's tasks.
+    Room,
 }
 
 async fn run_on(
@@ -113,6 +116,10 @@ async fn run_on(
             let declaration = declaration::backend(options, &backend.url);
             (Helpers::Backend { backend, secret }, declaration)
         }
+        Scenario::Room => (
+            Helpers::Room,
+            declaration::room(options, room::placeholder_start()),
+        ),
     };
     let tenant = Tenant::create(database_url, &options.servers.redis_url, 8, &declaration).await?;
     if let Helpers::Backend { secret, .. } = &helpers {
@@ -162,10 +169,17 @@ async fn drive(
         &client,
     )
     .await?;
-    let result = drive_on(
-        options, arrivals, started_at, tenant, helpers, &stack, &client,
-    )
-    .await;
+    let result = match helpers {
+        Helpers::Room => {
+            room::drive_on(options, arrivals, started_at, tenant, &stack, &client).await
+        }
+        _ => {
+            drive_on(
+                options, arrivals, started_at, tenant, helpers, &stack, &client,
+            )
+            .await
+        }
+    };
     let stopped = stack.stop().await;
     let mut report = result?;
     if let Err(e) = stopped {
@@ -225,7 +239,7 @@ async fn drive_on(
         Helpers::Sale { .. } => {
             reserved::Reserved::start(options, &tenant.pg, creds.namespace_id, declaration::POOL)
         }
-        Helpers::Backend { .. } => None,
+        Helpers::Backend { .. } | Helpers::Room => None,
     };
     let bar = progress::start(recorder.clone(), arrivals.len() as u64, options.quiet);
     let context = Arc::new(Context {
@@ -251,6 +265,8 @@ async fn drive_on(
                 let holding = reserved.as_ref().map(|r| r.holding.clone());
                 callers.spawn(async move { caller.person(&key, offer, holding).await });
             }
+            // A room's people are spawned by its own drive.
+            Helpers::Room => {}
             Helpers::Backend { .. } => {
                 let credential = creds.credential.clone();
                 let (providers, accounts) = (options.providers.max(1), options.accounts.max(1));
@@ -349,6 +365,7 @@ async fn drive_on(
                 json!(origin.calls.load(std::sync::atomic::Ordering::Relaxed)),
             );
         }
+        Helpers::Room => {}
         Helpers::Backend { backend, .. } => {
             let seen = backend.seen();
             sampler::apply_limit_key_limits(&mut peaks, |key| {
@@ -385,6 +402,7 @@ async fn drive_on(
         invariants: checks,
         waiting: Some(waiting),
         reservations,
+        room: None,
         targets,
         invariants_hold,
     })

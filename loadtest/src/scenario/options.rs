@@ -19,6 +19,10 @@ pub enum Scenario {
     Steady,
     /// Backend services enqueueing webhook commands with limit keys at a fixed rate.
     Backend,
+    /// People queueing in a waiting room: some join its pre-queue before the start, the rest
+    /// after; each polls its place, uses the room with a pass it verifies itself, then leaves,
+    /// abandons its pass, or lets it run out.
+    Room,
 }
 
 /// How the sale's quota command takes its unit (`drop` and `steady`).
@@ -37,7 +41,7 @@ pub enum Mode {
 pub struct Options {
     #[arg(value_enum)]
     pub scenario: Scenario,
-    /// `drop`: distinct subjects arriving within `--window-ms`.
+    /// `drop`: distinct subjects arriving within `--window-ms`; `room`: the people who join.
     #[arg(long, default_value_t = 10_000)]
     pub subjects: u64,
     /// `drop`: the window the arrivals are spread over, evenly.
@@ -103,6 +107,39 @@ pub struct Options {
     /// `backend`: how long the backend takes per call.
     #[arg(long, default_value_t = 20)]
     pub backend_delay_ms: u64,
+    /// `room`: passes live at once (`max_active`).
+    #[arg(long, default_value_t = 50)]
+    pub room_max_active: u32,
+    /// `room`: admissions per minute (`admit_per_minute`; unset: only `max_active` limits).
+    #[arg(long)]
+    pub room_admit_per_minute: Option<u32>,
+    /// `room`: the longest a pass lives from admission, heartbeats or not.
+    #[arg(long, default_value_t = 600)]
+    pub pass_seconds: u32,
+    /// `room`: a pass lives this long from admission or its last heartbeat (at least 5).
+    #[arg(long, default_value_t = 5)]
+    pub heartbeat_seconds: u32,
+    /// `room`: the room's start (`opens_at`), this long after the first arrival (the pre-queue
+    /// is open from the run's start).
+    #[arg(long, default_value_t = 5)]
+    pub opens_in_seconds: u64,
+    /// `room`: the share of people who join the pre-queue, spread evenly before the start (the
+    /// rest arrive after it, spread over `--after-start-seconds`).
+    #[arg(long, default_value_t = 0.5)]
+    pub prequeue_share: f64,
+    /// `room`: the seconds after the start over which the later arrivals are spread.
+    #[arg(long, default_value_t = 5.0)]
+    pub after_start_seconds: f64,
+    /// `room`: how long an admitted person uses the room, heartbeating as advised.
+    #[arg(long, default_value_t = 3_000)]
+    pub visit_ms: u64,
+    /// `room`: the share of admitted people who give their pass back after their visit.
+    #[arg(long, default_value_t = 0.6)]
+    pub leave_share: f64,
+    /// `room`: the share who abandon at admission: never heartbeat, never leave. The rest
+    /// heartbeat through their visit and then let the pass run out without leaving.
+    #[arg(long, default_value_t = 0.2)]
+    pub abandon_share: f64,
     /// How long to wait after the last caller for every row to be terminal.
     #[arg(long, default_value_t = 120)]
     pub drain_seconds: u64,
@@ -150,6 +187,10 @@ impl Options {
                 self.subjects,
                 Duration::from_millis(self.window_ms).as_secs_f64() / self.subjects.max(1) as f64,
             ),
+            Scenario::Room => {
+                self.check_room()?;
+                (self.subjects, 0.0)
+            }
             Scenario::Steady | Scenario::Backend => {
                 if !(self.rate > 0.0 && self.rate.is_finite() && self.seconds > 0.0) {
                     return Err("--rate and --seconds must be positive".into());
@@ -168,9 +209,71 @@ impl Options {
             )
             .into());
         }
+        if self.scenario == Scenario::Room {
+            return Ok(self.room_arrivals());
+        }
         Ok((0..count)
             .map(|i| Duration::from_secs_f64(spacing * i as f64))
             .collect())
+    }
+
+    /// `room`: the pre-queue's share spread evenly over the time before the start, less a
+    /// second (so every one of them has joined before the draw), then the rest spread evenly
+    /// over `--after-start-seconds` from the start.
+    fn room_arrivals(&self) -> Vec<Duration> {
+        let early = ((self.subjects as f64) * self.prequeue_share).round() as u64;
+        let late = self.subjects - early.min(self.subjects);
+        let before = self.opens_in_seconds.saturating_sub(1) as f64;
+        let spread = |n: u64, over: f64, from: f64| {
+            (0..n).map(move |i| Duration::from_secs_f64(from + over * i as f64 / n.max(1) as f64))
+        };
+        spread(early, before, 0.0)
+            .chain(spread(
+                late,
+                self.after_start_seconds,
+                self.opens_in_seconds as f64,
+            ))
+            .collect()
+    }
+
+    /// The room's knobs make sense together.
+    fn check_room(&self) -> Result<(), BoxError> {
+        let share = |s: f64| (0.0..=1.0).contains(&s);
+        if !(share(self.leave_share)
+            && share(self.abandon_share)
+            && self.leave_share + self.abandon_share <= 1.0
+            && share(self.prequeue_share))
+        {
+            return Err(
+                "--leave-share and --abandon-share must be within 0..=1 and sum to at \
+                        most 1, and --prequeue-share within 0..=1"
+                    .into(),
+            );
+        }
+        if !(5..=86_400).contains(&self.heartbeat_seconds)
+            || !(10..=86_400).contains(&self.pass_seconds)
+            || self.heartbeat_seconds > self.pass_seconds
+        {
+            return Err(
+                "--heartbeat-seconds must be within 5..=86400, --pass-seconds within \
+                        10..=86400, and a heartbeat no longer than the pass"
+                    .into(),
+            );
+        }
+        if self.room_max_active == 0 || self.room_admit_per_minute == Some(0) {
+            return Err("--room-max-active and --room-admit-per-minute must be positive".into());
+        }
+        if !(3..=86_400).contains(&self.opens_in_seconds) {
+            return Err(
+                "--opens-in-seconds must be within 3..=86400: the pre-queue needs a \
+                        moment before the start"
+                    .into(),
+            );
+        }
+        if !(self.after_start_seconds >= 0.0 && self.after_start_seconds.is_finite()) {
+            return Err("--after-start-seconds must be zero or more".into());
+        }
+        Ok(())
     }
 }
 
@@ -207,6 +310,7 @@ impl Scenario {
             Scenario::Drop => "drop",
             Scenario::Steady => "steady",
             Scenario::Backend => "backend",
+            Scenario::Room => "room",
         }
     }
 }

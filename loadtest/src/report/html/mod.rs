@@ -9,7 +9,7 @@
 //!
 //! One module per part of the page, so a change to one chart or table is read and reviewed on
 //! its own: `header` (what ran where, and the verdict), `outcomes` (where every arrival ended),
-//! `tables` (targets, waiting, reservations, invariants, endpoints, peaks, processes,
+//! `tables` (targets, waiting, reservations, room, invariants, endpoints, peaks, processes,
 //! settings) and `charts` (the SVG charts), built from `markup` (the HTML blocks they share),
 //! `format` (numbers for people, and escaping) and `style` (the CSS). This module only puts
 //! the parts in their order.
@@ -28,7 +28,9 @@ use format::text_or;
 use header::header;
 use outcomes::outcomes;
 use style::STYLE;
-use tables::{endpoints, invariants, peaks, processes, reservations, settings, targets, waiting};
+use tables::{
+    endpoints, invariants, peaks, processes, reservations, room, settings, targets, waiting,
+};
 
 /// The whole page: the verdict first, then the figures a capacity review asks about, then the
 /// charts and the detail behind them.
@@ -38,6 +40,7 @@ pub fn render(report: &Report) -> String {
         targets(&report.targets),
         waiting(report.waiting.as_ref()),
         reservations(report.reservations.as_ref()),
+        room(report.room.as_ref()),
         invariants(&report.invariants),
         charts(report),
         endpoints(&report.requests),

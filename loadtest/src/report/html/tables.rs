@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use super::format::{count, decimal, esc, millis, seconds, signed};
 use super::markup::{mark, no_data, section, table};
-use crate::report::{Check, Endpoint, PeakOf, Peaks, ProcessUsage, Reservations, Target, Waiting};
+use crate::report::{
+    Check, Endpoint, PeakOf, Peaks, ProcessUsage, Reservations, RoomFigures, Target, Waiting,
+};
 
 /// The targets against what was measured: reported, not enforced, so a missed one is
 /// marked rather than failing the run.
@@ -80,6 +82,28 @@ pub(super) fn reservations(reservations: Option<&Reservations>) -> String {
         .collect();
     section(
         "Reservations",
+        &table(&["figure", "value"], &[false, true], &rows, ""),
+    )
+}
+
+/// The waiting room's figures of a `room` run; nothing for other runs.
+pub(super) fn room(room: Option<&RoomFigures>) -> String {
+    let Some(room) = room else {
+        return String::new();
+    };
+    let rows: Vec<String> = room
+        .rows()
+        .into_iter()
+        .map(|(name, value)| {
+            format!(
+                "<tr><td class=\"text\">{}</td><td class=\"num\">{}</td></tr>\n",
+                esc(name),
+                esc(&value)
+            )
+        })
+        .collect();
+    section(
+        "Waiting room",
         &table(&["figure", "value"], &[false, true], &rows, ""),
     )
 }

@@ -1,0 +1,342 @@
+//! The `room` scenario: one waiting room, its start a few seconds into the run with the
+//! pre-queue open from the first arrival. People join before and after the start, poll their
+//! place, use the room with passes a witness verifies as an origin would, and leave, abandon or
+//! let their pass run out. Afterwards the room's invariants are checked from the people's and
+//! the witness's evidence, PostgreSQL's place rows and the published fair start
+//! ([`crate::invariants::room`]).
+
+mod person;
+mod witness;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_durable::tenancy;
+use uuid::Uuid;
+
+use super::caller::subject_token;
+use super::declaration::{self, ROOM};
+use super::journey::Context;
+use super::options::{Interrupted, Options};
+use crate::bench_stack::{BoxError, Tenant};
+use crate::invariants::room::{self as checks, Exit, Published, Witnessed};
+use crate::record::Recorded;
+use crate::report::{Check, Peaks, Report, RoomFigures, Target};
+use crate::stack::Stack;
+use crate::{machine, progress, sampler};
+use person::{JOIN, Log, Room};
+use witness::{Witness, read_data};
+
+/// The start as first declared: far enough that nobody can join before the run moves it to
+/// its real place, once the stack is up.
+pub(super) fn placeholder_start() -> chrono::DateTime<chrono::Utc> {
+    whole_second(chrono::Utc::now() + chrono::Duration::hours(1))
+}
+
+fn whole_second(at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(at.timestamp() + 1, 0).unwrap_or(at)
+}
+
+/// Runs the people against the started stack and checks the room.
+pub(super) async fn drive_on(
+    options: &Options,
+    arrivals: &[Duration],
+    started_at: chrono::DateTime<chrono::Utc>,
+    tenant: &Tenant,
+    stack: &Stack,
+    client: &crate::driver::HttpClient,
+) -> Result<Report, BoxError> {
+    let creds = &tenant.creds;
+    let machine = machine::describe();
+    let mut watched = stack.watched();
+    if let Some(pid) = sampler::redis_pid(&tenant.redis).await {
+        watched.push(crate::stack::Watched {
+            name: "redis-server".into(),
+            pid,
+        });
+    }
+    watched.push(crate::stack::Watched {
+        name: "load generator".into(),
+        pid: std::process::id(),
+    });
+    let run_id = Uuid::new_v4().simple().to_string();
+    let reader = subject_token(&creds.subject_key, &format!("reader-{run_id}"));
+    let room_uri = format!("{}/v1/rooms/{ROOM}", stack.base);
+    let before = read_data(client, &room_uri, &reader).await?;
+    let witness = Witness::start(client, &stack.base, ROOM, creds.namespace_id.to_string()).await?;
+
+    // The real start: whole seconds, `--opens-in-seconds` after the first arrival, which is
+    // at least half a second from now (every person is spawned by then).
+    let opens_at = whole_second(
+        chrono::Utc::now()
+            + chrono::Duration::milliseconds(500)
+            + chrono::Duration::seconds(options.opens_in_seconds as i64),
+    );
+    tenancy::apply_declaration(
+        &tenant.pg,
+        creds.namespace_id,
+        &declaration::room(options, opens_at),
+        "loadtest",
+        None,
+    )
+    .await?;
+    let until_open = (opens_at - chrono::Utc::now()).to_std().unwrap_or_default();
+    let origin = (Instant::now() + until_open)
+        .checked_sub(Duration::from_secs(options.opens_in_seconds))
+        .unwrap_or_else(Instant::now);
+    let recorder = Arc::new(crate::record::Recorder::new(origin));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let usage = sampler::processes(watched, stop.clone());
+    let bar = progress::start(recorder.clone(), arrivals.len() as u64, options.quiet);
+    let context = Arc::new(Context {
+        client: client.clone(),
+        base: stack.base.clone(),
+        recorder: recorder.clone(),
+        retry: !options.no_retry,
+        patience: Duration::from_secs(options.patience_seconds),
+    });
+    let room = Arc::new(Room::new(
+        ROOM,
+        witness,
+        options,
+        opens_at.timestamp_micros(),
+    ));
+    let mut people = tokio::task::JoinSet::new();
+    for (i, after) in arrivals.iter().enumerate() {
+        let subject = format!("person-{run_id}-{i}");
+        // A person holds their token before the room opens (issued at sign-in).
+        let token = subject_token(&creds.subject_key, &subject);
+        let (context, room, arrive_at) = (context.clone(), room.clone(), origin + *after);
+        people.spawn(async move {
+            person::person(&context, &room, subject, token, arrive_at).await;
+        });
+    }
+    loop {
+        tokio::select! {
+            joined = people.join_next() => if joined.is_none() { break },
+            () = options.interrupt.cancelled() => {
+                people.abort_all();
+                stop.cancel();
+                bar.finish();
+                return Err(Interrupted.into());
+            }
+        }
+    }
+    let duration = recorder.elapsed();
+    stop.cancel();
+    bar.finish();
+    let processes = usage.await?;
+    let recorded = recorder.finish();
+
+    let after = read_data(client, &room_uri, &reader).await?;
+    let prequeue = read_data(client, &format!("{room_uri}/prequeue"), &reader).await?;
+    let published = Published {
+        commitment: text(&before, "seed_sha256"),
+        seed_before: text(&before, "seed"),
+        seed: text(&after, "seed"),
+        prequeue_ids: prequeue
+            .get("join_ids")
+            .and_then(Value::as_array)
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str().and_then(|id| id.parse().ok()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        complete: prequeue.get("complete").and_then(Value::as_bool) == Some(true),
+    };
+    let rows = checks::rows(&tenant.pg, creds.namespace_id, ROOM).await?;
+    let log = std::mem::take(&mut *room.log.lock().unwrap_or_else(|p| p.into_inner()));
+    let opens_at_us = opens_at.timestamp_micros();
+
+    let mut invariants = vec![checks::capacity(&log.witnessed, options.room_max_active)];
+    invariants.extend(checks::nothing_lost(&log.witnessed, &rows));
+    invariants.push(checks::fair_start(&published, &log.witnessed, &rows));
+    let (freeing, delays) = checks::freeing(
+        &log.witnessed,
+        &rows,
+        options.room_max_active,
+        opens_at_us,
+        options.room_admit_per_minute.is_some(),
+    );
+    invariants.push(freeing);
+    invariants.push(Check {
+        name: "every pass handed out verifies with the published keys (origin witness)".into(),
+        holds: log.passes_refused.is_empty(),
+        detail: format!(
+            "{} verified, {} refused{}",
+            log.passes_verified,
+            log.passes_refused.len(),
+            log.passes_refused
+                .first()
+                .map_or(String::new(), |why| format!(" (first: {why})"))
+        ),
+    });
+    let people = &recorded.people;
+    let endings = people.succeeded
+        + people.rejected.values().sum::<u64>()
+        + people.refused.values().sum::<u64>()
+        + people.unknown;
+    invariants.push(Check {
+        name: "every person ended exactly once".into(),
+        holds: endings == people.arrived && people.arrived == arrivals.len() as u64,
+        detail: format!(
+            "{} scheduled, {} arrived, {endings} endings",
+            arrivals.len(),
+            people.arrived
+        ),
+    });
+    let figures = figures(
+        options,
+        &recorded,
+        &log,
+        &rows,
+        &after,
+        opens_at_us,
+        &delays,
+    );
+    let targets = targets(&recorded, &figures);
+    let settings: BTreeMap<String, Value> = match serde_json::to_value(options)? {
+        Value::Object(map) => map.into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    Ok(Report {
+        scenario: options.scenario.name().into(),
+        started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        duration_seconds: duration.as_secs_f64(),
+        machine,
+        stack: stack.description.clone(),
+        settings,
+        people: recorded.people.clone(),
+        requests: recorded.endpoints.clone(),
+        final_latency: recorded.final_latency.clone(),
+        timeline: recorded.timeline.clone(),
+        peaks: Peaks::default(),
+        processes,
+        invariants_hold: invariants.iter().all(|c| c.holds),
+        invariants,
+        waiting: None,
+        reservations: None,
+        room: Some(figures),
+        targets,
+    })
+}
+
+fn text(data: &Value, field: &str) -> Option<String> {
+    data.get(field).and_then(Value::as_str).map(str::to_string)
+}
+
+/// The `q` quantile of `values` (nearest rank), 0 when there are none.
+fn quantile(values: &mut [i64], q: f64) -> i64 {
+    if values.is_empty() {
+        return 0;
+    }
+    values.sort_unstable();
+    let rank = ((values.len() as f64 * q).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
+}
+
+fn millis_after(data: &Value, field: &str, from_us: i64) -> Option<f64> {
+    let at = chrono::DateTime::parse_from_rfc3339(data.get(field)?.as_str()?).ok()?;
+    Some((at.timestamp_micros() - from_us) as f64 / 1000.0)
+}
+
+fn figures(
+    options: &Options,
+    recorded: &Recorded,
+    log: &Log,
+    rows: &[checks::PlaceRow],
+    room: &Value,
+    opens_at_us: i64,
+    delays: &[i64],
+) -> RoomFigures {
+    let count =
+        |f: &dyn Fn(&Witnessed) -> bool| log.witnessed.iter().filter(|w| f(w)).count() as u64;
+    let first_sent = log.witnessed.iter().map(|w| w.join_sent_us).min();
+    let last_answered = log.witnessed.iter().map(|w| w.join_answered_us).max();
+    let joins_per_second = match (first_sent, last_answered) {
+        (Some(first), Some(last)) if last > first => {
+            log.witnessed.len() as f64 / ((last - first) as f64 / 1e6)
+        }
+        _ => 0.0,
+    };
+    let mut waits = log.waits_us.clone();
+    let seconds = |us: i64| us as f64 / 1e6;
+    let mut polls: Vec<i64> = log.polls.iter().map(|p| *p as i64).collect();
+    let mut delays = delays.to_vec();
+    RoomFigures {
+        max_active: options.room_max_active,
+        admit_per_minute: options.room_admit_per_minute,
+        heartbeat_seconds: options.heartbeat_seconds,
+        joined_prequeue: count(&|w| w.prequeue),
+        joined_after_start: count(&|w| !w.prequeue),
+        joins_per_second,
+        join_latency: recorded
+            .endpoints
+            .get(JOIN)
+            .map(|e| e.latency.clone())
+            .unwrap_or_default(),
+        first_admission_after_open_ms: rows
+            .iter()
+            .filter_map(|r| r.admitted_at_us)
+            .min()
+            .map(|at| (at - opens_at_us) as f64 / 1000.0),
+        drawn_after_open_ms: millis_after(room, "drawn_at", opens_at_us),
+        wait_to_admission_p50_seconds: seconds(quantile(&mut waits, 0.5)),
+        wait_to_admission_p99_seconds: seconds(quantile(&mut waits, 0.99)),
+        wait_to_admission_max_seconds: seconds(quantile(&mut waits, 1.0)),
+        admitted: count(&|w| w.last_exp.is_some()),
+        peak_live_passes: checks::peak_live(&log.witnessed),
+        passes_verified: log.passes_verified,
+        passes_refused: log.passes_refused.len() as u64,
+        left: count(&|w| w.exit == Exit::Left),
+        abandoned: count(&|w| w.exit == Exit::Abandoned),
+        ran_out: count(&|w| w.exit == Exit::RanOut),
+        heartbeats: log.heartbeats,
+        heartbeats_refused: log.heartbeats_refused,
+        freed_with_people_waiting: delays.len() as u64,
+        freeing_delay_p50_ms: quantile(&mut delays, 0.5) as f64 / 1000.0,
+        freeing_delay_max_ms: delays.iter().copied().max().unwrap_or(0).min(i64::MAX / 2) as f64
+            / 1000.0,
+        polls_per_person_p50: quantile(&mut polls, 0.5) as f64,
+        polls_per_person_max: quantile(&mut polls, 1.0) as f64,
+        polls_sooner_than_advised: log.polls_early,
+    }
+}
+
+/// What a room run is judged by besides its invariants, reported met or not.
+fn targets(recorded: &Recorded, figures: &RoomFigures) -> Vec<Target> {
+    let p99 = figures.join_latency.p99_ms;
+    vec![
+        Target {
+            name: "unknown outcomes".into(),
+            measured: recorded.people.unknown.to_string(),
+            goal: "0".into(),
+            met: recorded.people.unknown == 0,
+        },
+        Target {
+            name: "p99 join latency".into(),
+            measured: format!("{p99:.1} ms"),
+            goal: "< 250 ms".into(),
+            met: p99 < 250.0,
+        },
+        Target {
+            name: "first admission after opens_at".into(),
+            measured: figures
+                .first_admission_after_open_ms
+                .map_or("–".into(), |ms| format!("{ms:.0} ms")),
+            goal: "< 1,000 ms".into(),
+            met: figures
+                .first_admission_after_open_ms
+                .is_some_and(|ms| ms < 1000.0),
+        },
+        Target {
+            name: "place polls sooner than advised".into(),
+            measured: figures.polls_sooner_than_advised.to_string(),
+            goal: "0".into(),
+            met: figures.polls_sooner_than_advised == 0,
+        },
+    ]
+}
