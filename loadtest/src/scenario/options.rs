@@ -273,6 +273,23 @@ impl Options {
         if !(self.after_start_seconds >= 0.0 && self.after_start_seconds.is_finite()) {
             return Err("--after-start-seconds must be zero or more".into());
         }
+        // A slot is held at least `heartbeat_seconds` (a pass cannot be recalled, so a leave
+        // frees nothing earlier): a run whose last person would wait past its patience would
+        // report people lost that the room never lost.
+        let by_slots = self.subjects as f64 / f64::from(self.room_max_active)
+            * f64::from(self.heartbeat_seconds);
+        let by_rate = self
+            .room_admit_per_minute
+            .map_or(0.0, |n| self.subjects as f64 * 60.0 / f64::from(n));
+        let last_wait = by_slots.max(by_rate);
+        if last_wait > self.patience_seconds as f64 {
+            return Err(format!(
+                "{} people through this room take at least {last_wait:.0} s, more than \
+                 --patience-seconds {}: raise it, or lower --subjects",
+                self.subjects, self.patience_seconds
+            )
+            .into());
+        }
         Ok(())
     }
 }
