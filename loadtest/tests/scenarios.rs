@@ -428,3 +428,24 @@ async fn a_waiting_room_admits_everyone_fairly_within_max_active() {
     let again = reread(&written.json);
     assert_eq!(again.room.map(|r| r.admitted), Some(24));
 }
+
+/// A room run whose last person would wait past their patience is refused before anything
+/// starts, with the fix: it would otherwise report people lost that the room never lost.
+#[test]
+fn a_room_run_longer_than_its_patience_is_refused_up_front() {
+    let run = Command::new(env!("CARGO_BIN_EXE_sluice-loadtest"))
+        .args(["room", "--subjects", "1000", "--room-max-active", "10"])
+        .args([
+            "--quiet",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+        ])
+        .output()
+        .expect("the load generator runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("take at least 500 s, more than --patience-seconds 120"),
+        "{stderr}"
+    );
+}
