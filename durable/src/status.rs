@@ -2,8 +2,9 @@
 //! bounded number of indexed queries and one script call, whatever the size of the backlog.
 //!
 //! PostgreSQL answers what must be exact (unfinished counts per command and status, the oldest
-//! of each, quota pools, pauses); the projection answers what only it knows or what would cost a
-//! scan in PostgreSQL (live permits, the busiest queues, outcomes per second).
+//! of each, quota pools, pauses, waiting rooms); the projection answers what only it knows or
+//! what would cost a scan in PostgreSQL (live permits, the busiest queues, outcomes per
+//! second).
 
 use chrono::{DateTime, Utc};
 use fred::prelude::*;
@@ -16,6 +17,7 @@ use crate::ids::{ApplicationId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::rooms::figures::{self as room_figures, RoomFigures};
 
 /// Ready resources looked at for the busiest queues, at most. `status.lua` blocks Redis (every
 /// admission and intake of the shard waits) for about one `ZCARD` per resource looked at, and
@@ -101,6 +103,8 @@ pub struct Board {
     pub counts: Vec<StatusCount>,
     pub pauses: Vec<PauseState>,
     pub quota_pools: Vec<QuotaPool>,
+    /// The namespace's waiting rooms, declared first.
+    pub rooms: Vec<RoomFigures>,
     /// Limit keys held by work in hand, busiest first, with how many commands in hand hold each.
     pub limit_keys: Vec<(String, i64)>,
     pub projection: Option<ProjectionFigures>,
@@ -127,11 +131,12 @@ pub async fn read(
             max_in_flight: Some(c.admission.max_in_flight),
         })
         .collect();
-    let (head, counts, pauses, quota_pools, limit_keys) = tokio::try_join!(
+    let (head, counts, pauses, quota_pools, rooms, limit_keys) = tokio::try_join!(
         head(pg, application_id),
         counts(pg, namespace_id),
         control::namespace_pauses(pg, namespace_id),
         quota_pools(pg, namespace_id),
+        room_figures::of_namespace(pg, namespace_id),
         limit_keys_in_hand(pg, namespace_id),
     )?;
     // Work of a command removed from the declaration is still work: it stays on the board.
@@ -171,6 +176,7 @@ pub async fn read(
         counts,
         pauses,
         quota_pools,
+        rooms,
         limit_keys,
         projection,
     })

@@ -12,6 +12,7 @@
 //!   next places admitted within `max_active` and `admit_per_minute`.
 //! - [`places`]: a place as a poll sees it; a pass's heartbeat and leave.
 //! - [`fair_order`]: the documented order of the pre-queue, and the room as the public sees it.
+//! - [`figures`]: a namespace's rooms as the status board shows them to an operator.
 //!
 //! A pass is a bearer token: once signed, an origin accepts it until its `exp`, whatever its
 //! holder does. So a place holds its slot of `max_active` until its last pass's `exp` plus
@@ -26,6 +27,7 @@ pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 pub mod admission;
 pub mod declare;
 pub mod fair_order;
+pub mod figures;
 pub mod join;
 pub mod places;
 

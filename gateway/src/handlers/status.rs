@@ -1,6 +1,7 @@
 //! `GET /v1/status`: the status board of the caller's namespace. PostgreSQL's part is exact and
 //! always there; the projection's part (live permits, busiest queues, outcomes per second) is
 //! `null` while Redis cannot be read, so an operator still sees the truth during an outage.
+//! Waiting rooms are PostgreSQL's alone, so they are always there.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,6 +10,7 @@ use serde::Serialize;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::rfc3339;
+use sluice_durable::rooms::figures::RoomFigures;
 use sluice_durable::status::{self, Board};
 use sluice_durable::tenancy::NamespaceConfig;
 
@@ -66,6 +68,7 @@ struct StatusBoard<'a> {
     in_flight: InFlight<'a>,
     outcomes: Vec<OutcomeSecond>,
     quota_pools: Vec<PoolBoard<'a>>,
+    rooms: Vec<RoomBoard<'a>>,
     cache: BTreeMap<&'a str, String>,
 }
 
@@ -144,6 +147,46 @@ struct PoolBoard<'a> {
     allocated: i64,
     reserved: i64,
     available: i64,
+}
+
+/// A waiting room, exact from PostgreSQL. Its queue and its totals may grow without bound, so
+/// they are decimal strings; its limits, and what its limits bound (live passes, slots held,
+/// admissions of the last minute, which `max_active` or `admit_per_minute` caps), are integers.
+#[derive(Serialize)]
+struct RoomBoard<'a> {
+    code: &'a str,
+    declared: bool,
+    waiting: String,
+    active: i64,
+    holding: i64,
+    max_active: Option<i32>,
+    admit_per_minute: Option<i32>,
+    admitted_last_minute: i64,
+    admitted_total: String,
+    left_total: String,
+    abandoned_total: String,
+    opens_at: Option<String>,
+    drawn_at: Option<String>,
+}
+
+impl<'a> RoomBoard<'a> {
+    fn of(room: &'a RoomFigures) -> Self {
+        Self {
+            code: &room.code,
+            declared: room.declared,
+            waiting: room.waiting.to_string(),
+            active: room.active,
+            holding: room.holding,
+            max_active: room.max_active,
+            admit_per_minute: room.admit_per_minute,
+            admitted_last_minute: room.admitted_last_minute,
+            admitted_total: room.admitted_total.to_string(),
+            left_total: room.left_total.to_string(),
+            abandoned_total: room.abandoned_total.to_string(),
+            opens_at: room.opens_at.map(rfc3339),
+            drawn_at: room.drawn_at.map(rfc3339),
+        }
+    }
 }
 
 impl<'a> StatusBoard<'a> {
@@ -274,6 +317,7 @@ impl<'a> StatusBoard<'a> {
             },
             outcomes,
             quota_pools,
+            rooms: board.rooms.iter().map(RoomBoard::of).collect(),
             cache,
         }
     }

@@ -333,11 +333,14 @@ async fn real_answers_have_exactly_the_documented_fields() {
 }
 
 /// The operators' answers: `POST /v1/control` and `GET /v1/status`, with every nested object of
-/// the board filled (a waiting command, a paused command, a quota pool, outcomes).
+/// the board filled (a waiting command, a paused command, a quota pool, outcomes, a room).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_answers_have_exactly_the_documented_fields() {
     let doc = document();
-    let stack = Stack::start().await;
+    let stack = Stack::with_declaration(&format!(
+        "{CLAIM_DECLARATION}\n[[room]]\ncode = \"doors\"\nmax_active = 1\n"
+    ))
+    .await;
     let receipt = stack.enqueue("user-1", &key(), &offer()).await;
     assert_eq!(receipt.status, StatusCode::ACCEPTED, "{:?}", receipt.body);
     let id = receipt.data()["command_id"]
@@ -417,6 +420,7 @@ async fn operator_answers_have_exactly_the_documented_fields() {
         &data["quota_pools"][0],
         "quota_pools[]",
     );
+    assert_exact(&doc, "StatusRoom", &data["rooms"][0], "rooms[]");
 }
 
 /// The reads against a real origin: `GET /v1/reads/{name}` (application and subject scope),
