@@ -14,7 +14,9 @@
 //!
 //! The quota pools' units by state are read from PostgreSQL when scraped, at the same time as
 //! the projection figures (one query, at most [`MAX_POOLS`] pools); a failed read is exported as
-//! `sluice_quota_pools_up 0`, and the scrape goes on.
+//! `sluice_quota_pools_up 0`, and the scrape goes on. The waiting rooms' figures (people
+//! waiting, live passes, admissions, leaves and abandonments) are read from PostgreSQL the same
+//! way (one query, at most [`MAX_ROOMS`] rooms; a failed read is `sluice_rooms_up 0`).
 
 use std::fmt::Write as _;
 use std::sync::LazyLock;
@@ -32,12 +34,15 @@ use crate::lifecycle::CommandStatus;
 
 mod pools;
 mod projection;
+mod rooms;
 
 use crate::projection::Projection;
 pub use pools::MAX_POOLS;
 use pools::pool_figures;
 use projection::projection_figures;
 pub use projection::{AppFigures, CommandFigures, read_app_figures};
+pub use rooms::MAX_ROOMS;
+use rooms::room_figures;
 
 /// The `Content-Type` of [`gateway_text`] and [`executor_text`].
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -320,8 +325,9 @@ fn register_common(registry: &mut Registry) {
     );
 }
 
-/// The gateway's exposition: its counters, then the projection figures of every application and
-/// the quota pools' units (both read now, side by side, see the module's doc).
+/// The gateway's exposition: its counters, then the projection figures of every application,
+/// the quota pools' units and the waiting rooms' figures (all read now, side by side, see the
+/// module's doc).
 pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
     let mut registry = Registry::default();
     register_common(&mut registry);
@@ -371,9 +377,14 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "Command reads (by id, by request key, mine, cancel) refused by the subject's own rate or the process's budget",
         f.command_reads_refused.clone(),
     );
-    let (projection, pools) = tokio::join!(projection_figures(pg, redis), pool_figures(pg));
+    let (projection, pools, rooms) = tokio::join!(
+        projection_figures(pg, redis),
+        pool_figures(pg),
+        room_figures(pg)
+    );
     projection.register(&mut registry);
     pools.register(&mut registry);
+    rooms.register(&mut registry);
     encode(&registry)
 }
 
