@@ -348,6 +348,7 @@ function render() {
   renderOutcomes(s);
   renderInFlight(s);
   renderPools(s);
+  renderRooms(s);
   renderCache(s);
   renderQueues(s);
 }
@@ -649,6 +650,56 @@ function renderPools(s) {
         el('div', {}, el('dt', { text: 'reserved' }), el('dd', { class: 'num', 'data-field': 'reserved', text: fmt(reserved) })),
         el('div', {}, el('dt', { text: 'available' }), el('dd', { class: 'num', 'data-field': 'available', text: fmt(available) }))));
   }));
+}
+
+// When a room opens and whether its pre-queue was drawn: `from declaration` without `opens_at`.
+function roomOpening(room) {
+  const opens = parseTime(room.opens_at);
+  if (opens === null) return { text: 'from declaration', state: 'open' };
+  const drawn = parseTime(room.drawn_at);
+  const at = new Date(opens).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  if (drawn !== null) return { text: `${at} · drawn ${clock(drawn)}`, state: 'drawn' };
+  return { text: `${at} · ${opens > serverNow() ? 'pre-queue' : 'drawing'}`, state: 'prequeue' };
+}
+
+function renderRooms(s) {
+  const rooms = arr(s.rooms).filter((r) => r && typeof r.code === 'string');
+  $('rooms-empty').hidden = rooms.length > 0 || !state.status;
+  let waiting = 0n;
+  let active = 0;
+  const fragment = document.createDocumentFragment();
+  for (const room of rooms) {
+    waiting += toBig(room.waiting);
+    active += toNum(room.active);
+    const name = el('td', { class: 'col-name' },
+      el('div', { class: 'cmd' },
+        el('span', { class: 'cmd-code', text: room.code }),
+        room.declared === false ? el('span', { class: 'tag warn', title: 'left out of the declaration: no more joins, places run their course', text: 'undeclared' }) : null));
+    const limit = toNum(room.max_active);
+    const holding = toNum(room.holding);
+    const passes = el('td', { class: 'col-bar', 'data-field': 'active' },
+      el('div', { class: 'meter-inline', title: `${fmt(holding)} slot${holding === 1 ? '' : 's'} held (given-back passes until their exp)` },
+        bar(toNum(room.active), limit),
+        el('span', { class: 'num', text: `${fmt(room.active)} / ${limit > 0 ? fmt(limit) : '∞'}` })));
+    const count = (field, value, title) => el('td', {
+      class: `num${toBig(value) === 0n ? ' zero' : ''}`, 'data-field': field, title, text: fmt(value),
+    });
+    const perMinute = toNum(room.admit_per_minute);
+    const opening = roomOpening(room);
+    fragment.append(el('tr', { 'data-room': room.code, class: room.declared === false ? 'undeclared' : '' },
+      name,
+      count('waiting', room.waiting),
+      passes,
+      count('admitted_last_minute', room.admitted_last_minute,
+        `${fmt(room.admitted_total)} admitted in all${perMinute > 0 ? `; at most ${fmt(perMinute)} a minute` : ''}`),
+      count('abandoned_total', room.abandoned_total),
+      count('left_total', room.left_total),
+      el('td', { class: 'mono', 'data-field': 'opening', 'data-state': opening.state, text: opening.text })));
+  }
+  $('rooms-body').replaceChildren(fragment);
+  $('rooms-summary').textContent = rooms.length
+    ? `${rooms.length} room${rooms.length === 1 ? '' : 's'} · ${fmt(waiting)} waiting · ${formatter.format(active)} active`
+    : '';
 }
 
 function renderCache(s) {

@@ -1,7 +1,7 @@
 //! The operator dashboard (`/ui/`) in Debian's headless Chromium, driven by playwright-core from
 //! `gateway/tests/ui/dashboard.mjs` against a real stack: the page shows a live load, pauses and
-//! resumes intake (the gateway then refuses and accepts enqueues), and stays readable with a
-//! thousand waiting resources. Screenshots land in `target/test-artifacts/`.
+//! resumes intake (the gateway then refuses and accepts enqueues), shows waiting rooms as their
+//! places count them, and stays readable with a thousand waiting resources. Screenshots land in `target/test-artifacts/`.
 //!
 //! Needs `/usr/bin/chromium`, `node` and `npm ci` in `gateway/tests/ui` (deploy/test.sh does all
 //! three).
@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::browser_driver::{Run, artifacts_dir, run_script};
 use crate::execution::{OPEN_INTAKE, fast_executor, pool, start_executor};
+use crate::rooms::kit::{join, poll_until, until};
 use crate::support::*;
 
 /// A quota command keyed by offer whose admission drains slowly, so a backlog builds up and the
@@ -32,6 +33,94 @@ handler = {{ kind = "quota", pool = "stock", mode = "committed" }}
 {}"#,
         pool("stock", 400)
     )
+}
+
+/// Two rooms: `doors` keeps two long passes and a queue; `lapse` has one pass that needs a
+/// heartbeat every 5 s and gets none.
+const ROOMS: &str = r#"
+[[room]]
+code = "doors"
+max_active = 2
+pass_seconds = 600
+
+[[room]]
+code = "lapse"
+max_active = 1
+pass_seconds = 30
+heartbeat_seconds = 5
+"#;
+
+/// People in the rooms before the browser looks: five join `doors` (two admitted, three
+/// waiting), one joins `lapse` and abandons the pass. Returns what the Rooms panel must show,
+/// counted from the places' rows (not the rooms' counters), for `dashboard.mjs --rooms`.
+async fn fill_rooms(stack: &Stack) -> serde_json::Value {
+    let mut tickets = Vec::new();
+    for i in 0..5 {
+        let reply = join(stack, "doors", &format!("d{i}")).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        tickets.push(reply.data()["ticket"].as_str().expect("ticket").to_owned());
+    }
+    for ticket in &tickets[..2] {
+        poll_until(stack, ticket, "admitted", Duration::from_secs(20)).await;
+    }
+    let reply = join(stack, "lapse", "l0").await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    let ticket = reply.data()["ticket"].as_str().expect("ticket").to_owned();
+    poll_until(stack, &ticket, "admitted", Duration::from_secs(20)).await;
+    // No heartbeat: the ticker ends the place once its pass and the grace have run out.
+    poll_until(stack, &ticket, "expired", Duration::from_secs(30)).await;
+    until(Duration::from_secs(30), || async move {
+        let lapsed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM room_places WHERE room = 'lapse' AND state = 'expired'",
+        )
+        .fetch_one(&stack.pg)
+        .await
+        .expect("lapsed places");
+        (lapsed == 1, lapsed)
+    })
+    .await
+    .unwrap_or_else(|n| panic!("{n} lapsed places recorded"));
+
+    let counted: Vec<(String, i64, i64, i64, i64, i64, Option<i32>)> = sqlx::query_as(
+        "SELECT r.code,
+                count(*) FILTER (WHERE p.state = 'waiting'),
+                count(*) FILTER (WHERE p.state = 'admitted' AND p.pass_until > now()),
+                count(*) FILTER (WHERE p.admitted_at > now() - interval '60 seconds'),
+                count(*) FILTER (WHERE p.state = 'expired'),
+                count(*) FILTER (WHERE p.state = 'left'),
+                r.max_active
+           FROM rooms r LEFT JOIN room_places p ON p.namespace_id = r.namespace_id AND p.room = r.code
+          WHERE r.namespace_id = $1 GROUP BY r.code, r.max_active ORDER BY r.code",
+    )
+    .bind(stack.creds.namespace_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("the places counted");
+    let figures: Vec<(&str, i64, i64, i64, i64, i64)> = counted
+        .iter()
+        .map(|(code, w, a, m, x, l, _)| (code.as_str(), *w, *a, *m, *x, *l))
+        .collect();
+    assert_eq!(
+        figures,
+        [("doors", 3, 2, 2, 0, 0), ("lapse", 0, 0, 1, 1, 0)],
+        "(room, waiting, active, admitted in the last minute, abandoned, left)"
+    );
+    let mut expected = serde_json::Map::new();
+    for (code, waiting, active, last_minute, abandoned, left, max_active) in counted {
+        let max = max_active.map_or("∞".to_string(), |m| m.to_string());
+        expected.insert(
+            code,
+            json!({
+                "waiting": waiting.to_string(),
+                "active": format!("{active} / {max}"),
+                "admitted_last_minute": last_minute.to_string(),
+                "abandoned_total": abandoned.to_string(),
+                "left_total": left.to_string(),
+                "opening": "from declaration",
+            }),
+        );
+    }
+    serde_json::Value::Object(expected)
 }
 
 /// Runs `dashboard.mjs` against the stack's gateway (see [`run_script`]).
@@ -78,14 +167,16 @@ async fn dashboard_files_are_served_with_strict_headers() {
     }
 }
 
-/// The operator watches a live load, pauses the namespace and a command from the page (the
-/// gateway refuses enqueues meanwhile), and resumes them (the gateway accepts again).
+/// The operator sees the rooms as their places count them, watches a live load, pauses the
+/// namespace and a command from the page (the gateway refuses enqueues meanwhile), and resumes
+/// them (the gateway accepts again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dashboard_shows_a_live_load_and_pauses_and_resumes_intake() {
-    let stack = Arc::new(Stack::with_declaration(&slow_claim()).await);
+    let stack = Arc::new(Stack::with_declaration(&format!("{}{ROOMS}", slow_claim())).await);
     let ns = stack.creds.namespace_id;
     let operator = credential_with_scopes(&stack, ns, &["status:read", "control:manage"]).await;
     let reader = credential_with_scopes(&stack, ns, &["status:read"]).await;
+    let rooms = fill_rooms(&stack).await.to_string();
     let executor = start_executor(&stack, fast_executor());
 
     let tally = Arc::new(Tally::default());
@@ -100,6 +191,8 @@ async fn dashboard_shows_a_live_load_and_pauses_and_resumes_intake() {
         &LOAD.to_string(),
         "--command",
         "claim",
+        "--rooms",
+        &rooms,
     ]);
     let run = run_browser(&stack, &operator, &args, |event, detail| {
         let (stack, checked, tally, load) =

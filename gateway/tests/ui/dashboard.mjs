@@ -11,6 +11,10 @@
 //             from the page. Between steps it talks to the caller over stdio: it prints
 //             `@@<event> <detail>` and waits for a line `continue` on stdin, so the caller can
 //             act and check the gateway's answers meanwhile.
+//             With --rooms JSON ({"<room>": {"<field>": "<text shown>", …}, …}, the caller's own
+//             count of each room), the Rooms panel must show exactly those texts (fields:
+//             waiting, active, admitted_last_minute, abandoned_total, left_total, opening), checked
+//             right after the operator signs in, before the load starts.
 //   thousand  the queue table with many resources (--resources N listed as waiting, the
 //             busiest being --resource KEY): no horizontal overflow at desktop and phone
 //             widths, sorted by depth, numbers right-aligned, show more, filter.
@@ -39,7 +43,7 @@ const STEP_MS = 30_000;
 function usage(message) {
   console.error(`dashboard.mjs: ${message}`);
   console.error('usage: node dashboard.mjs <base-url> <credential> <output-dir> [--scenario live|thousand] '
-    + '[--readonly CRED] [--max-total N] [--command CODE] [--resources N] [--resource KEY]');
+    + '[--readonly CRED] [--max-total N] [--command CODE] [--rooms JSON] [--resources N] [--resource KEY]');
   process.exit(2);
 }
 
@@ -101,6 +105,7 @@ function summary() {
     `resources waiting: ${text('[data-testid=resources-waiting]')}`,
     `queue rows: ${document.querySelectorAll('[data-testid=queues] tbody tr').length}`,
     `pools: ${text('[data-testid=quota-pools]')}`,
+    `rooms: ${[...document.querySelectorAll('[data-testid=rooms] tbody tr')].map((tr) => [...tr.children].map(squeeze).join(' ')).join(' | ') || '(none)'}`,
   ].join('; ');
 }
 
@@ -163,6 +168,27 @@ async function checkHeaders(page, base) {
   check(missing.status() === 404, `GET /ui/nope.js answered ${missing.status()}, not 404`);
 }
 
+// The Rooms panel shows each room of `expected` with exactly the texts the caller counted.
+async function checkRooms(page, expected) {
+  step(`the Rooms panel shows ${Object.keys(expected).join(', ')} as the caller counted them`);
+  const shown = await until(page, `the Rooms panel to show ${JSON.stringify(expected)}`, (expected) => {
+    const seen = {};
+    for (const [code, want] of Object.entries(expected)) {
+      const row = [...document.querySelectorAll('[data-testid=rooms] tbody tr')].find((tr) => tr.dataset.room === code);
+      if (!row) return false;
+      const got = {};
+      for (const field of Object.keys(want)) {
+        const cell = row.querySelector(`[data-field=${field}]`);
+        got[field] = cell ? cell.textContent.replace(/\s+/g, ' ').trim() : null;
+        if (got[field] !== want[field]) return false;
+      }
+      seen[code] = got;
+    }
+    return seen;
+  }, expected);
+  console.log(`dashboard: rooms ${JSON.stringify(shown)}`);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 async function live(page, opts) {
@@ -197,6 +223,7 @@ async function live(page, opts) {
   step('sign in as the operator');
   await signIn(page, opts.credential);
   await waitForStatus(page);
+  if (opts.rooms) await checkRooms(page, JSON.parse(opts.rooms));
   await handshake('watching', '0');
 
   step('wait for figures that agree with the load');
