@@ -50,6 +50,10 @@ pass_seconds = 30
 heartbeat_seconds = 5
 "#;
 
+/// A room counted from its places: code, waiting, active, admitted in the last minute,
+/// abandoned, left, and its `max_active`.
+type CountedRoom = (String, i64, i64, i64, i64, i64, Option<i32>);
+
 /// People in the rooms before the browser looks: five join `doors` (two admitted, three
 /// waiting), one joins `lapse` and abandons the pass. Returns what the Rooms panel must show,
 /// counted from the places' rows (not the rooms' counters), for `dashboard.mjs --rooms`.
@@ -81,7 +85,7 @@ async fn fill_rooms(stack: &Stack) -> serde_json::Value {
     .await
     .unwrap_or_else(|n| panic!("{n} lapsed places recorded"));
 
-    let counted: Vec<(String, i64, i64, i64, i64, i64, Option<i32>)> = sqlx::query_as(
+    let counted: Vec<CountedRoom> = sqlx::query_as(
         "SELECT r.code,
                 count(*) FILTER (WHERE p.state = 'waiting'),
                 count(*) FILTER (WHERE p.state = 'admitted' AND p.pass_until > now()),

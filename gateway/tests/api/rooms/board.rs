@@ -102,10 +102,13 @@ fn board_figures(board: &Value) -> Vec<(String, Figures)> {
         .collect()
 }
 
+/// A room counted from its places: code, declared, then the figures in [`Figures`]' order.
+type CountedRow = (String, bool, i64, i64, i64, i64, i64, i64, i64);
+
 /// The same figures counted by the test from the places' rows alone (`declared` from the rooms
 /// table), at one instant of PostgreSQL's clock.
 async fn rows_figures(stack: &Stack, ns: NamespaceId) -> BTreeMap<String, Figures> {
-    let rows: Vec<(String, bool, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
+    let rows: Vec<CountedRow> = sqlx::query_as(
         "SELECT r.code, r.declared,
                 count(*) FILTER (WHERE p.state = 'waiting'),
                 count(*) FILTER (WHERE p.state = 'admitted' AND p.pass_until > now()),
