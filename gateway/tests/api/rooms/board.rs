@@ -404,8 +404,18 @@ async fn a_long_history_and_queue_are_not_scanned() {
     }
     // Behind the room's back, in one transaction under its row lock: the history and the queue
     // after the three (arrival numbers and queue orders go on from theirs), and the room's
-    // counters to match.
+    // counters to match. A bulk load: no statement timeout (other tests may load the machine),
+    // foreign-key triggers skipped (every row names this stack's own room).
     let mut tx = stack.pg.begin().await.expect("begin");
+    for setting in [
+        "SET LOCAL session_replication_role = replica",
+        "SET LOCAL statement_timeout = 0",
+    ] {
+        sqlx::query(setting)
+            .execute(&mut *tx)
+            .await
+            .expect("bulk load settings");
+    }
     sqlx::query("SELECT 1 FROM rooms WHERE namespace_id = $1 AND code = 'gate' FOR UPDATE")
         .bind(ns)
         .execute(&mut *tx)
