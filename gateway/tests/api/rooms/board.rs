@@ -22,8 +22,8 @@ use crate::metrics::{Exposition, scrape};
 use crate::support::*;
 
 /// `gate`: two passes at most, long ones, no heartbeats (its figures hold still once settled).
-/// `lapse`: opens shortly after the stack starts (a pre-queue and a draw); its one pass needs a
-/// heartbeat every 5 s and gets none. `gone`: left out of the declaration once someone holds
+/// `lapse`: opens at `opens_at` (a pre-queue and a draw); its one pass needs a heartbeat every
+/// 5 s and gets none. `gone`: left out of the declaration once someone holds
 /// a pass in it.
 fn rooms(opens_at: DateTime<Utc>, with_gone: bool) -> String {
     let gone = if with_gone {
@@ -193,8 +193,10 @@ async fn place_state(stack: &Stack, id: Uuid) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_board_and_metrics_count_rooms_as_their_places_do() {
-    let opens_at = Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(4);
-    let stack = stack_with_rooms(&rooms(opens_at, true)).await;
+    // lapse opens in an hour at first, so the board before anyone joins shows a start not yet
+    // drawn however long the stack took to start; the start is brought forward below.
+    let later = Utc::now().trunc_subsecs(0) + chrono::Duration::hours(1);
+    let stack = stack_with_rooms(&rooms(later, true)).await;
     let ns = stack.creds.namespace_id;
     let operator = credential_with_scopes(&stack, ns, &["status:read"]).await;
 
@@ -230,7 +232,11 @@ async fn the_board_and_metrics_count_rooms_as_their_places_do() {
         .as_str()
         .and_then(|t| t.parse().ok())
         .expect("opens_at");
-    assert_eq!(shown_opens, opens_at);
+    assert_eq!(shown_opens, later);
+    let opens_at = Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(2);
+    tenancy::apply_declaration(&stack.pg, ns, &rooms(opens_at, true), "test", None)
+        .await
+        .expect("bring lapse's start forward");
 
     // gate: five join in order; the first two are admitted, the others wait.
     let mut gate = Vec::new();
@@ -328,6 +334,10 @@ async fn the_board_and_metrics_count_rooms_as_their_places_do() {
         .and_then(|t| t.parse().ok())
         .expect("drawn_at shown");
     assert!(drawn_at >= opens_at);
+    assert_eq!(
+        lapse(&shown)["opens_at"],
+        json!(sluice_durable::outbox::rfc3339(opens_at))
+    );
     assert_eq!(
         shown_drawn.timestamp_millis(),
         drawn_at.timestamp_millis(),
