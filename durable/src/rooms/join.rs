@@ -53,10 +53,15 @@ pub async fn join(
                 .map(Joined::Existing)
                 .ok_or(RoomRefusal::NoRoom))
         }
+        // The challenge bought a place already: the subject's own (a concurrent join with the
+        // same solution) is the answer, else the solution is spent.
         Err(DurableError::Postgres(sqlx::Error::Database(e)))
             if e.constraint() == Some("room_places_challenge") =>
         {
-            Ok(Err(RoomRefusal::ChallengeUsed))
+            Ok(live_place(pg, namespace_id, room, subject)
+                .await?
+                .map(Joined::Existing)
+                .ok_or(RoomRefusal::ChallengeUsed))
         }
         Err(error) => Err(error),
     }

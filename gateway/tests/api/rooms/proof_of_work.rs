@@ -257,3 +257,35 @@ async fn adaptive_work_rises_with_the_arrival_rate() {
     assert_eq!(bits as f64, expected.min(12.0), "{:?}", busy.body);
     assert!(bits > 2, "the burst raised nothing: {:?}", busy.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_joins_with_one_solution_make_one_place() {
+    let stack = std::sync::Arc::new(stack_with_rooms(ROOMS).await);
+    let proof = solved(&stack, "guarded", "dana").await;
+    let joins: Vec<_> = (0..8)
+        .map(|_| {
+            let (stack, proof) = (stack.clone(), proof.clone());
+            tokio::spawn(async move { join_with(&stack, "guarded", "dana", proof).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for join in joins {
+        let reply = join.await.expect("join task");
+        statuses.push(reply.status);
+        assert!(
+            matches!(reply.status, StatusCode::ACCEPTED | StatusCode::OK),
+            "{:?}",
+            reply.body
+        );
+    }
+    let created = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(created, 1, "{statuses:?}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM room_places WHERE subject = 'dana'")
+        .fetch_one(&stack.pg)
+        .await
+        .expect("count dana's places");
+    assert_eq!(rows, 1);
+}
