@@ -71,6 +71,31 @@ const LATENCY_BUCKETS: [f64; 16] = [
     60.0,
 ];
 
+/// Rows of a scrape-time read of PostgreSQL, or `None` when it failed or took longer than
+/// `budget`: a scrape never fails or hangs for them (the caller exports its `…_up 0`).
+async fn read_within<T>(
+    what: &'static str,
+    budget: Duration,
+    read: impl std::future::Future<Output = Result<Vec<T>, sqlx::Error>>,
+) -> Option<Vec<T>> {
+    match tokio::time::timeout(budget, read).await {
+        Ok(Ok(rows)) => Some(rows),
+        Ok(Err(error)) => {
+            let error = DurableError::from(error);
+            storage_error(&error);
+            tracing::warn!(%error, "metrics: {what} not read");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                budget_ms = budget.as_millis() as u64,
+                "metrics: {what} not read within the budget"
+            );
+            None
+        }
+    }
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }

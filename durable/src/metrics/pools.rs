@@ -14,8 +14,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
-use super::storage_error;
-use crate::DurableError;
 use crate::ids::NamespaceId;
 
 /// Pools one scrape exports at most: the answer stays bounded however many namespaces
@@ -64,7 +62,8 @@ pub(super) async fn pool_figures(pg: &PgPool) -> PoolGauges {
         up: Gauge::default(),
         units: Family::default(),
     };
-    let read = tokio::time::timeout(
+    let Some(rows) = super::read_within(
+        "quota pools",
         POOLS_BUDGET,
         sqlx::query_as!(
             PoolRow,
@@ -74,22 +73,9 @@ pub(super) async fn pool_figures(pg: &PgPool) -> PoolGauges {
         )
         .fetch_all(pg),
     )
-    .await;
-    let rows = match read {
-        Ok(Ok(rows)) => rows,
-        Ok(Err(error)) => {
-            let error = DurableError::from(error);
-            storage_error(&error);
-            tracing::warn!(%error, "metrics: quota pools not read");
-            return gauges;
-        }
-        Err(_) => {
-            tracing::warn!(
-                budget_ms = POOLS_BUDGET.as_millis() as u64,
-                "metrics: quota pools not read within the budget"
-            );
-            return gauges;
-        }
+    .await
+    else {
+        return gauges;
     };
     gauges.up.set(1);
     for row in rows {

@@ -16,8 +16,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
-use super::storage_error;
-use crate::DurableError;
 use crate::ids::NamespaceId;
 
 /// Rooms one scrape exports at most: the answer stays bounded however many namespaces declare
@@ -96,7 +94,8 @@ pub(super) async fn room_figures(pg: &PgPool) -> RoomGauges {
         left: Family::default(),
         abandoned: Family::default(),
     };
-    let read = tokio::time::timeout(
+    let Some(rows) = super::read_within(
+        "waiting rooms",
         ROOMS_BUDGET,
         sqlx::query_as!(
             RoomRow,
@@ -110,22 +109,9 @@ pub(super) async fn room_figures(pg: &PgPool) -> RoomGauges {
         )
         .fetch_all(pg),
     )
-    .await;
-    let rows = match read {
-        Ok(Ok(rows)) => rows,
-        Ok(Err(error)) => {
-            let error = DurableError::from(error);
-            storage_error(&error);
-            tracing::warn!(%error, "metrics: waiting rooms not read");
-            return gauges;
-        }
-        Err(_) => {
-            tracing::warn!(
-                budget_ms = ROOMS_BUDGET.as_millis() as u64,
-                "metrics: waiting rooms not read within the budget"
-            );
-            return gauges;
-        }
+    .await
+    else {
+        return gauges;
     };
     gauges.up.set(1);
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
