@@ -4,6 +4,10 @@
 //!   `sluice.<hash>.js`, whose name changes with its content and which is cached for a year
 //!   (`immutable`): an application imports the stable path and a new release reaches its pages
 //!   within minutes, while every page loads the module itself once.
+//! - `GET /sdk/v1/sluice-work.js`: the module worker that solves a room's proof of work for a
+//!   page on this origin (the hosted pages' CSP allows `'self'` workers, never `blob:` ones);
+//!   it imports the hashed module, so the solver has one source. Pages on another origin may
+//!   not start a worker from this URL: the module builds a Blob-URL worker from its own source.
 //! - `GET /sdk/v1/sluice.d.ts`: the types; `GET /sdk/v1/wait/{wait.js,wait.css}`: the page's own.
 //! - All of these hold no secret and are served with `Access-Control-Allow-Origin: *`, so an
 //!   application's pages on another origin can import them; the API calls the module makes keep
@@ -59,6 +63,15 @@ static ENTRY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The solver's worker: the hashed module's `serveWork`, in a module worker. Cached like the
+/// stable entry, since it names the current hashed file.
+static WORKER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "// Sluice proof-of-work solver, run as a module worker by sluice.js.\nimport {{ serveWork }} from \"./{}\";\nserveWork(self);\n",
+        *HASHED_NAME
+    )
+});
+
 /// The hashed file's name (the demo and the tests link it).
 pub fn hashed_module_name() -> &'static str {
     &HASHED_NAME
@@ -72,6 +85,7 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
         [name] if *name == HASHED_NAME.as_str() => {
             file(JAVASCRIPT, IMMUTABLE, Bytes::from_static(MODULE.as_bytes()))
         }
+        ["sluice-work.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(WORKER.as_bytes())),
         ["sluice.d.ts"] => file(
             "application/typescript; charset=utf-8",
             SHORT_CACHE,
@@ -88,7 +102,7 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
             Bytes::from_static(WAIT_CSS.as_bytes()),
         ),
         _ => Err(ApiError::not_found(
-            "no such file: /sdk/v1/sluice.js, /sdk/v1/sluice.d.ts",
+            "no such file: /sdk/v1/sluice.js, /sdk/v1/sluice-work.js, /sdk/v1/sluice.d.ts",
         )),
     }
 }
@@ -172,5 +186,14 @@ mod tests {
             "another hash is not served"
         );
         assert!(hashed_module_name().starts_with("sluice.") && hashed_module_name().len() == 26);
+    }
+
+    #[test]
+    fn the_worker_runs_the_hashed_modules_solver() {
+        let worker = serve(&["sluice-work.js"]).expect("worker");
+        assert_eq!(worker.headers()[CACHE_CONTROL], SHORT_CACHE);
+        assert_eq!(worker.headers()[CONTENT_TYPE], JAVASCRIPT);
+        assert!(WORKER.contains(&format!("from \"./{}\"", hashed_module_name())));
+        assert!(MODULE.contains("export function serveWork(scope)"));
     }
 }
