@@ -2,7 +2,7 @@
 // work, the join, the polls, the heartbeats and leaving; a reload that resumes the same place;
 // a stale challenge asked again once. Node has no Web Worker, so the solve runs on the main
 // thread here, except where a test hands the client a worker; the real Worker is in Chromium
-// (gateway/tests/api/browser_rooms.rs).
+// (gateway/tests/api/rooms/browser.rs).
 
 import { test } from "node:test";
 import assert from "node:assert/strict";

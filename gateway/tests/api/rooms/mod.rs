@@ -1,8 +1,10 @@
 //! Waiting rooms over the real stack: the contract of join, polls, passes, heartbeats and
 //! leaves; `max_active` as a protected origin counts it; the fair start recomputed by an
-//! independent script; rooms on the status board and in `/metrics`, counted from the places.
+//! independent script; proof of work at the door; rooms on the status board and in `/metrics`,
+//! counted from the places; the browser module's room handle in real Chromium.
 
 mod board;
+mod browser;
 mod capacity;
 mod contract;
 mod fair_start;
