@@ -4,7 +4,8 @@
 //
 //   node rooms.mjs <base-url> <setup-json> <output-dir>
 //
-// <setup-json>: {"room": "<code>", "bits": <n>, "app_origin": "http://127.0.0.1:<free port>",
+// <setup-json>: {"room": "<code>", "bits": <n>, "steep_room": "<code>", "steep_bits": <n>,
+//                "app_origin": "http://127.0.0.1:<free port>",
 //                "tokens": {"<subject>": "<subject token>", …}} with subjects `same-origin`,
 //                `cross-origin` and `no-worker`.
 //
@@ -17,8 +18,9 @@
 //                  and no join (@@reloaded); leaving ends the place (@@left).
 //   cross-origin   a page on another origin (served by this script) imports the module from the
 //                  gateway: the solve runs in a Blob-URL worker (@@admitted).
-//   no-worker      the same with `worker-src 'none'`: no worker may start, the solve runs on the
-//                  main thread in slices, and the page's timers keep running (@@admitted).
+//   no-worker      the same with `worker-src 'none'`, in the steeper room: no worker may start,
+//                  the solve runs on the main thread in slices, and the page's 10 ms timer keeps
+//                  running while it solves (@@admitted).
 //   hash-rate      the solver's rate in a Worker in this Chromium, ~1.5 s of hashing
 //                  (@@hash-rate {hashes, ms, hashes_per_ms}).
 // Exits 0 when every check passed, 1 with a message naming the failed check otherwise.
@@ -82,7 +84,7 @@ async function newPage(browser) {
  * handle is `window.room`, every snapshot's state lands in `window.states`, and
  * `window.ticks` counts a 10 ms interval (a blocked main thread would stop it).
  */
-async function startRoom(page, moduleUrl, subject) {
+async function startRoom(page, moduleUrl, subject, code = setup.room) {
   await page.evaluate(async ({ moduleUrl, baseUrl, token, code }) => {
     const { createClient } = await import(moduleUrl);
     const client = createClient({ baseUrl, token });
@@ -98,10 +100,14 @@ async function startRoom(page, moduleUrl, subject) {
     }, 10);
     window.room = client.room(code);
     window.room.subscribe((s) => {
-      if (window.states.at(-1) !== s.state) window.states.push(s.state);
+      if (window.states.at(-1) === s.state) return;
+      // The page's timer ticks while the solve runs: none would tick on a blocked thread.
+      if (s.state === 'solving') window.ticksBeforeSolve = window.ticks;
+      if (window.states.at(-1) === 'solving') window.ticksWhileSolving = window.ticks - window.ticksBeforeSolve;
+      window.states.push(s.state);
     });
     window.room.start();
-  }, { moduleUrl, baseUrl: base, token: setup.tokens[subject], code: setup.room });
+  }, { moduleUrl, baseUrl: base, token: setup.tokens[subject], code });
 }
 
 async function waitForState(page, state, what) {
@@ -119,13 +125,13 @@ const snapshotOf = (page) => page.evaluate(() => {
 });
 
 /** Admitted: the work is reported, it ran where `solver` says, at the room's bits. */
-async function admittedWith(page, solver, subject) {
+async function admittedWith(page, solver, subject, bits = setup.bits) {
   await waitForState(page, 'admitted', `${subject} admitted`);
   const snapshot = await snapshotOf(page);
   const { work } = snapshot;
   console.log(`${subject}: states ${JSON.stringify(await page.evaluate(() => window.states))}, work ${JSON.stringify(work)}`);
   if (!work || work.solver !== solver) fail(`${subject}: the solve ran in ${work?.solver}, not ${solver}`);
-  if (work.bits !== setup.bits) fail(`${subject}: solved ${work.bits} bits, the room asks ${setup.bits}`);
+  if (work.bits !== bits) fail(`${subject}: solved ${work.bits} bits, the room asks ${bits}`);
   if (!(work.hashes >= 1) || !(work.ms >= 0)) fail(`${subject}: no work reported: ${JSON.stringify(work)}`);
   if (!snapshot.pass || !snapshot.passExpiresAt) fail(`${subject}: admitted without a pass`);
   return snapshot;
@@ -140,7 +146,7 @@ async function sameOrigin(browser) {
   const states = await page.evaluate(() => window.states);
   if (!states.includes('solving')) fail(`never solving: ${states}`);
   if (door.join(' ') !== 'challenge join') fail(`the door's requests: ${door.join(' ')}`);
-  await step('admitted', JSON.stringify({ subject: 'same-origin', pass: admitted.pass, work: admitted.work }));
+  await step('admitted', JSON.stringify({ subject: 'same-origin', room: setup.room, pass: admitted.pass, work: admitted.work }));
 
   // The room's heartbeat_after_ms is a third of heartbeat_seconds: the pass is signed anew.
   try {
@@ -196,19 +202,21 @@ async function crossOrigin(browser) {
   const { context, page, errors } = await appPage(browser);
   await startRoom(page, `${base}/sdk/v1/sluice.js`, 'cross-origin');
   const admitted = await admittedWith(page, 'worker-blob', 'cross-origin');
-  await step('admitted', JSON.stringify({ subject: 'cross-origin', pass: admitted.pass, work: admitted.work }));
+  await step('admitted', JSON.stringify({ subject: 'cross-origin', room: setup.room, pass: admitted.pass, work: admitted.work }));
   if (errors.length) fail(`page errors: ${errors.join(' | ')}`);
   await context.close();
 }
 
 async function noWorker(browser) {
   const { context, page } = await appPage(browser, '/no-worker');
-  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'no-worker');
-  const admitted = await admittedWith(page, 'main-thread', 'no-worker');
-  const { ticks, longestGapMs } = await page.evaluate(() => ({ ticks: window.ticks, longestGapMs: window.longestGapMs }));
-  console.log(`no-worker: the page's 10 ms timer ran ${ticks} times, longest gap ${Math.round(longestGapMs)} ms`);
-  if (ticks < 1) fail('the page\'s timers never ran while it solved on the main thread');
-  await step('admitted', JSON.stringify({ subject: 'no-worker', pass: admitted.pass, work: admitted.work }));
+  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'no-worker', setup.steep_room);
+  const admitted = await admittedWith(page, 'main-thread', 'no-worker', setup.steep_bits);
+  const { ticks, longestGapMs } = await page.evaluate(() => ({ ticks: window.ticksWhileSolving, longestGapMs: window.longestGapMs }));
+  const { ms, hashes } = admitted.work;
+  console.log(`no-worker: ${hashes} hashes in ${ms} ms on the main thread; the page's 10 ms timer ran ${ticks} times meanwhile, longest gap ${Math.round(longestGapMs)} ms`);
+  // Slices of 20 ms yield to the page: its timer runs at least once per 100 ms of solving.
+  if (!(ticks >= Math.floor(ms / 100))) fail(`the page's timer ran ${ticks} times in ${ms} ms of solving`);
+  await step('admitted', JSON.stringify({ subject: 'no-worker', room: setup.steep_room, pass: admitted.pass, work: admitted.work }));
   await context.close();
 }
 

@@ -17,9 +17,11 @@ use crate::browser_driver::run_script;
 use crate::support::*;
 
 const BITS: u64 = 14;
+/// The page without workers solves more, so that its solve spans many main-thread slices.
+const STEEP_BITS: u64 = 18;
 
 /// The application's origin (`app_origin`) may call the API; `doors` asks 14 bits at its door
-/// and a heartbeat every 2 s (a third of `heartbeat_seconds`).
+/// and a heartbeat every 2 s (a third of `heartbeat_seconds`); `steep` asks 18 bits.
 fn declaration(app_origin: &str) -> String {
     format!(
         r#"
@@ -32,15 +34,20 @@ max_active = 10
 pass_seconds = 60
 heartbeat_seconds = 6
 proof_of_work = {{ bits = {BITS} }}
+
+[[room]]
+code = "steep"
+max_active = 10
+proof_of_work = {{ bits = {STEEP_BITS} }}
 "#
     )
 }
 
-/// The rows of `subject`'s places: (id, state, challenge id).
+/// The rows of `subject`'s places, in any room: (id, state, challenge id).
 async fn places_of(stack: &Stack, subject: &str) -> Vec<(String, String, Option<String>)> {
     sqlx::query_as(
         "SELECT id::text, state, challenge_id::text FROM room_places
-          WHERE room = 'doors' AND subject = $1 ORDER BY seq",
+          WHERE subject = $1 ORDER BY joined_at",
     )
     .bind(subject)
     .fetch_all(&stack.pg)
@@ -62,8 +69,8 @@ async fn one_place(stack: &Stack, subject: &str, state: &str) -> String {
 }
 
 /// The page's pass verifies with the published keys, for this room, subject and place.
-async fn check_pass(stack: &Stack, subject: &str, place: &str, pass: &str) {
-    let claims = verify_pass(&key_set(stack).await, pass, "doors")
+async fn check_pass(stack: &Stack, room: &str, subject: &str, place: &str, pass: &str) {
+    let claims = verify_pass(&key_set(stack).await, pass, room)
         .unwrap_or_else(|e| panic!("{subject}'s pass does not verify: {e}"));
     assert_eq!(claims["sub"], subject);
     assert_eq!(claims["jti"], place);
@@ -81,8 +88,10 @@ async fn a_page_solves_the_door_in_a_worker_is_admitted_reloads_without_joining_
         .iter()
         .map(|s| ((*s).to_string(), json!(stack.subject_token(s))))
         .collect();
-    let setup =
-        json!({ "room": "doors", "bits": BITS, "app_origin": app_origin, "tokens": tokens });
+    let setup = json!({
+        "room": "doors", "bits": BITS, "steep_room": "steep", "steep_bits": STEEP_BITS,
+        "app_origin": app_origin, "tokens": tokens,
+    });
     let rate: Arc<std::sync::Mutex<Option<Value>>> = Arc::default();
     let run = run_script(
         "rooms.mjs",
@@ -96,16 +105,18 @@ async fn a_page_solves_the_door_in_a_worker_is_admitted_reloads_without_joining_
                 match event.as_str() {
                     "admitted" => {
                         let subject = detail["subject"].as_str().expect("subject");
+                        let room = detail["room"].as_str().expect("room");
                         let place = one_place(&stack, subject, "admitted").await;
                         let pass = detail["pass"].as_str().expect("pass");
-                        check_pass(&stack, subject, &place, pass).await;
-                        assert_eq!(detail["work"]["bits"], BITS, "{detail}");
-                        println!("{subject}: admitted after {}", detail["work"]);
+                        check_pass(&stack, room, subject, &place, pass).await;
+                        let bits = if room == "steep" { STEEP_BITS } else { BITS };
+                        assert_eq!(detail["work"]["bits"], bits, "{detail}");
+                        println!("{subject}: admitted to {room} after {}", detail["work"]);
                     }
                     "heartbeat" => {
                         let place = one_place(&stack, "same-origin", "admitted").await;
                         let pass = detail["pass"].as_str().expect("pass");
-                        check_pass(&stack, "same-origin", &place, pass).await;
+                        check_pass(&stack, "doors", "same-origin", &place, pass).await;
                     }
                     "reloaded" => {
                         let place = one_place(&stack, "same-origin", "admitted").await;
@@ -128,8 +139,8 @@ async fn a_page_solves_the_door_in_a_worker_is_admitted_reloads_without_joining_
         rate["hashes_per_ms"].as_f64().unwrap_or(0.0) > 0.0,
         "{rate}"
     );
-    // Every place in the room is one of the three pages': nothing joined twice.
-    let places: i64 = sqlx::query_scalar("SELECT count(*) FROM room_places WHERE room = 'doors'")
+    // Every place is one of the three pages': nothing joined twice.
+    let places: i64 = sqlx::query_scalar("SELECT count(*) FROM room_places")
         .fetch_one(&stack.pg)
         .await
         .expect("count");
