@@ -59,6 +59,11 @@ require_python() {
   command -v python3 >/dev/null 2>&1 || { log "installing python3"; apt_install python3; }
 }
 
+# deploy/systemd/verify.sh checks the units with systemd-analyze.
+require_systemd_analyze() {
+  command -v systemd-analyze >/dev/null 2>&1 || { log "installing systemd (systemd-analyze)"; apt_install systemd; }
+}
+
 # The dashboard's browser test (gateway/tests/api/dashboard.rs) drives Debian's Chromium.
 require_chromium() {
   [ -x /usr/bin/chromium ] || { log "installing chromium"; apt_install chromium; }

@@ -13,6 +13,7 @@ require_postgres
 require_setpriv
 require_chromium
 require_python
+require_systemd_analyze
 require_ui_test_deps
 
 log "cargo fmt --check"
@@ -29,6 +30,11 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
+# The systemd units, checked against the binary the tests just built.
+if [ "$status" -eq 0 ]; then
+  log "systemd units (systemd-analyze verify)"
+  deploy/systemd/verify.sh "${CARGO_TARGET_DIR:-target}/debug/sluice" || status=1
+fi
 # A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
 # tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
 # 0 server errors and 0 answers outside the document, or the suite fails.
