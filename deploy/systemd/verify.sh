@@ -4,8 +4,10 @@
 # units name /usr/local/bin/sluice and /etc/sluice/sluice.env; the copies checked here name the
 # binary given (default: the debug build) and the example environment file instead.
 set -euo pipefail
-cd "$(dirname "$0")"
-binary="$(realpath "${1:-../../target/debug/sluice}")"
+here="$(cd "$(dirname "$0")" && pwd)"
+# The binary's path as given, relative to where the script was called from.
+binary="$(realpath -m "${1:-$here/../../target/debug/sluice}")"
+cd "$here"
 [ -x "$binary" ] || { echo "no sluice binary at $binary (build it first)" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
