@@ -35,6 +35,11 @@ if [ "$status" -eq 0 ]; then
   log "systemd units (systemd-analyze verify)"
   deploy/systemd/verify.sh "${CARGO_TARGET_DIR:-target}/debug/sluice" || status=1
 fi
+# The Kubernetes manifests, offline (kubernetes-validate installed into target/ when missing).
+if [ "$status" -eq 0 ]; then
+  log "kubernetes manifests (kubernetes-validate, policy)"
+  deploy/kubernetes/verify.sh || status=1
+fi
 # A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
 # tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
 # 0 server errors and 0 answers outside the document, or the suite fails.
