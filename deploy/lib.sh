@@ -57,6 +57,8 @@ require_setpriv() {
 # node comes with the dashboard test's dependencies, python3 from here.
 require_python() {
   command -v python3 >/dev/null 2>&1 || { log "installing python3"; apt_install python3; }
+  # schemathesis and kubernetes-validate are installed into venvs under target/.
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || { log "installing python3-venv"; apt_install python3-venv; }
 }
 
 # deploy/systemd/verify.sh checks the units with systemd-analyze.
