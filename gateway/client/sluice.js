@@ -326,19 +326,69 @@ function sleep(env, ms) {
   return new Promise((resolve) => env.setTimer(resolve, ms));
 }
 
-/** One intent: its stored record, its state, its observers and its timer. */
-class CommandHandle {
-  constructor(env, { call, code, input, key, client }) {
+/**
+ * What a command's handle and a room's share: the record kept in `storage` under the handle's
+ * own `_storageKey()`, the observers of its snapshot, and the one timer that runs its `_step()`
+ * (a failure of which goes to its `_failed`).
+ */
+class StoredHandle {
+  constructor(env, { call, code, client }) {
     this._env = env;
     this._call = call;
     this._code = code;
-    this._input = input;
-    this._key = key;
     this._subjectOf = client;
     this._listeners = new Set();
     this._timer = null;
     this._running = false;
     this._attempt = 0;
+  }
+
+  subscribe(listener) {
+    this._listeners.add(listener);
+    listener(this.snapshot);
+    return () => this._listeners.delete(listener);
+  }
+
+  _load() {
+    const text = this._env.storage.getItem(this._storageKey());
+    if (!text) return null;
+    try { return JSON.parse(text); } catch { return null; }
+  }
+
+  _save(patch) {
+    const record = { ...(this._load() ?? {}), ...patch };
+    this._env.storage.setItem(this._storageKey(), JSON.stringify(record));
+    return record;
+  }
+
+  _set(patch) {
+    this._snapshot = { ...this._snapshot, ...patch };
+    const shown = this.snapshot;
+    for (const listener of this._listeners) {
+      try { listener(shown); } catch { /* a listener's failure is its own */ }
+    }
+  }
+
+  _schedule(ms) {
+    if (!this._running) return;
+    if (this._timer !== null) this._env.clearTimer(this._timer);
+    this._timer = this._env.setTimer(() => {
+      this._timer = null;
+      this._step().catch((error) => this._failed(error));
+    }, ms);
+  }
+
+  _hidden() {
+    return this._env.doc?.visibilityState === "hidden";
+  }
+}
+
+/** One intent: its stored record, its state, its observers and its timer. */
+class CommandHandle extends StoredHandle {
+  constructor(env, { call, code, input, key, client }) {
+    super(env, { call, code, client });
+    this._input = input;
+    this._key = key;
     this._onVisible = () => {
       if (this._running && env.doc?.visibilityState === "visible") this._schedule(0);
     };
@@ -353,12 +403,6 @@ class CommandHandle {
   get snapshot() { return { ...this._snapshot }; }
 
   /** Calls `listener(snapshot)` on every change (and once now); returns the unsubscribe. */
-  subscribe(listener) {
-    this._listeners.add(listener);
-    listener(this.snapshot);
-    return () => this._listeners.delete(listener);
-  }
-
   /** Creates the intent once (or continues the stored one) and follows it. */
   start() {
     const stored = this._load();
@@ -425,39 +469,6 @@ class CommandHandle {
 
   _storageKey() {
     return `${STORAGE_PREFIX}${this._env.base}|${this._subjectOf() ?? ""}|${this._code}|${this._key}`;
-  }
-
-  _load() {
-    const text = this._env.storage.getItem(this._storageKey());
-    if (!text) return null;
-    try { return JSON.parse(text); } catch { return null; }
-  }
-
-  _save(patch) {
-    const record = { ...(this._load() ?? {}), ...patch };
-    this._env.storage.setItem(this._storageKey(), JSON.stringify(record));
-    return record;
-  }
-
-  _set(patch) {
-    this._snapshot = { ...this._snapshot, ...patch };
-    const shown = this.snapshot;
-    for (const listener of this._listeners) {
-      try { listener(shown); } catch { /* a listener's failure is its own */ }
-    }
-  }
-
-  _schedule(ms) {
-    if (!this._running) return;
-    if (this._timer !== null) this._env.clearTimer(this._timer);
-    this._timer = this._env.setTimer(() => {
-      this._timer = null;
-      this._step().catch((error) => this._failed(error));
-    }, ms);
-  }
-
-  _hidden() {
-    return this._env.doc?.visibilityState === "hidden";
   }
 
   /** One step: enqueue (again) while the outcome is unknown, else poll the ticket. */
@@ -575,16 +586,9 @@ const PROOF_MARGIN_MS = 5_000;
  * admitted. The place ticket is stored as soon as the join answers (and the solution as soon as
  * it is found), so a reload polls the same place instead of joining and solving again.
  */
-class RoomHandle {
+class RoomHandle extends StoredHandle {
   constructor(env, { call, code, client }) {
-    this._env = env;
-    this._call = call;
-    this._code = code;
-    this._subjectOf = client;
-    this._listeners = new Set();
-    this._timer = null;
-    this._running = false;
-    this._attempt = 0;
+    super(env, { call, code, client });
     this._renewals = 0;
     this._solve = null;
     this._pass = null;
@@ -604,12 +608,6 @@ class RoomHandle {
   /** The pass while admitted (a JWT the protected origin verifies), else null. */
   get pass() { return this._snapshot.pass; }
   get passExpiresAt() { return this._snapshot.passExpiresAt; }
-
-  subscribe(listener) {
-    this._listeners.add(listener);
-    listener(this.snapshot);
-    return () => this._listeners.delete(listener);
-  }
 
   /** Joins once (solving the door's challenge if asked), or continues the stored place. */
   start() {
@@ -703,39 +701,6 @@ class RoomHandle {
   /** `@room` cannot be a command code, so a room's record never meets a command's. */
   _storageKey() {
     return `${STORAGE_PREFIX}${this._env.base}|${this._subjectOf() ?? ""}|@room|${this._code}`;
-  }
-
-  _load() {
-    const text = this._env.storage.getItem(this._storageKey());
-    if (!text) return null;
-    try { return JSON.parse(text); } catch { return null; }
-  }
-
-  _save(patch) {
-    const record = { ...(this._load() ?? {}), ...patch };
-    this._env.storage.setItem(this._storageKey(), JSON.stringify(record));
-    return record;
-  }
-
-  _set(patch) {
-    this._snapshot = { ...this._snapshot, ...patch };
-    const shown = this.snapshot;
-    for (const listener of this._listeners) {
-      try { listener(shown); } catch { /* a listener's failure is its own */ }
-    }
-  }
-
-  _schedule(ms) {
-    if (!this._running) return;
-    if (this._timer !== null) this._env.clearTimer(this._timer);
-    this._timer = this._env.setTimer(() => {
-      this._timer = null;
-      this._step().catch((error) => this._failed(error));
-    }, ms);
-  }
-
-  _hidden() {
-    return this._env.doc?.visibilityState === "hidden";
   }
 
   /** One step: the door and the join until a ticket is stored, then polls or heartbeats. */
