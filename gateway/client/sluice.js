@@ -381,6 +381,14 @@ class StoredHandle {
   _hidden() {
     return this._env.doc?.visibilityState === "hidden";
   }
+
+  /** Stops the timer and the watch on the tab's visibility; the stored record stays. */
+  _halt() {
+    this._running = false;
+    if (this._timer !== null) this._env.clearTimer(this._timer);
+    this._timer = null;
+    this._env.doc?.removeEventListener?.("visibilitychange", this._onVisible);
+  }
 }
 
 /** One intent: its stored record, its state, its observers and its timer. */
@@ -432,10 +440,7 @@ class CommandHandle extends StoredHandle {
 
   /** Stops observing. The command goes on at the gateway; `resume()` picks it up again. */
   stop() {
-    this._running = false;
-    if (this._timer !== null) this._env.clearTimer(this._timer);
-    this._timer = null;
-    this._env.doc?.removeEventListener?.("visibilitychange", this._onVisible);
+    this._halt();
   }
 
   /** Asks the gateway to cancel; resolves to the snapshot after its answer. */
@@ -633,12 +638,9 @@ class RoomHandle extends StoredHandle {
 
   /** Stops observing (and solving). The place stays at the gateway; `resume()` picks it up. */
   stop() {
-    this._running = false;
-    if (this._timer !== null) this._env.clearTimer(this._timer);
-    this._timer = null;
+    this._halt();
     this._solve?.cancel();
     this._solve = null;
-    this._env.doc?.removeEventListener?.("visibilitychange", this._onVisible);
   }
 
   /**
