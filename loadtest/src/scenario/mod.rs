@@ -275,16 +275,10 @@ async fn drive_on(
             }
         }
     }
-    loop {
-        tokio::select! {
-            joined = callers.join_next() => if joined.is_none() { break },
-            () = options.interrupt.cancelled() => {
-                callers.abort_all();
-                stop.cancel();
-                bar.finish();
-                return Err(Interrupted.into());
-            }
-        }
+    if !joined_all(&mut callers, &options.interrupt).await {
+        stop.cancel();
+        bar.finish();
+        return Err(Interrupted.into());
     }
     let duration = recorder.elapsed();
     let still_open = tokio::select! {
@@ -468,4 +462,21 @@ fn targets(
         });
     }
     targets
+}
+
+/// Waits for every task of `tasks`; an interrupt aborts the rest and answers false (the caller
+/// then stops its watchers and reports the run interrupted).
+async fn joined_all<T: 'static>(
+    tasks: &mut tokio::task::JoinSet<T>,
+    interrupt: &CancellationToken,
+) -> bool {
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => if joined.is_none() { return true },
+            () = interrupt.cancelled() => {
+                tasks.abort_all();
+                return false;
+            }
+        }
+    }
 }

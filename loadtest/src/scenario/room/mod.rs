@@ -113,16 +113,10 @@ pub(super) async fn drive_on(
             person::person(&context, &room, subject, token, arrive_at).await;
         });
     }
-    loop {
-        tokio::select! {
-            joined = people.join_next() => if joined.is_none() { break },
-            () = options.interrupt.cancelled() => {
-                people.abort_all();
-                stop.cancel();
-                bar.finish();
-                return Err(Interrupted.into());
-            }
-        }
+    if !super::joined_all(&mut people, &options.interrupt).await {
+        stop.cancel();
+        bar.finish();
+        return Err(Interrupted.into());
     }
     let duration = recorder.elapsed();
     stop.cancel();
