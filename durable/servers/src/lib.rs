@@ -1,4 +1,4 @@
-//! Throwaway `redis-server` and `postgres` instances on this machine: what `sluice dev` starts
+//! Throwaway `redis-server` (alone or as a Redis Cluster) and `postgres` instances on this machine: what `sluice dev` starts
 //! when none is reachable, and what the test kit (`sluice-testkit`) hands every test.
 //!
 //! Every server gets a free loopback port and its own directory
@@ -25,9 +25,11 @@ mod pg_probe;
 mod ports;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod rundir;
 mod spawn;
 
 pub use ports::free_port;
 pub use postgres::PgServer;
 pub use redis::{RdbSnapshot, RedisServer};
+pub use redis_cluster::{ClusterNode, RedisCluster};

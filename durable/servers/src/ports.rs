@@ -30,6 +30,18 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A free port whose Redis Cluster bus port (`port + 10000`) is free right now too.
+pub fn free_port_with_bus() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= u16::MAX - 10_000
+            && TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10_000)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
 /// Connects to `127.0.0.1:port` with short timeouts, so a readiness probe
 /// against a hung or half-started server never blocks for long.
 pub(crate) fn connect(port: u16) -> io::Result<TcpStream> {

@@ -29,6 +29,8 @@ pub struct RedisServer {
     dir: TempDir,
     child: Option<Child>,
     snapshots: usize,
+    /// A node of a Redis Cluster (`--cluster-enabled yes`): its cluster bus binds `port + 10000`.
+    cluster_node: bool,
 }
 
 /// A copy of the server's data at one moment (an RDB file kept aside in the
@@ -55,15 +57,34 @@ impl RedisServer {
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn start() -> RedisServer {
-        let dir = rundir::create("redis");
+        Self::start_as(false)
+    }
+
+    /// Starts a new, empty Redis Cluster node (`--cluster-enabled yes`, its own `nodes.conf`, a
+    /// two-second node timeout so a failover takes seconds) on a port whose cluster bus port
+    /// (`port + 10000`) is free too. [`RedisCluster`](crate::RedisCluster) joins six of them.
+    ///
+    /// # Panics
+    /// If it cannot be started; the message includes the log tail.
+    pub fn start_cluster_node() -> RedisServer {
+        Self::start_as(true)
+    }
+
+    fn start_as(cluster_node: bool) -> RedisServer {
+        let dir = rundir::create(if cluster_node { "redis-node" } else { "redis" });
         let mut server = RedisServer {
             port: 0,
             dir,
             child: None,
             snapshots: 0,
+            cluster_node,
         };
         for attempt in 1..=PORT_ATTEMPTS {
-            server.port = ports::free_port();
+            server.port = if cluster_node {
+                ports::free_port_with_bus()
+            } else {
+                ports::free_port()
+            };
             match server.launch() {
                 Ok(()) => return server,
                 Err(StartError::AddrInUse) if attempt < PORT_ATTEMPTS => continue,
@@ -208,6 +229,17 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--maxmemory-policy", "noeviction"]);
+        if self.cluster_node {
+            // `nodes.conf` lives in the node's directory (`--dir`), so a restarted node rejoins
+            // with its identity; `--cluster-node-timeout` decides how soon a dead master's
+            // replica takes over.
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args([
+                    "--cluster-node-timeout",
+                    &CLUSTER_NODE_TIMEOUT_MS.to_string(),
+                ]);
+        }
         let mut child = spawn::spawn(cmd)?;
         let (pid, port) = (child.id(), self.port);
         let ready = spawn::wait_ready(&mut child, &log, log_from, READY_TIMEOUT, || {
@@ -240,11 +272,14 @@ impl Drop for RedisServer {
 
 /// How often a save is polled for.
 const POLL: Duration = Duration::from_millis(10);
+/// A cluster node unreachable this long is failed and its replica promoted: short, so a test's
+/// failover takes seconds, long enough that a loaded machine's pauses do not fail a live master.
+const CLUSTER_NODE_TIMEOUT_MS: u64 = 2_000;
 
 /// Sends one command (as a RESP array) and returns its reply: a simple
 /// string or error with its `+`/`-` prefix, an integer with `:`, a bulk
 /// string's contents.
-fn command(port: u16, args: &[&str]) -> io::Result<String> {
+pub(crate) fn command(port: u16, args: &[&str]) -> io::Result<String> {
     let mut stream = ports::connect(port)?;
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
@@ -267,7 +302,7 @@ fn command(port: u16, args: &[&str]) -> io::Result<String> {
 }
 
 /// One field of `INFO <section>`.
-fn info_field(port: u16, section: &str, name: &str) -> io::Result<String> {
+pub(crate) fn info_field(port: u16, section: &str, name: &str) -> io::Result<String> {
     let info = command(port, &["INFO", section])?;
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))

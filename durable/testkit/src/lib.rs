@@ -13,7 +13,9 @@ mod redis_keys;
 
 pub use poll::eventually;
 pub use redis_keys::scan_keys;
-pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer, free_port};
+pub use sluice_servers::{
+    ClusterNode, PgServer, RdbSnapshot, RedisCluster, RedisServer, free_port,
+};
 
 /// One redis-server per test binary, started on first use and shared by
 /// every test in it. Tests that kill or restart a server must use
@@ -21,6 +23,32 @@ pub use sluice_servers::{PgServer, RdbSnapshot, RedisServer, free_port};
 pub fn shared_redis() -> &'static RedisServer {
     static SHARED: OnceLock<RedisServer> = OnceLock::new();
     SHARED.get_or_init(RedisServer::start)
+}
+
+/// One Redis Cluster per test binary (three masters, a replica each), started on first use.
+/// Tests that kill or migrate must start their own with [`RedisCluster::start`].
+pub fn shared_cluster() -> &'static RedisCluster {
+    static SHARED: OnceLock<RedisCluster> = OnceLock::new();
+    SHARED.get_or_init(RedisCluster::start)
+}
+
+/// The Redis a test's stack uses: the shared server, or the shared cluster when the suite runs
+/// with `SLUICE_TEST_REDIS=cluster` (what `deploy/test.sh` does for the suites that must keep
+/// working on a Redis Cluster).
+///
+/// # Panics
+/// If `SLUICE_TEST_REDIS` names anything else: a typo must not quietly test a single server.
+pub fn test_redis_url() -> String {
+    match std::env::var("SLUICE_TEST_REDIS").as_deref() {
+        Err(_) | Ok("" | "single") => shared_redis().url(),
+        Ok("cluster") => shared_cluster().url(),
+        Ok(other) => panic!("SLUICE_TEST_REDIS={other:?}: expected `single` or `cluster`"),
+    }
+}
+
+/// Whether this run's stacks use a Redis Cluster ([`test_redis_url`]).
+pub fn on_cluster() -> bool {
+    std::env::var("SLUICE_TEST_REDIS").as_deref() == Ok("cluster")
 }
 
 /// One postgres per test binary, started on first use and shared by every

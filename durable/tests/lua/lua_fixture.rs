@@ -23,7 +23,7 @@ use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, End
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Projection, connect_redis};
-use sluice_testkit::shared_redis;
+use sluice_testkit::test_redis_url;
 
 /// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type
 /// of the file's own, that file's helpers (so each file names them as it likes).
@@ -34,7 +34,7 @@ pub(crate) struct Bench<Marker> {
 
 impl<Marker> Bench<Marker> {
     pub(crate) async fn new() -> Arc<Bench<Marker>> {
-        Self::on(&shared_redis().url()).await
+        Self::on(&test_redis_url()).await
     }
 
     /// A bench on the Redis at `url`: a test's own server, for tests that save or restart it.
@@ -64,7 +64,7 @@ pub(crate) struct LuaFixture {
 
 impl LuaFixture {
     pub(crate) async fn new() -> LuaFixture {
-        Self::on(&shared_redis().url()).await
+        Self::on(&test_redis_url()).await
     }
 
     pub(crate) async fn on(url: &str) -> LuaFixture {

@@ -24,7 +24,7 @@ use sluice_durable::projection::cache::{
 use sluice_durable::projection::{AppKeys, connect_redis};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
-use sluice_testkit::shared_redis;
+use sluice_testkit::test_redis_url;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -997,9 +997,7 @@ struct Bench {
 impl Bench {
     async fn new() -> Arc<Bench> {
         Arc::new(Bench {
-            redis: connect_redis(&shared_redis().url(), 4)
-                .await
-                .expect("redis"),
+            redis: connect_redis(&test_redis_url(), 4).await.expect("redis"),
             app: AppKeys::new(ApplicationId::new_v7()),
             namespace: Uuid::now_v7(),
         })

@@ -23,7 +23,7 @@ use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::TicketKeys;
-use sluice_testkit::{RedisServer, shared_postgres, shared_redis};
+use sluice_testkit::{RedisServer, shared_postgres, test_redis_url};
 pub use sluice_testkit::{eventually, free_port};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -125,7 +125,7 @@ impl Stack {
             Some(url) => url,
             None => shared_postgres().fresh_database().await,
         };
-        let redis_url = options.redis_url.unwrap_or_else(|| shared_redis().url());
+        let redis_url = options.redis_url.unwrap_or_else(test_redis_url);
         let pg = db::connect(&database_url, 32)
             .await
             .expect("connect PostgreSQL");
