@@ -29,6 +29,7 @@ mod logs;
 #[path = "../../../durable/tests/lua/lua_fixture.rs"]
 mod lua_fixture;
 mod metrics;
+mod observability;
 mod openapi;
 mod passes;
 mod postgres_outage;

@@ -7,7 +7,7 @@
 //! a malformed line, a sample without a `# TYPE`, a duplicate series or a histogram whose
 //! buckets are not cumulative up to `+Inf = _count` fails the test.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
@@ -447,13 +447,14 @@ async fn tenancy_app(stack: &Stack) -> Uuid {
 
 /// `sluice execute --metrics-listen 127.0.0.1:<port>`, started again on another port if the
 /// free port found by binding `:0` was taken in between.
-struct MetricsExecutor {
-    process: SluiceProcess,
-    base: String,
+pub(crate) struct MetricsExecutor {
+    pub(crate) process: SluiceProcess,
+    /// `http://127.0.0.1:<port>`: `/metrics` and `/healthz`.
+    pub(crate) base: String,
 }
 
 impl MetricsExecutor {
-    async fn start(stack: &Stack, dir: &Path) -> MetricsExecutor {
+    pub(crate) async fn start(stack: &Stack, dir: &Path) -> MetricsExecutor {
         let client = http_client(1);
         let mut last_log = String::new();
         for attempt in 0..3 {
@@ -495,7 +496,7 @@ impl MetricsExecutor {
 }
 
 /// Scrapes `{base}/metrics` until `settled` holds (for at most 10 s); the last exposition.
-async fn scrape_until(base: &str, settled: impl Fn(&Exposition) -> bool) -> Exposition {
+pub(crate) async fn scrape_until(base: &str, settled: impl Fn(&Exposition) -> bool) -> Exposition {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let exposition = scrape(base, "/metrics").await;
@@ -659,6 +660,22 @@ impl Exposition {
 
     fn has_family(&self, family: &str) -> bool {
         self.types.contains_key(family)
+    }
+
+    /// The type of a family (`counter`, `gauge`, `histogram`), if the exposition has it.
+    pub(crate) fn family_type(&self, family: &str) -> Option<&str> {
+        self.types.get(family).map(String::as_str)
+    }
+
+    /// Every family of a `# TYPE` line (a counter's with its `_total`).
+    pub(crate) fn families(&self) -> BTreeSet<String> {
+        self.types.keys().cloned().collect()
+    }
+
+    /// Every sample name with at least one series: a counter's `…_total`, a gauge's own name,
+    /// a histogram's `…_bucket`, `…_sum` and `…_count` (never the family's bare name).
+    pub(crate) fn sample_names(&self) -> BTreeSet<String> {
+        self.samples.keys().map(|(name, _)| name.clone()).collect()
     }
 
     fn has_series(&self, name: &str, labels: &[(&str, &str)]) -> bool {
