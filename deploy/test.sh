@@ -40,6 +40,18 @@ if [ "$status" -eq 0 ]; then
   log "kubernetes manifests (kubernetes-validate, policy)"
   deploy/kubernetes/verify.sh || status=1
 fi
+# The container file, statically: hadolint (installed into target/ when missing) and policy.py; no
+# image is built.
+if [ "$status" -eq 0 ]; then
+  log "container file (hadolint, policy)"
+  deploy/container/verify.sh || status=1
+fi
+# The Grafana dashboard and the Prometheus alert rules, offline (promtool from PATH, else unpacked
+# from Debian's prometheus package into target/).
+if [ "$status" -eq 0 ]; then
+  log "observability (promtool check/test rules and config, dashboard_check.py)"
+  deploy/observability/verify.sh || status=1
+fi
 # A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
 # tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
 # 0 server errors and 0 answers outside the document, or the suite fails.
