@@ -30,6 +30,20 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
+# The suites that must keep working on a Redis Cluster, again on a real one (three masters with a
+# replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild, reads,
+# control and the life-cycle races through the gateway. The failover test (`cluster::`) ran above.
+if [ "$status" -eq 0 ]; then
+  log "cargo test on a Redis Cluster (SLUICE_TEST_REDIS=cluster)"
+  SLUICE_TEST_REDIS=cluster cargo test --locked -p sluice-durable --test lua 2>&1 | tee -a "$out"
+  status=${PIPESTATUS[0]}
+fi
+if [ "$status" -eq 0 ]; then
+  SLUICE_TEST_REDIS=cluster cargo test --locked -p sluice-gateway --test api -- \
+    projection:: idempotency:: execution:: reads:: life_cycle:: concurrency:: control:: \
+    commands:: reconcile:: 2>&1 | tee -a "$out"
+  status=${PIPESTATUS[0]}
+fi
 # The systemd units, checked against the binary the tests just built.
 if [ "$status" -eq 0 ]; then
   log "systemd units (systemd-analyze verify)"

@@ -224,7 +224,9 @@ async fn a_page_backs_off_while_the_gateway_is_gone_and_finds_its_place_again() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_pages_in_one_drop_all_end_and_poll_as_advised() {
+// It answers `Err` rather than panicking: the reason is then printed last, without a backtrace,
+// where the tail of a CI log shows it (a 50-page run's transcript is long).
+async fn fifty_pages_in_one_drop_all_end_and_poll_as_advised() -> Result<(), String> {
     // Ten starts a second: the drop lasts a few seconds, so every page polls while it waits.
     let paced = "per_second = 10, burst = 1, max_in_flight = 4, max_queue = 100000";
     let stack =
@@ -265,31 +267,36 @@ async fn fifty_pages_in_one_drop_all_end_and_poll_as_advised() {
     if let Some(executor) = executor.lock().expect("executor").take() {
         executor.cancel();
     }
-    assert!(run.success, "waiting.mjs drop failed:\n{}", run.transcript);
-    let figures = figures.lock().expect("figures").clone().expect("figures");
+    if !run.success {
+        return Err(format!("waiting.mjs drop failed: {}", run.failure()));
+    }
+    let figures = figures
+        .lock()
+        .expect("figures")
+        .clone()
+        .ok_or("the script sent no figures")?;
     println!("50-page drop: {figures}");
-    assert_eq!(figures["pages"], 50);
-    assert_eq!(figures["early"], 0);
+    check(figures["pages"] == 50, || format!("50 pages: {figures}"))?;
+    check(figures["early"] == 0, || {
+        format!("no early poll: {figures}")
+    })?;
     // A check that compared nothing would pass too: the pages did wait and poll.
-    assert!(
-        figures["intervals"].as_u64().unwrap_or(0) >= 50,
-        "each page polled at least twice while it waited: {figures}"
-    );
+    check(figures["intervals"].as_u64().unwrap_or(0) >= 50, || {
+        format!("each page polled at least twice while it waited: {figures}")
+    })?;
     // One intent per page: retries (after a 503 under load) resend the page's one request key.
-    assert_eq!(
-        figures["intents"], 50,
-        "one request key per page: {figures}"
-    );
+    check(figures["intents"] == 50, || {
+        format!("one request key per page: {figures}")
+    })?;
     let (polled, advised) = (
         figures["polls_per_page_per_minute"]
             .as_f64()
             .unwrap_or(f64::MAX),
         figures["advised_polls_per_minute"].as_f64().unwrap_or(0.0),
     );
-    assert!(
-        polled <= advised,
-        "a page polled {polled} times a minute where the advice allows {advised}"
-    );
+    check(polled <= advised, || {
+        format!("a page polled {polled} times a minute where the advice allows {advised}")
+    })?;
     let statuses: Vec<(String, i64)> =
         sqlx::query_as("SELECT status, count(*) FROM commands GROUP BY status ORDER BY status")
             .fetch_all(&stack.pg)
@@ -300,8 +307,12 @@ async fn fifty_pages_in_one_drop_all_end_and_poll_as_advised() {
         .filter(|(status, _)| status == "succeeded" || status == "rejected")
         .map(|(_, n)| n)
         .sum();
-    assert_eq!(
-        ended, 50,
-        "every page's command ended, counted in PostgreSQL: {statuses:?}"
-    );
+    check(ended == 50, || {
+        format!("every page's command ended, counted in PostgreSQL: {statuses:?}")
+    })
+}
+
+/// `Err(what())` unless `holds`.
+fn check(holds: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if holds { Ok(()) } else { Err(what()) }
 }

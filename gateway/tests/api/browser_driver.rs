@@ -43,6 +43,20 @@ pub struct Run {
     pub transcript: String,
 }
 
+impl Run {
+    /// Why the script failed, in a line or two: its `FAILED:` line (the check it names), or the
+    /// timeout. A test that returns this as its error gets it printed last, after no backtrace,
+    /// where a CI log's tail shows it (the whole transcript went to stdout already).
+    pub fn failure(&self) -> String {
+        self.transcript
+            .lines()
+            .filter(|l| l.starts_with("FAILED:") || l.contains("did not finish within"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// Held while a browser script runs; see [`run_script`].
 static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -12,6 +12,7 @@ mod browser;
 mod browser_driver;
 mod chaos;
 mod cli;
+mod cluster;
 mod code_map;
 mod commands;
 mod concurrency;

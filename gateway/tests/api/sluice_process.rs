@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use sluice_testkit::shared_redis;
+use sluice_testkit::test_redis_url;
 
 use crate::support::Stack;
 
@@ -30,7 +30,7 @@ impl SluiceProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(args)
             .env("SLUICE_DATABASE_URL", &stack.database_url)
-            .env("SLUICE_REDIS_URL", shared_redis().url())
+            .env("SLUICE_REDIS_URL", test_redis_url())
             .env("SLUICE_LOG", "info")
             .env("SLUICE_LOG_FORMAT", "json")
             .envs(env.iter().copied())

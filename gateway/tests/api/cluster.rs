@@ -1,0 +1,173 @@
+//! Sluice on a real Redis Cluster (three masters with a replica each) that loses a master while
+//! commands run. Replication is asynchronous, so the promoted replica may lack the last writes;
+//! the epoch prelude sees a Redis process other than the one that built the projection, and the
+//! application is rebuilt from PostgreSQL. The witnesses are the backend's own count of calls at
+//! once and PostgreSQL's rows, never Redis's leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_testkit::RedisCluster;
+
+use crate::execution::{all_terminal, fast_executor, start_executor};
+use crate::support::*;
+use crate::webhook_backend::{Answer, Backend, handler};
+use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_declaration, row};
+
+/// Every call is held half a second, so one is surely at the backend when the master dies.
+const CALL: Duration = Duration::from_millis(500);
+
+/// One account, one call at a time, on a cluster. The master of the application's slot is
+/// SIGKILLed while a call is at the backend and others wait; its replica takes over. More work is
+/// enqueued (with retries while the slot has no master). Every command is called once and
+/// succeeds, the backend never has two calls at once, no queue sequence is handed out twice, the
+/// application was rebuilt, and an application whose slot lives on another master was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_run_is_replaced_and_only_its_application_rebuilt() {
+    let backend = Backend::start(handler(|_| async {
+        tokio::time::sleep(CALL).await;
+        Answer::succeeded(json!({}))
+    }))
+    .await;
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("start the cluster");
+    let declaration = ocr_declaration(
+        &backend.url("/ocr"),
+        5_000,
+        120,
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 1 }"#,
+    );
+    let on_cluster = || StackOptions {
+        declaration: declaration.clone(),
+        redis_url: Some(cluster.url()),
+        ..StackOptions::default()
+    };
+    let stack = Arc::new(Stack::start_with(on_cluster()).await);
+    backend.set_secret(&stack.creds.webhook_secret);
+    let slot = cluster.slot_of(&stack.keys().meta());
+    let doomed_master = cluster.master_of(slot).port;
+    // A bystander: an application whose slot another master serves (application ids are random,
+    // so a few tries find one).
+    let mut bystander = None;
+    for _ in 0..8 {
+        let other = Stack::start_with(on_cluster()).await;
+        if cluster
+            .master_of(cluster.slot_of(&other.keys().meta()))
+            .port
+            != doomed_master
+        {
+            bystander = Some(other);
+            break;
+        }
+    }
+    let bystander = bystander.expect("an application on another master");
+    let generation_before = generation(&stack).await;
+    let bystander_generation = generation(&bystander).await;
+
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(enqueue_ocr(&stack, &format!("user-{i}"), "gitee", "a", "doc").await);
+    }
+    let executor = start_executor(&stack, fast_executor());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            backend.arrivals().len() >= 2 && backend.in_flight() == 1
+        })
+        .await,
+        "a command is at the backend"
+    );
+    let killed_at = std::time::Instant::now();
+    let (cluster, (killed, promoted)) = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        let ports = cluster.kill_master_of(slot);
+        (cluster, ports)
+    })
+    .await
+    .expect("kill the slot's master");
+    assert_eq!(killed, doomed_master);
+    println!(
+        "slot {slot}: master {killed} killed, replica {promoted} took over after {:?}",
+        killed_at.elapsed()
+    );
+
+    // More work after the failover, retried while the slot has no master or is being rebuilt:
+    // every refusal on the way is explicit, and the answer that accepts is the command's.
+    for i in 6..12 {
+        let body = json!({
+            "request_key": format!("after-{i}"),
+            "subject": format!("user-{i}"),
+            "input": {"provider": "gitee", "account": "a", "doc": "doc"},
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let accepted = loop {
+            let reply = stack
+                .post(
+                    "/v1/commands/ocr:enqueue",
+                    Some(&stack.credential()),
+                    &body.to_string(),
+                )
+                .await;
+            if reply.status.is_success() {
+                break reply.data()["command_id"].as_str().map(str::to_string);
+            }
+            assert!(
+                reply.status.as_u16() == 503 || reply.status.as_u16() == 429,
+                "enqueue {i} during the failover is refused explicitly: {} {:?}",
+                reply.status,
+                reply.body
+            );
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "enqueue {i} after the failover: {:?}",
+                reply.body
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        ids.push(accepted.expect("a command id"));
+    }
+    assert!(all_terminal(&stack, Duration::from_secs(90)).await);
+    for id in &ids {
+        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
+    }
+    assert_eq!(
+        backend.peak_in_flight(),
+        1,
+        "the account's limit, as the backend counted it"
+    );
+    let repeated: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT queue_seq, count(*) FROM commands WHERE application_id = $1
+          GROUP BY queue_seq HAVING count(*) > 1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("repeats");
+    assert!(
+        repeated.is_empty(),
+        "queue sequences handed out twice: {repeated:?}"
+    );
+    assert!(
+        generation(&stack).await > generation_before,
+        "the failover was detected and the application rebuilt"
+    );
+    // The bystander's master never went away: it still takes work at once, unrebuilt.
+    enqueue_ocr(&bystander, "bystander", "gitee", "b", "doc").await;
+    assert_eq!(
+        generation(&bystander).await,
+        bystander_generation,
+        "an application on a live master is not rebuilt"
+    );
+    executor.cancel();
+    drop(cluster);
+}
+
+async fn generation(stack: &Stack) -> i64 {
+    sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+        .bind(stack.creds.application_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("generation")
+}
