@@ -171,3 +171,118 @@ async fn generation(stack: &Stack) -> i64 {
         .await
         .expect("generation")
 }
+
+/// The application's slot moves to another master while enqueues and executions run (`ASK`
+/// while its keys move, `MOVED` after). Every accepted command is in PostgreSQL and ends once,
+/// and the account's limit held at the backend.
+///
+/// Fails today, so it does not run in the suite: in fred 10.1 an `ASK` answer leads to
+/// "Max attempts reached" from `send_asking_with_policy` (with `max_command_attempts` 1, and
+/// still with 3), after which the router task ends (`disconnect_all`) and that client times out
+/// on every command until the process restarts. Here the
+/// executor's commands timed out for two minutes after the move and a command expired. Nothing
+/// accepted was lost. docs/faults.md says what an operator does until this passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fred 10.1 loses a client on ASK during a slot migration (docs/faults.md)"]
+async fn a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit() {
+    let backend = Backend::start(handler(|_| async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Answer::succeeded(json!({}))
+    }))
+    .await;
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("start the cluster"),
+    );
+    let declaration = ocr_declaration(
+        &backend.url("/ocr"),
+        5_000,
+        120,
+        r#"{ key = "account:{provider}:{account}", max_in_flight = 2 }"#,
+    );
+    let stack = Arc::new(
+        Stack::start_with(StackOptions {
+            declaration,
+            redis_url: Some(cluster.url()),
+            ..StackOptions::default()
+        })
+        .await,
+    );
+    backend.set_secret(&stack.creds.webhook_secret);
+    let slot = cluster.slot_of(&stack.keys().meta());
+    let from = cluster.master_of(slot).port;
+    let to = cluster
+        .topology()
+        .into_iter()
+        .find(|n| n.master && !n.failed && n.port != from)
+        .expect("another master")
+        .port;
+    let executor = start_executor(&stack, fast_executor());
+    // Some work in hand before the move, so there are keys to move.
+    let mut accepted = Vec::new();
+    for i in 0..40 {
+        accepted.push(enqueue_ocr(&stack, &format!("before-{i}"), "gitee", "a", "doc").await);
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let callers: Vec<_> = (0..4)
+        .map(|caller| {
+            let (stack, stop) = (stack.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                let mut n = 0;
+                while !stop.is_cancelled() {
+                    n += 1;
+                    let body = json!({
+                        "request_key": format!("during-{caller}-{n}"),
+                        "subject": format!("caller-{caller}-{n}"),
+                        "input": {"provider": "gitee", "account": "a", "doc": "doc"},
+                    });
+                    let reply = stack
+                        .post(
+                            "/v1/commands/ocr:enqueue",
+                            Some(&stack.credential()),
+                            &body.to_string(),
+                        )
+                        .await;
+                    match reply.status.as_u16() {
+                        202 | 200 => ids.push(
+                            reply.data()["command_id"]
+                                .as_str()
+                                .expect("command_id")
+                                .to_string(),
+                        ),
+                        503 | 429 => {}
+                        other => panic!("enqueue during the move: {other} {:?}", reply.body),
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                ids
+            })
+        })
+        .collect();
+    let mover = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        mover.migrate_slot(slot, to, 5, Duration::from_millis(30));
+    })
+    .await
+    .expect("migrate the slot");
+    assert_eq!(cluster.master_of(slot).port, to, "the slot moved");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    for caller in callers {
+        accepted.extend(caller.await.expect("a caller"));
+    }
+    println!("{} commands accepted around the move", accepted.len());
+    assert!(all_terminal(&stack, Duration::from_secs(120)).await);
+    for id in &accepted {
+        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
+    }
+    assert!(
+        backend.peak_in_flight() <= 2,
+        "the account's limit, as the backend counted it: {}",
+        backend.peak_in_flight()
+    );
+    executor.cancel();
+}
