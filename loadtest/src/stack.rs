@@ -1,6 +1,6 @@
-//! The Sluice processes a load run measures: started by the run itself (`sluice dev`, or
-//! `sluice serve` and `sluice execute` as two processes) on a free loopback port, or an
-//! external gateway that is already running.
+//! The Sluice processes a load run measures: started by the run itself (`sluice dev`,
+//! `sluice serve` and `sluice execute` as two processes, or three of each over a Redis Cluster)
+//! on free loopback ports, or an external gateway that is already running.
 //!
 //! Started processes log to files in the run's output directory, so their output never mixes
 //! with the progress bar, and are stopped with SIGTERM (a graceful drain) when the run ends;
@@ -25,7 +25,14 @@ pub enum StackKind {
     /// A gateway that is already running at `--gateway` (with its executor), on the database
     /// given by `--database-url`.
     External,
+    /// Three `sluice serve` gateways sharing their ticket keys and three `sluice execute`
+    /// executors, over a Redis Cluster (`--redis-url` listing its nodes, or three masters with a
+    /// replica each that the run starts itself): the multi-node deployment on one machine.
+    Cluster,
 }
+
+/// Gateways and executors of a `cluster` stack.
+const CLUSTER_NODES: usize = 3;
 
 /// A process of the stack, for CPU and memory sampling.
 #[derive(Debug, Clone)]
@@ -36,10 +43,13 @@ pub struct Watched {
 
 pub struct Stack {
     pub kind: StackKind,
+    /// The first gateway: where the run's own reads (status, the offer's warm-up) go.
     pub base: String,
+    /// Every gateway; callers are spread over them by their index.
+    pub bases: Vec<String>,
     /// Where readiness is asked: the admin listener's detailed `/readyz` (every projection
-    /// ready) of the gateways this stack starts, the public one of an external gateway.
-    ready_url: String,
+    /// ready) of each gateway this stack starts, the public one of an external gateway.
+    ready_urls: Vec<String>,
     pub description: String,
     children: Vec<(String, Child)>,
 }
@@ -71,7 +81,8 @@ impl Stack {
                 Self {
                     kind: spec.kind,
                     description: format!("external gateway at {base}"),
-                    ready_url: format!("{base}/readyz"),
+                    ready_urls: vec![format!("{base}/readyz")],
+                    bases: vec![base.clone()],
                     base,
                     children: Vec::new(),
                 }
@@ -96,7 +107,8 @@ impl Stack {
                 Self {
                     kind: spec.kind,
                     base: format!("http://{listen}"),
-                    ready_url: format!("http://{admin}/readyz"),
+                    bases: vec![format!("http://{listen}")],
+                    ready_urls: vec![format!("http://{admin}/readyz")],
                     description: "sluice dev (gateway and executor in one process)".into(),
                     children: vec![("sluice dev".into(), child)],
                 }
@@ -118,9 +130,55 @@ impl Stack {
                 Self {
                     kind: spec.kind,
                     base: format!("http://{listen}"),
-                    ready_url: format!("http://{admin}/readyz"),
+                    bases: vec![format!("http://{listen}")],
+                    ready_urls: vec![format!("http://{admin}/readyz")],
                     description: "sluice serve + sluice execute (two processes)".into(),
                     children: vec![("gateway".into(), gateway), ("executor".into(), executor)],
+                }
+            }
+            StackKind::Cluster => {
+                if !spec.redis_url.contains(',') {
+                    return Err(
+                        "--stack cluster runs over a Redis Cluster: --redis-url must list \
+                                its nodes (comma-separated), or be left to the run"
+                            .into(),
+                    );
+                }
+                run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
+                // One set of ticket keys for every gateway: a ticket issued by one is polled at
+                // any other.
+                let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
+                let mut env = vec![("SLUICE_TICKET_KEYS", ticket_keys.as_str())];
+                env.extend_from_slice(spec.gateway_env);
+                let (mut bases, mut ready_urls, mut children) =
+                    (Vec::new(), Vec::new(), Vec::new());
+                for n in 1..=CLUSTER_NODES {
+                    let listen = free_loopback_addr()?;
+                    let admin = free_loopback_addr()?;
+                    let gateway = spawn(
+                        &spec,
+                        &format!("sluice-serve-{n}"),
+                        &["serve", "--listen", &listen, "--admin-listen", &admin],
+                        &env,
+                    )?;
+                    bases.push(format!("http://{listen}"));
+                    ready_urls.push(format!("http://{admin}/readyz"));
+                    children.push((format!("gateway {n}"), gateway));
+                }
+                for n in 1..=CLUSTER_NODES {
+                    let executor = spawn(&spec, &format!("sluice-execute-{n}"), &["execute"], &[])?;
+                    children.push((format!("executor {n}"), executor));
+                }
+                Self {
+                    kind: spec.kind,
+                    base: bases[0].clone(),
+                    bases,
+                    ready_urls,
+                    description: format!(
+                        "{CLUSTER_NODES} sluice serve + {CLUSTER_NODES} sluice execute over a \
+                         Redis Cluster"
+                    ),
+                    children,
                 }
             }
         };
@@ -144,7 +202,11 @@ impl Stack {
     async fn wait_healthy(&self, client: &HttpClient, dir: &Path) -> Result<(), BoxError> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if crate::api::status_of(client, &self.ready_url).await == Some(200) {
+            let mut ready = true;
+            for url in &self.ready_urls {
+                ready &= crate::api::status_of(client, url).await == Some(200);
+            }
+            if ready {
                 return Ok(());
             }
             if Instant::now() > deadline {

@@ -115,6 +115,47 @@ async fn a_drop_on_sluice_dev_answers_everyone_and_keeps_every_invariant() {
     assert!(html.contains("<svg"), "the page has its charts");
 }
 
+/// `--stack cluster`: three gateways and three executors over a Redis Cluster the run starts
+/// itself (the shared single Redis in `--redis-url` is not a cluster). The same invariants as
+/// on one node, judged from PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_on_three_gateways_over_a_redis_cluster_keeps_every_invariant() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = options(
+        &[
+            "drop",
+            "--subjects",
+            "300",
+            "--capacity",
+            "100",
+            "--stack",
+            "cluster",
+        ],
+        out.path(),
+    );
+    let written = scenario::run(options).await.expect("the run completes");
+    let report = written.report;
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    let people = &report.people;
+    assert_eq!(people.arrived, 300);
+    assert_eq!(people.unknown, 0, "{people:?}");
+    assert_eq!(people.accepted, 300, "{people:?}");
+    assert_eq!(people.succeeded, 100);
+    assert_eq!(people.rejected.get("SOLD_OUT"), Some(&200));
+    let names: Vec<&str> = report.processes.iter().map(|p| p.name.as_str()).collect();
+    for process in [
+        "gateway 1",
+        "gateway 2",
+        "gateway 3",
+        "executor 1",
+        "executor 2",
+        "executor 3",
+    ] {
+        assert!(names.contains(&process), "{process} in {names:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_drop_decides_every_unit_and_keeps_the_pool_true() {
     let out = tempfile::tempdir().expect("temp dir");

@@ -121,7 +121,17 @@ async fn run_on(
             declaration::room(options, room::placeholder_start()),
         ),
     };
-    let tenant = Tenant::create(database_url, &options.servers.redis_url, 8, &declaration).await?;
+    // A cluster stack without a cluster named runs over one the run starts (and stops).
+    let own_cluster = match options.stack {
+        StackKind::Cluster if !options.servers.redis_url.contains(',') => {
+            Some(tokio::task::spawn_blocking(sluice_servers::RedisCluster::start).await?)
+        }
+        _ => None,
+    };
+    let redis_url = own_cluster
+        .as_ref()
+        .map_or(options.servers.redis_url.clone(), |c| c.url());
+    let tenant = Tenant::create(database_url, &redis_url, 8, &declaration).await?;
     if let Helpers::Backend { secret, .. } = &helpers {
         let _ = secret.set(tenant.creds.webhook_secret.clone());
     }
@@ -129,6 +139,7 @@ async fn run_on(
         options,
         arrivals,
         database_url,
+        &redis_url,
         dir,
         started_at,
         &tenant,
@@ -146,6 +157,7 @@ async fn drive(
     options: &Options,
     arrivals: &[Duration],
     database_url: &str,
+    redis_url: &str,
     dir: &Path,
     started_at: chrono::DateTime<chrono::Utc>,
     tenant: &Tenant,
@@ -161,7 +173,7 @@ async fn drive(
             kind: options.stack,
             sluice_bin: &sluice_bin,
             database_url,
-            redis_url: &options.servers.redis_url,
+            redis_url,
             external_gateway: options.gateway.as_deref(),
             dir,
             gateway_env: &[],
@@ -242,18 +254,26 @@ async fn drive_on(
         Helpers::Backend { .. } | Helpers::Room => None,
     };
     let bar = progress::start(recorder.clone(), arrivals.len() as u64, options.quiet);
-    let context = Arc::new(Context {
-        client: client.clone(),
-        base: stack.base.clone(),
-        recorder: recorder.clone(),
-        retry: !options.no_retry,
-        patience: Duration::from_secs(options.patience_seconds),
-    });
+    // One context per gateway: a caller keeps to the gateway its index picks, as a client behind
+    // a load balancer that keeps its connection would.
+    let contexts: Vec<Arc<Context>> = stack
+        .bases
+        .iter()
+        .map(|base| {
+            Arc::new(Context {
+                client: client.clone(),
+                base: base.clone(),
+                recorder: recorder.clone(),
+                retry: !options.no_retry,
+                patience: Duration::from_secs(options.patience_seconds),
+            })
+        })
+        .collect();
     let run_id = Uuid::new_v4().simple().to_string();
     let mut callers = tokio::task::JoinSet::new();
     for (i, after) in arrivals.iter().enumerate() {
         let caller = Caller {
-            context: context.clone(),
+            context: contexts[i % contexts.len()].clone(),
             index: i as u64,
             arrive_at: origin + *after,
             run_id: run_id.clone(),
