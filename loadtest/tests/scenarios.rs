@@ -58,6 +58,20 @@ fn options(args: &[&str], out: &std::path::Path) -> Options {
     Cli::parse_from(argv).options
 }
 
+/// A drop's outcome: the invariants held, each of `people` arrived, none left with an unknown
+/// outcome, every one got in (retries included), `capacity` succeeded and the rest were told
+/// SOLD_OUT.
+fn every_one_answered_and_the_pool_sold_exactly(report: &Report, people: u64, capacity: u64) {
+    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
+    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    let seen = &report.people;
+    assert_eq!(seen.arrived, people);
+    assert_eq!(seen.unknown, 0, "{seen:?}");
+    assert_eq!(seen.accepted, people, "every retry got in: {seen:?}");
+    assert_eq!(seen.succeeded, capacity);
+    assert_eq!(seen.rejected.get("SOLD_OUT"), Some(&(people - capacity)));
+}
+
 fn reread(path: &std::path::Path) -> Report {
     serde_json::from_slice(&std::fs::read(path).expect("the JSON report exists"))
         .expect("the JSON report parses back")
@@ -86,14 +100,8 @@ async fn a_drop_on_sluice_dev_answers_everyone_and_keeps_every_invariant() {
     );
     let written = scenario::run(options).await.expect("the run completes");
     let report = written.report;
-    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
-    assert!(report.invariants_hold, "invariants broken: {failed:?}");
+    every_one_answered_and_the_pool_sold_exactly(&report, 300, 100);
     let people = &report.people;
-    assert_eq!(people.arrived, 300);
-    assert_eq!(people.unknown, 0, "{people:?}");
-    assert_eq!(people.accepted, 300, "every retry got in: {people:?}");
-    assert_eq!(people.succeeded, 100);
-    assert_eq!(people.rejected.get("SOLD_OUT"), Some(&200));
     assert!(
         people
             .refusals_by_code
@@ -135,14 +143,7 @@ async fn a_drop_on_three_gateways_over_a_redis_cluster_keeps_every_invariant() {
     );
     let written = scenario::run(options).await.expect("the run completes");
     let report = written.report;
-    let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
-    assert!(report.invariants_hold, "invariants broken: {failed:?}");
-    let people = &report.people;
-    assert_eq!(people.arrived, 300);
-    assert_eq!(people.unknown, 0, "{people:?}");
-    assert_eq!(people.accepted, 300, "{people:?}");
-    assert_eq!(people.succeeded, 100);
-    assert_eq!(people.rejected.get("SOLD_OUT"), Some(&200));
+    every_one_answered_and_the_pool_sold_exactly(&report, 300, 100);
     let names: Vec<&str> = report.processes.iter().map(|p| p.name.as_str()).collect();
     for process in [
         "gateway 1",

@@ -132,13 +132,26 @@ impl RedisCluster {
     /// If no replica took over within a minute.
     pub fn kill_master_of(&mut self, slot: u16) -> (u16, u16) {
         let old = self.master_of(slot);
+        // Its own replicas: only one of them taking the slot is a failover (a node whose view of
+        // the slot is stale may still name another master for it).
+        let replicas: Vec<String> = self
+            .topology()
+            .into_iter()
+            .filter(|n| n.master_id.as_deref() == Some(old.id.as_str()))
+            .map(|n| n.id)
+            .collect();
+        assert!(
+            !replicas.is_empty(),
+            "testkit: the master of slot {slot} (port {}) has no replica",
+            old.port
+        );
         self.node_mut(old.port).kill();
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         loop {
             let promoted = self
                 .topology()
                 .into_iter()
-                .find(|n| n.master && !n.failed && n.serves(slot) && n.port != old.port);
+                .find(|n| n.master && !n.failed && n.serves(slot) && replicas.contains(&n.id));
             if let Some(new) = promoted
                 && self.all_live_ok()
             {

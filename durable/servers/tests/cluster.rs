@@ -56,5 +56,9 @@ fn a_cluster_forms_fails_over_and_migrates_a_slot() {
     let (killed, promoted) = cluster.kill_master_of(slot);
     assert_eq!(killed, to.port);
     assert_ne!(promoted, killed);
-    assert_eq!(cli(promoted, &["GET", key]), "1");
+    let read = Command::new("redis-cli")
+        .args(["-p", &promoted.to_string(), "--raw", "GET", key])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "1");
 }

@@ -10,10 +10,12 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_testkit::RedisCluster;
 
-use crate::execution::{all_terminal, fast_executor, start_executor};
+use crate::execution::{
+    all_terminal, fast_executor, generation, repeated_queue_seqs, start_executor,
+};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
-use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_declaration, row};
+use crate::webhooks::{each_succeeded_after_one_call, enqueue_ocr, ocr_declaration};
 
 /// Every call is held half a second, so one is surely at the backend when the master dies.
 const CALL: Duration = Duration::from_millis(500);
@@ -128,23 +130,13 @@ async fn a_master_killed_mid_run_is_replaced_and_only_its_application_rebuilt() 
         ids.push(accepted.expect("a command id"));
     }
     assert!(all_terminal(&stack, Duration::from_secs(90)).await);
-    for id in &ids {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
-    }
+    each_succeeded_after_one_call(&stack, &backend, &ids).await;
     assert_eq!(
         backend.peak_in_flight(),
         1,
         "the account's limit, as the backend counted it"
     );
-    let repeated: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT queue_seq, count(*) FROM commands WHERE application_id = $1
-          GROUP BY queue_seq HAVING count(*) > 1",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("repeats");
+    let repeated = repeated_queue_seqs(&stack).await;
     assert!(
         repeated.is_empty(),
         "queue sequences handed out twice: {repeated:?}"
@@ -162,14 +154,6 @@ async fn a_master_killed_mid_run_is_replaced_and_only_its_application_rebuilt() 
     );
     executor.cancel();
     drop(cluster);
-}
-
-async fn generation(stack: &Stack) -> i64 {
-    sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
-        .bind(stack.creds.application_id)
-        .fetch_one(&stack.pg)
-        .await
-        .expect("generation")
 }
 
 /// The application's slot moves to another master while enqueues and executions run (`ASK`
@@ -275,10 +259,7 @@ async fn a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit() {
     }
     println!("{} commands accepted around the move", accepted.len());
     assert!(all_terminal(&stack, Duration::from_secs(120)).await);
-    for id in &accepted {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
-    }
+    each_succeeded_after_one_call(&stack, &backend, &accepted).await;
     assert!(
         backend.peak_in_flight() <= 2,
         "the account's limit, as the backend counted it: {}",

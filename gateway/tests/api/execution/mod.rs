@@ -51,6 +51,28 @@ pub async fn all_terminal(stack: &Stack, within: Duration) -> bool {
     .await
 }
 
+/// The application's projection generation in PostgreSQL: it rises with every rebuild.
+pub async fn generation(stack: &Stack) -> i64 {
+    sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
+        .bind(stack.creds.application_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("generation")
+}
+
+/// Queue sequences PostgreSQL holds for more than one command of the application, with their
+/// counts: a Redis that went back in time (a rollback, a failover) handed them out again.
+pub async fn repeated_queue_seqs(stack: &Stack) -> Vec<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT queue_seq, count(*) FROM commands WHERE application_id = $1
+          GROUP BY queue_seq HAVING count(*) > 1",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("repeated queue sequences")
+}
+
 // ---------------------------------------------------------------------------------------------
 // The executor's contract.
 // ---------------------------------------------------------------------------------------------

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::execution::{all_terminal, fast_executor, start_executor};
+use crate::execution::{
+    all_terminal, fast_executor, generation, repeated_queue_seqs, start_executor,
+};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
-use crate::webhooks::{arrivals_of, enqueue_ocr, ocr_declaration, row};
+use crate::webhooks::{each_succeeded_after_one_call, enqueue_ocr, ocr_declaration};
 
 /// Every call is held half a second, so one is surely at the backend when Redis goes back.
 const CALL: Duration = Duration::from_millis(500);
@@ -102,10 +104,7 @@ async fn a_redis_restarted_from_an_older_rdb_is_detected_and_rebuilt() {
         ids.push(accepted.expect("a command id"));
     }
     assert!(all_terminal(&stack, Duration::from_secs(60)).await);
-    for id in &ids {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
-    }
+    each_succeeded_after_one_call(&stack, &backend, &ids).await;
     // Each call is held CALL long: calls that arrived closer together than that overlapped.
     let calls: Vec<String> = backend
         .arrivals()
@@ -124,14 +123,7 @@ async fn a_redis_restarted_from_an_older_rdb_is_detected_and_rebuilt() {
         1,
         "the account's limit as the backend counted it; calls relative to the kill: {calls:#?}"
     );
-    let repeated: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT queue_seq, count(*) FROM commands WHERE application_id = $1
-          GROUP BY queue_seq HAVING count(*) > 1",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("repeats");
+    let repeated = repeated_queue_seqs(&stack).await;
     assert!(
         repeated.is_empty(),
         "queue sequences handed out twice: {repeated:?}"
@@ -142,12 +134,4 @@ async fn a_redis_restarted_from_an_older_rdb_is_detected_and_rebuilt() {
     );
     executor.cancel();
     drop(redis);
-}
-
-async fn generation(stack: &Stack) -> i64 {
-    sqlx::query_scalar("SELECT generation FROM projections WHERE application_id = $1")
-        .bind(stack.creds.application_id)
-        .fetch_one(&stack.pg)
-        .await
-        .expect("generation")
 }

@@ -139,6 +139,14 @@ pub async fn complete(stack: &Stack, id: &str, body: Value) -> Reply {
 pub const ACCOUNT_LIMIT: &str = r#"{ key = "account:{provider}:{account}", max_in_flight = 1 }"#;
 
 /// The arrivals of command `id` at `backend`, in order.
+/// Every command of `ids` succeeded in PostgreSQL and reached `backend` exactly once.
+pub async fn each_succeeded_after_one_call(stack: &Stack, backend: &Backend, ids: &[String]) {
+    for id in ids {
+        assert_eq!(row(stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(arrivals_of(backend, id).len(), 1, "{id} called once");
+    }
+}
+
 pub fn arrivals_of(backend: &Backend, id: &str) -> Vec<crate::webhook_backend::Arrival> {
     backend
         .arrivals()
