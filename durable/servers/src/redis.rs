@@ -113,6 +113,22 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server without closing anything (SIGSTOP): connections stay open and every
+    /// command waits unanswered, as on a stalled host or a long stop-the-world pause. Until
+    /// [`thaw`](Self::thaw); a frozen server is still killed on drop.
+    pub fn freeze(&mut self) {
+        if let Some(child) = &self.child {
+            spawn::signal(child.id(), "STOP");
+        }
+    }
+
+    /// Lets a [`freeze`](Self::freeze)d server run on (SIGCONT), with its data as it was.
+    pub fn thaw(&mut self) {
+        if let Some(child) = &self.child {
+            spawn::signal(child.id(), "CONT");
+        }
+    }
+
     /// Kills the server if it runs, then starts a new, empty one on the
     /// same port and waits until it answers `PING`. An RDB file left by a
     /// [`snapshot`](Self::snapshot) is removed first, so empty means empty.

@@ -49,6 +49,28 @@ pub struct IntakeBatchStats {
     pub entries: AtomicU64,
     /// Reservations given back because their caller was gone.
     pub orphans_released: AtomicU64,
+    /// Give-back tries that failed (each retried until the reservation would expire anyway).
+    pub orphan_release_errors: AtomicU64,
+    /// The last of those failures, so a test or an operator reading stats sees why.
+    last_orphan_error: Mutex<Option<String>>,
+}
+
+impl IntakeBatchStats {
+    /// The error of the last failed give-back try, if any failed.
+    pub fn last_orphan_error(&self) -> Option<String> {
+        self.last_orphan_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn orphan_release_failed(&self, error: &DurableError) {
+        self.orphan_release_errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_orphan_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+    }
 }
 
 /// An owned [`IntakeRequest`], so it can wait in a lane.
@@ -227,13 +249,17 @@ impl Drop for Unread {
     }
 }
 
-/// Pauses between the tries of an orphaned reservation's give-back: three tries within about
-/// half a second, well within the reservation's own expiry, and no wait after the last.
-const ORPHAN_RETRY_PAUSES_MS: [u64; 2] = [100, 300];
+/// The first pause between the tries of an orphaned reservation's give-back; each next pause
+/// doubles, up to [`ORPHAN_RETRY_MAX_PAUSE`]. A slot held by a caller who is gone blocks
+/// someone else until it expires, so a Redis that was briefly unreachable (a reconnect, a
+/// failover) is worth waiting out rather than leaving the slot for the whole reservation TTL.
+const ORPHAN_RETRY_FIRST_PAUSE: Duration = Duration::from_millis(100);
+const ORPHAN_RETRY_MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// Releases a reservation whose caller is gone, as a failed commit would (`release.lua`:
 /// exactly once, so an expiry in between changes nothing). In a task of its own, so neither a
-/// lane nor a dropping caller waits for it; if Redis cannot take it now, it expires.
+/// lane nor a dropping caller waits for it. Retried until the reservation would have expired by
+/// itself, after which there is nothing left to give back.
 fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict) {
     if !matches!(verdict, IntakeVerdict::Reserved { .. }) {
         return;
@@ -250,10 +276,10 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
             request_key_field: &entry.request_key_field,
             existing: None,
         };
-        // `release.lua` acts once, so a call whose answer was lost may be sent again; a Redis
-        // that stays unreachable for all of them leaves the reservation to expire.
-        let mut pauses = ORPHAN_RETRY_PAUSES_MS.iter();
+        let expires = tokio::time::Instant::now() + Duration::from_millis(entry.reservation_ttl_ms);
+        let mut pause = ORPHAN_RETRY_FIRST_PAUSE;
         loop {
+            // `release.lua` acts once, so a call whose answer was lost may be sent again.
             match release(&shared.redis, &entry.keys, &give).await {
                 Ok(_) => {
                     shared
@@ -264,11 +290,13 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
                 }
                 Err(error) => {
                     crate::metrics::storage_error(&error);
-                    let Some(pause_ms) = pauses.next() else {
-                        tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it will expire");
+                    shared.stats.orphan_release_failed(&error);
+                    if tokio::time::Instant::now() + pause >= expires {
+                        tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it expires now");
                         return;
-                    };
-                    tokio::time::sleep(std::time::Duration::from_millis(*pause_ms)).await;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(ORPHAN_RETRY_MAX_PAUSE);
                 }
             }
         }

@@ -12,6 +12,7 @@ use sluice_durable::declaration::IntakeBudget;
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::intake_batcher::IntakeBatcher;
 use sluice_durable::lifecycle::redis::{IntakeRequest, IntakeVerdict, Limit, reserve_batch};
+use sluice_testkit::RedisServer;
 use uuid::Uuid;
 
 use crate::lua_fixture;
@@ -363,13 +364,19 @@ async fn the_batcher_answers_each_caller_and_admits_what_the_bucket_allows() {
     assert_eq!(bench.reservations("claim").await, admitted);
 }
 
-/// Polls `future` once (enough to queue its entry on the lane), then gives it back.
-async fn poll_once<F: Future + Unpin>(future: &mut F) {
-    std::future::poll_fn(|cx| {
-        let _ = std::pin::Pin::new(&mut *future).poll(cx);
-        Poll::Ready(())
-    })
-    .await;
+/// Polls `future` once (enough to queue its entry on the lane) and tells whether it finished.
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> bool {
+    std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx).is_ready()))
+        .await
+}
+
+/// Queues `future`'s entry on its lane while `server` is frozen, so the first poll cannot
+/// find its answer already there (on a busy machine the lane's call may otherwise finish
+/// before the caller's first poll does, and a caller who read its verdict is not gone).
+async fn poll_while_frozen<F: Future + Unpin>(server: &mut RedisServer, future: &mut F) {
+    server.freeze();
+    let finished = poll_once(future).await;
+    assert!(!finished, "no answer while Redis is frozen");
 }
 
 /// A caller that goes away after its entry was queued, before (first case) or after (second
@@ -378,24 +385,29 @@ async fn poll_once<F: Future + Unpin>(future: &mut F) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_whose_caller_went_away_is_given_back() {
     use std::sync::atomic::Ordering;
-    let bench = Bench::new().await;
+    let mut server = RedisServer::start();
+    let bench = Bench::on(&server.url()).await;
     let batcher = IntakeBatcher::new(bench.redis.clone(), 128);
     let limits = budget(1_000, 1_000);
     let ordering = Ordering::Relaxed;
 
-    // Gone before the answer: the lane finds the reply closed.
+    // Gone before the answer: dropped while the lane's call waits on the frozen Redis, which
+    // then answers well within the call's 2 s timeout; the lane finds the reply closed.
     let gone_early = Entry::new(bench.namespace, "claim", limits);
     {
         let request = bench.request(&gone_early);
         let mut future = Box::pin(batcher.reserve(&request));
-        poll_once(&mut future).await;
+        poll_while_frozen(&mut server, &mut future).await;
+        drop(future);
+        server.thaw();
     }
     // Gone after the answer arrived, without reading it: the receiver gives it back.
     let gone_late = Entry::new(bench.namespace, "claim", limits);
     {
         let request = bench.request(&gone_late);
         let mut future = Box::pin(batcher.reserve(&request));
-        poll_once(&mut future).await;
+        poll_while_frozen(&mut server, &mut future).await;
+        server.thaw();
         let answered = sluice_testkit::eventually(Duration::from_secs(5), || async {
             batcher.stats().entries.load(ordering) == 2
         })
@@ -403,16 +415,18 @@ async fn a_reservation_whose_caller_went_away_is_given_back() {
         assert!(answered, "the lane decided both entries");
     }
     // The give-back's count follows its Redis call: wait for both, not the first alone.
-    let released = sluice_testkit::eventually(Duration::from_secs(5), || async {
+    let released = sluice_testkit::eventually(Duration::from_secs(10), || async {
         bench.reservations("claim").await == 0
             && batcher.stats().orphans_released.load(ordering) == 2
     })
     .await;
     assert!(
         released,
-        "both reservations were given back: {} left, {} give-backs counted",
+        "both reservations were given back: {} left, {} give-backs, {} failed tries (last: {:?})",
         bench.reservations("claim").await,
-        batcher.stats().orphans_released.load(ordering)
+        batcher.stats().orphans_released.load(ordering),
+        batcher.stats().orphan_release_errors.load(ordering),
+        batcher.stats().last_orphan_error(),
     );
     assert_eq!(bench.counter("unfinished").await, 0);
     assert_eq!(
@@ -431,13 +445,65 @@ async fn a_reservation_whose_caller_went_away_is_given_back() {
     }
 }
 
+/// A give-back that finds Redis stalled (its calls time out, three times) is tried again until
+/// Redis answers: the slot of a caller who is gone is freed once Redis is back, not held until
+/// the reservation expires (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_that_fails_is_tried_again_once_redis_answers() {
+    use std::sync::atomic::Ordering;
+    let mut server = RedisServer::start();
+    let bench = Bench::on(&server.url()).await;
+    let batcher = IntakeBatcher::new(bench.redis.clone(), 128);
+    let ordering = Ordering::Relaxed;
+    let gone = Entry::new(bench.namespace, "claim", budget(1_000, 1_000));
+    let request = bench.request(&gone);
+    let mut future = Box::pin(batcher.reserve(&request));
+    poll_while_frozen(&mut server, &mut future).await;
+    server.thaw();
+    let answered = sluice_testkit::eventually(Duration::from_secs(5), || async {
+        batcher.stats().entries.load(ordering) == 1
+    })
+    .await;
+    assert!(answered, "the lane decided the entry");
+    assert_eq!(bench.reservations("claim").await, 1);
+
+    // Stalled for three tries (each times out after 2 s): more than a short retry covers.
+    server.freeze();
+    drop(future);
+    let failed = sluice_testkit::eventually(Duration::from_secs(20), || async {
+        batcher.stats().orphan_release_errors.load(ordering) >= 3
+    })
+    .await;
+    assert_eq!(batcher.stats().orphans_released.load(ordering), 0);
+    server.thaw();
+    assert!(
+        failed,
+        "three give-back tries failed while Redis was stalled: {} failed",
+        batcher.stats().orphan_release_errors.load(ordering),
+    );
+
+    let released = sluice_testkit::eventually(Duration::from_secs(15), || async {
+        batcher.stats().orphans_released.load(ordering) == 1
+            && bench.reservations("claim").await == 0
+    })
+    .await;
+    assert!(
+        released,
+        "given back once Redis answered: {} left, {} give-backs, {} failed tries (last: {:?})",
+        bench.reservations("claim").await,
+        batcher.stats().orphans_released.load(ordering),
+        batcher.stats().orphan_release_errors.load(ordering),
+        batcher.stats().last_orphan_error(),
+    );
+    assert_eq!(bench.counter("unfinished").await, 0);
+}
+
 /// Redis gone: every caller waiting on the batcher gets the Redis error a single call gives
 /// (what the gateway answers `503` for), none waits forever; once Redis is back the same lane
 /// decides again (a restarted, empty Redis: `NOT_READY`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_error_fails_every_entry_with_the_redis_error() {
     use sluice_durable::DurableError;
-    use sluice_testkit::RedisServer;
     let mut server = RedisServer::start();
     let bench = Bench::on(&server.url()).await;
     let batcher = IntakeBatcher::new(bench.redis.clone(), 128);
