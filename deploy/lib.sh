@@ -49,6 +49,12 @@ require_postgres() {
   [ -n "$(pg_bindir)" ] && [ -x "$(pg_bindir)/initdb" ] || { log "installing postgresql"; apt_install postgresql; }
 }
 
+# gateway/tests/api/pgbouncer.rs starts its own PgBouncer (as the postgres user, on a free port);
+# the package's own service is not used.
+require_pgbouncer() {
+  [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || { log "installing pgbouncer"; apt_install pgbouncer; }
+}
+
 require_setpriv() {
   command -v setpriv >/dev/null 2>&1 || { log "installing util-linux (setpriv)"; apt_install util-linux; }
 }

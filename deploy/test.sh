@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian machine: installs redis-server, PostgreSQL, Chromium, python3 and
-# node with apt when missing, and the dashboard test's playwright-core with npm ci (the tests
+# The whole test suite, on a fresh Debian machine: installs redis-server, PostgreSQL, PgBouncer,
+# Chromium, python3 and node with apt when missing, and the dashboard test's playwright-core with npm ci (the tests
 # start their own instances on free ports; nothing running is touched), then checks formatting
 # and lints and runs every test against real servers.
 set -euo pipefail
@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 require_cargo
 require_redis
 require_postgres
+require_pgbouncer
 require_setpriv
 require_chromium
 require_python

@@ -22,6 +22,7 @@
 //! `postgres` OS user via `setpriv --reuid`.
 
 mod pg_probe;
+mod pgbouncer;
 mod ports;
 mod postgres;
 mod redis;
@@ -29,6 +30,7 @@ mod redis_cluster;
 mod rundir;
 mod spawn;
 
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use ports::free_port;
 pub use postgres::PgServer;
 pub use redis::{RdbSnapshot, RedisServer};

@@ -207,7 +207,7 @@ impl Drop for PgServer {
 }
 
 /// Uid and gid of the `postgres` OS user, which owns the data directories.
-fn postgres_ids() -> (u32, u32) {
+pub(crate) fn postgres_ids() -> (u32, u32) {
     static IDS: OnceLock<(u32, u32)> = OnceLock::new();
     *IDS.get_or_init(|| {
         let id = |flag: &str| -> u32 {

@@ -14,7 +14,7 @@ mod redis_keys;
 pub use poll::eventually;
 pub use redis_keys::scan_keys;
 pub use sluice_servers::{
-    ClusterNode, PgServer, RdbSnapshot, RedisCluster, RedisServer, free_port,
+    ClusterNode, PgBouncer, PgServer, PoolMode, RdbSnapshot, RedisCluster, RedisServer, free_port,
 };
 
 /// One redis-server per test binary, started on first use and shared by

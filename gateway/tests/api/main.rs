@@ -33,6 +33,7 @@ mod metrics;
 mod observability;
 mod openapi;
 mod passes;
+mod pgbouncer;
 mod postgres_outage;
 mod projection;
 mod quotas;

@@ -167,7 +167,8 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
         sqlx::query("VACUUM ANALYZE commands")
             .execute(&mut *conn)
             .await?;
-        sqlx::query("RESET statement_timeout")
+        // Back to the pool's own settings (a RESET would drop to the server's default).
+        sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
             .execute(&mut *conn)
             .await?;
     }
