@@ -37,7 +37,7 @@ pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Projection, Du
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
         .build_pool(pool_size.max(1))?;
-    pool.init().await?;
+    super::supervise::init_watched(&pool).await?;
     Ok(Projection::new(pool))
 }
 

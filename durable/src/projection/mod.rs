@@ -16,6 +16,7 @@ pub mod rebuild;
 mod scripts;
 pub mod settings;
 pub mod start_rate;
+mod supervise;
 pub mod ticket;
 pub mod waiting;
 
