@@ -173,22 +173,8 @@ impl RedisCluster {
     /// # Panics
     /// If a step is refused.
     pub fn migrate_slot(&self, slot: u16, to: u16, batch: usize, pause: Duration) {
-        let from = self.master_of(slot);
-        let target = self
-            .topology()
-            .into_iter()
-            .find(|n| n.port == to && n.master)
-            .unwrap_or_else(|| panic!("testkit: port {to} is not a master"));
-        assert_ne!(from.port, to, "testkit: slot {slot} is already on {to}");
+        let (from, target) = self.begin_migration(slot, to);
         let slot_text = slot.to_string();
-        cli_ok(
-            to,
-            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id],
-        );
-        cli_ok(
-            from.port,
-            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target.id],
-        );
         loop {
             let keys = cli(
                 from.port,
@@ -217,6 +203,29 @@ impl RedisCluster {
                 &["CLUSTER", "SETSLOT", &slot_text, "NODE", &target.id],
             );
         }
+    }
+
+    /// The first step of a slot migration, and only that: `slot` is `IMPORTING` on the master
+    /// at `to` and `MIGRATING` on its owner, whose keys stay where they are. A key the owner
+    /// does not hold is then answered `ASK` there. Returns the owner and the target.
+    pub fn begin_migration(&self, slot: u16, to: u16) -> (ClusterNode, ClusterNode) {
+        let from = self.master_of(slot);
+        let target = self
+            .topology()
+            .into_iter()
+            .find(|n| n.port == to && n.master)
+            .unwrap_or_else(|| panic!("testkit: port {to} is not a master"));
+        assert_ne!(from.port, to, "testkit: slot {slot} is already on {to}");
+        let slot_text = slot.to_string();
+        cli_ok(
+            to,
+            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id],
+        );
+        cli_ok(
+            from.port,
+            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target.id],
+        );
+        (from, target)
     }
 
     fn node_mut(&mut self, port: u16) -> &mut RedisServer {

@@ -9,3 +9,4 @@ mod lua_limits;
 mod lua_scripts;
 mod lua_start_rate;
 mod lua_waiting;
+mod redis_client;

@@ -260,8 +260,18 @@ async fn a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit() {
         accepted.extend(ids);
         (unavailable, limited) = (unavailable + refused, limited + held_back);
     }
+    // Redis's own count of the multi-key refusals while the keys were split.
+    let errorstats = std::process::Command::new("redis-cli")
+        .args(["-p", &from.to_string(), "INFO", "errorstats"])
+        .output()
+        .expect("redis-cli");
+    let tryagain = String::from_utf8_lossy(&errorstats.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("errorstat_TRYAGAIN:count="))
+        .map(|count| count.trim().to_string())
+        .unwrap_or_else(|| "0".into());
     println!(
-        "{} commands accepted around the move of {moved_in:?}; {unavailable} enqueues answered 503, {limited} 429",
+        "{} commands accepted around the move of {moved_in:?}; {unavailable} enqueues answered 503, {limited} 429; the source master answered TRYAGAIN {tryagain} times",
         accepted.len()
     );
     let landed = all_terminal(&stack, Duration::from_secs(120)).await;

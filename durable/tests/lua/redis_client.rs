@@ -1,0 +1,109 @@
+//! The Redis client itself on a cluster: what Sluice relies on when a slot moves.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use sluice_durable::projection::connect_redis;
+use sluice_testkit::RedisCluster;
+
+/// Holds the master it runs on for about a second, then answers `slow-answer`.
+const SLOW: &str = "local s = redis.call('TIME')
+repeat local n = redis.call('TIME')
+until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1000000
+return 'slow-answer'";
+
+/// A key whose slot the master on `port` serves.
+fn key_on(cluster: &RedisCluster, port: u16, name: &str) -> String {
+    (0..100_000)
+        .map(|i| format!("{{{name}-{i}}}:k"))
+        .find(|key| cluster.master_of(cluster.slot_of(key)).port == port)
+        .expect("a key on that master")
+}
+
+/// Following an `ASK` must not take another command's reply. One client (so one connection per
+/// master): a slow script runs on the target master while a read of a migrating slot is
+/// answered `ASK` by its owner; the client then sends `ASKING` to the target, where the slow
+/// script's reply is still due. Each caller gets its own answer: the script `slow-answer`, the
+/// read of a key that exists nowhere `nil`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_an_ask_takes_no_other_commands_reply() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("start the cluster");
+    let redis = connect_redis(&cluster.url(), 1).await.expect("connect");
+    let client = redis.pool().next().clone();
+    let moving = "{ask-moving}:k".to_string();
+    let slot = cluster.slot_of(&moving);
+    let from = cluster.master_of(slot).port;
+    let to = cluster
+        .topology()
+        .into_iter()
+        .find(|n| n.master && n.port != from)
+        .expect("another master")
+        .port;
+    let busy = key_on(&cluster, to, "busy");
+    // Warm both connections, so neither is being opened when it matters.
+    let _: Option<String> = client.get(&busy).await.expect("read on the target");
+    let _: Option<String> = client.get(&moving).await.expect("read on the owner");
+    cluster.begin_migration(slot, to);
+
+    let slow = {
+        let client = client.clone();
+        let busy = busy.clone();
+        tokio::spawn(async move {
+            client
+                .eval::<String, _, _, _>(SLOW, vec![busy], Vec::<String>::new())
+                .await
+        })
+    };
+    // The script holds the target for a second; the read goes out well within it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let read: Result<Option<String>, _> = client.get(&moving).await;
+    let slow = slow.await.expect("the script's task");
+    assert_eq!(
+        slow.as_deref().map_err(ToString::to_string),
+        Ok("slow-answer"),
+        "the script's own answer"
+    );
+    assert_eq!(
+        read.map_err(|e| e.to_string()),
+        Ok(None),
+        "the read's own answer"
+    );
+}
+
+/// After a slot moved, its old owner answers `MOVED`; the client follows it with the one write
+/// attempt Sluice allows a command (a retried script could run twice), since the write that
+/// drew the redirection reached a server and was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_answer_is_followed_within_one_write_attempt() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("start the cluster");
+    let redis = connect_redis(&cluster.url(), 1).await.expect("connect");
+    let client = redis.pool().next().clone();
+    let key = "{moved}:k".to_string();
+    let () = client
+        .set(&key, "before the move", None, None, false)
+        .await
+        .expect("write");
+    let slot = cluster.slot_of(&key);
+    let from = cluster.master_of(slot).port;
+    let to = cluster
+        .topology()
+        .into_iter()
+        .find(|n| n.master && n.port != from)
+        .expect("another master")
+        .port;
+    let mover = std::sync::Arc::new(cluster);
+    let moving = mover.clone();
+    tokio::task::spawn_blocking(move || moving.migrate_slot(slot, to, 10, Duration::ZERO))
+        .await
+        .expect("move the slot");
+    let read: Result<Option<String>, _> = client.get(&key).await;
+    assert_eq!(
+        read.map_err(|e| e.to_string()),
+        Ok(Some("before the move".to_string())),
+        "read through the MOVED answer"
+    );
+}
