@@ -205,6 +205,17 @@ impl RedisCluster {
         }
     }
 
+    /// A live master other than the one on `port`: where a test moves a slot to.
+    ///
+    /// # Panics
+    /// If there is none.
+    pub fn other_master(&self, port: u16) -> ClusterNode {
+        self.topology()
+            .into_iter()
+            .find(|n| n.master && !n.failed && n.port != port)
+            .unwrap_or_else(|| panic!("testkit: no live master besides {port}"))
+    }
+
     /// The first step of a slot migration, and only that: `slot` is `IMPORTING` on the master
     /// at `to` and `MIGRATING` on its owner, whose keys stay where they are. A key the owner
     /// does not hold is then answered `ASK` there. Returns the owner and the target.

@@ -56,11 +56,7 @@ fn a_cluster_forms_fails_over_and_migrates_a_slot() {
     // Moving the key's slot to another master keeps the key and makes that master serve it.
     let slot = cluster.slot_of(key);
     let from = cluster.master_of(slot);
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.master && n.port != from.port)
-        .expect("another master");
+    let to = cluster.other_master(from.port);
     cluster.migrate_slot(slot, to.port, 10, Duration::ZERO);
     assert_eq!(cluster.master_of(slot).port, to.port);
     assert_eq!(

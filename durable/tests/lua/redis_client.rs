@@ -12,6 +12,25 @@ repeat local n = redis.call('TIME')
 until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1000000
 return 'slow-answer'";
 
+/// A new cluster and one client of Sluice's own pool (one connection per master).
+async fn cluster_with_one_client() -> (RedisCluster, Client) {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("start the cluster");
+    let redis = connect_redis(&cluster.url(), 1).await.expect("connect");
+    let client = redis.pool().next().clone();
+    (cluster, client)
+}
+
+/// `key`'s slot and the port of a master that does not serve it.
+fn slot_and_another_master(cluster: &RedisCluster, key: &str) -> (u16, u16) {
+    let slot = cluster.slot_of(key);
+    (
+        slot,
+        cluster.other_master(cluster.master_of(slot).port).port,
+    )
+}
+
 /// A key whose slot the master on `port` serves.
 fn key_on(cluster: &RedisCluster, port: u16, name: &str) -> String {
     (0..100_000)
@@ -27,20 +46,9 @@ fn key_on(cluster: &RedisCluster, port: u16, name: &str) -> String {
 /// read of a key that exists nowhere `nil`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn following_an_ask_takes_no_other_commands_reply() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .expect("start the cluster");
-    let redis = connect_redis(&cluster.url(), 1).await.expect("connect");
-    let client = redis.pool().next().clone();
+    let (cluster, client) = cluster_with_one_client().await;
     let moving = "{ask-moving}:k".to_string();
-    let slot = cluster.slot_of(&moving);
-    let from = cluster.master_of(slot).port;
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.master && n.port != from)
-        .expect("another master")
-        .port;
+    let (slot, to) = slot_and_another_master(&cluster, &moving);
     let busy = key_on(&cluster, to, "busy");
     // Warm both connections, so neither is being opened when it matters.
     let _: Option<String> = client.get(&busy).await.expect("read on the target");
@@ -77,24 +85,13 @@ async fn following_an_ask_takes_no_other_commands_reply() {
 /// drew the redirection reached a server and was answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_answer_is_followed_within_one_write_attempt() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .expect("start the cluster");
-    let redis = connect_redis(&cluster.url(), 1).await.expect("connect");
-    let client = redis.pool().next().clone();
+    let (cluster, client) = cluster_with_one_client().await;
     let key = "{moved}:k".to_string();
     let () = client
         .set(&key, "before the move", None, None, false)
         .await
         .expect("write");
-    let slot = cluster.slot_of(&key);
-    let from = cluster.master_of(slot).port;
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.master && n.port != from)
-        .expect("another master")
-        .port;
+    let (slot, to) = slot_and_another_master(&cluster, &key);
     let mover = std::sync::Arc::new(cluster);
     let moving = mover.clone();
     tokio::task::spawn_blocking(move || moving.migrate_slot(slot, to, 10, Duration::ZERO))

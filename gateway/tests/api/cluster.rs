@@ -193,12 +193,7 @@ async fn a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit() {
     backend.set_secret(&stack.creds.webhook_secret);
     let slot = cluster.slot_of(&stack.keys().meta());
     let from = cluster.master_of(slot).port;
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.master && !n.failed && n.port != from)
-        .expect("another master")
-        .port;
+    let to = cluster.other_master(from).port;
     let executor = start_executor(&stack, fast_executor());
     // Some work in hand before the move, so there are keys to move.
     let mut accepted = Vec::new();
@@ -319,12 +314,7 @@ async fn a_slot_migrated_onto_a_busy_master_hands_no_reply_to_another_command() 
     );
     let slot = cluster.slot_of(&stack.keys().meta());
     let from = cluster.master_of(slot).port;
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.master && !n.failed && n.port != from)
-        .expect("another master")
-        .port;
+    let to = cluster.other_master(from).port;
     // Application B: one whose slot the target master already serves (about one in three).
     let mut busy = None;
     for attempt in 0..30 {
