@@ -51,14 +51,7 @@ impl PgBouncer {
     /// # Panics
     /// If `pgbouncer` is not installed or cannot be started; the message includes the log tail.
     pub fn start(upstream_port: u16, mode: PoolMode, server_connections: u32) -> PgBouncer {
-        let dir = rundir::create("pgbouncer");
-        let (uid, gid) = crate::postgres::postgres_ids();
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap_or_else(|e| {
-            panic!(
-                "testkit: cannot chown {} to postgres (run as root): {e}",
-                dir.path().display()
-            )
-        });
+        let dir = crate::postgres::dir_of_postgres_user("pgbouncer");
         let mut bouncer = PgBouncer {
             port: 0,
             dir,

@@ -38,14 +38,7 @@ impl PgServer {
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn start() -> PgServer {
-        let dir = rundir::create("pg");
-        let (uid, gid) = postgres_ids();
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap_or_else(|e| {
-            panic!(
-                "testkit: cannot chown {} to postgres (run as root): {e}",
-                dir.path().display()
-            )
-        });
+        let dir = dir_of_postgres_user("pg");
         let mut server = PgServer {
             port: 0,
             dir,
@@ -204,6 +197,23 @@ impl Drop for PgServer {
         pg_probe::remove_crashed_shmem(&self.data());
         // The TempDir field then removes the directory.
     }
+}
+
+/// A new run directory (see [`rundir::create`]) owned by the `postgres` OS user, for a server
+/// that runs as that user.
+///
+/// # Panics
+/// If it cannot be created or handed over (not running as root).
+pub(crate) fn dir_of_postgres_user(kind: &str) -> tempfile::TempDir {
+    let dir = rundir::create(kind);
+    let (uid, gid) = postgres_ids();
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap_or_else(|e| {
+        panic!(
+            "testkit: cannot chown {} to postgres (run as root): {e}",
+            dir.path().display()
+        )
+    });
+    dir
 }
 
 /// Uid and gid of the `postgres` OS user, which owns the data directories.
