@@ -25,8 +25,12 @@ require_cargo
 require_postgres
 require_setpriv
 start_scratch_postgres
+# Each migration in one transaction, as sqlx applies it, except those whose first line is
+# `-- no-transaction` (CREATE INDEX CONCURRENTLY cannot run in one).
 for migration in durable/migrations/*.sql; do
-  psql "$SCRATCH_PG_URL" -v ON_ERROR_STOP=1 -q -1 -f "$migration" >/dev/null
+  single=(-1)
+  [ "$(head -n 1 "$migration")" = "-- no-transaction" ] && single=()
+  psql "$SCRATCH_PG_URL" -v ON_ERROR_STOP=1 -q "${single[@]}" -f "$migration" >/dev/null
 done
 
 described=$(mktemp -d)

@@ -36,6 +36,7 @@ mod passes;
 mod pgbouncer;
 mod postgres_outage;
 mod projection;
+mod query_plans;
 mod quotas;
 mod readiness;
 mod readme_tokens;

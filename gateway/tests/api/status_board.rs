@@ -888,7 +888,9 @@ async fn commands_indexes(stack: &Stack) -> Vec<(String, String)> {
 /// One namespace with a million rows (950,000 finished, 50,000 unfinished over five statuses and
 /// three commands, one of them no longer declared): after `ANALYZE`, no query of the board that
 /// reads `commands` plans a sequential scan of it (the naive count over the namespace does, so
-/// the check can see one), and the board's counts equal PostgreSQL's.
+/// the check can see one), nor does the generic plan of any other checked query that reads it
+/// (claims, sweeps, retention, rebuild: [`crate::query_plans`]), and the board's counts equal
+/// PostgreSQL's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_rows_are_counted_without_scanning_commands() {
     let started = Instant::now();
@@ -1015,6 +1017,15 @@ async fn a_million_rows_are_counted_without_scanning_commands() {
             "a sequential scan of commands: {nodes:?}\n  in {sql}"
         );
     }
+    // Every other checked query that reads commands: claims, sweeps, rebuild, life cycle.
+    let (checked, scans) = crate::query_plans::scans_of_commands(&stack.pg).await;
+    println!("{checked} checked queries read commands; generic plans scanning it: {scans:?}");
+    assert!(checked >= 20, "the checked queries were found: {checked}");
+    assert!(
+        scans.is_empty(),
+        "sequential scans of commands:\n{}",
+        scans.join("\n")
+    );
     // The naive count over the namespace does scan: the check above can see a scan.
     let naive = plan_of(
         &stack,
