@@ -1,13 +1,14 @@
 //! Keeps every client of the Redis pool routed.
 //!
 //! A fred client's commands go through one router task, which reconnects by itself under the
-//! reconnect policy. fred 10.1 ends that task on some errors instead: an `ASK` redirection
-//! while a cluster slot migrates reads `Max attempts reached` while sending `ASKING`, and the
-//! router disconnects and returns. From then on the client never reconnects and every command
-//! on it waits out its timeout: a gateway answers `503` on that connection until restarted.
-//! So each client's router is watched, and one that ended with an error is started again
-//! (`init`, as at start-up), with a pause that doubles from 100 ms to 2 s while it cannot
-//! connect. A router that ended without an error was closed on purpose (`QUIT`) and stays so.
+//! reconnect policy. On some errors fred ends that task instead, and from then on the client
+//! never reconnects and every command on it waits out its timeout: a gateway would answer
+//! `503` on that connection until restarted. Unpatched fred 10.1.0 did so on an `ASK` it could
+//! not follow while a cluster slot migrated (the patch in `vendor/fred` fixes that path; this
+//! guards the others). So each client's router is watched, and one that ended with an error is
+//! started again (`init`, as at start-up), with a pause that doubles from 100 ms to 2 s while it
+//! cannot connect. A router that ended without an error was closed on purpose (`QUIT`) and
+//! stays so.
 
 use std::time::Duration;
 
