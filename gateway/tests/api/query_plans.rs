@@ -104,19 +104,24 @@ async fn generic_plan(
         .execute(&mut *conn)
         .await
         .expect("deallocate");
-    let mut nodes = Vec::new();
-    collect(&plan[0]["Plan"], &mut nodes);
-    nodes
+    plan_nodes(&plan[0]["Plan"])
 }
 
-fn collect(plan: &Value, out: &mut Vec<(String, String, String)>) {
-    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-    out.push((
-        text(&plan["Node Type"]),
-        text(&plan["Relation Name"]),
-        text(&plan["Index Name"]),
-    ));
-    for child in plan["Plans"].as_array().into_iter().flatten() {
-        collect(child, out);
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan (`[0]["Plan"]` of its answer), depth first:
+/// (node type, relation, index).
+pub fn plan_nodes(plan: &Value) -> Vec<(String, String, String)> {
+    fn walk(plan: &Value, out: &mut Vec<(String, String, String)>) {
+        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+        out.push((
+            text(&plan["Node Type"]),
+            text(&plan["Relation Name"]),
+            text(&plan["Index Name"]),
+        ));
+        for child in plan["Plans"].as_array().into_iter().flatten() {
+            walk(child, out);
+        }
     }
+    let mut out = Vec::new();
+    walk(plan, &mut out);
+    out
 }

@@ -858,19 +858,6 @@ fn scale(variable: &str, default: i64) -> i64 {
     }
 }
 
-/// Every node of an `EXPLAIN (FORMAT JSON)` plan: (node type, relation, index).
-fn plan_nodes(plan: &Value, out: &mut Vec<(String, String, String)>) {
-    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-    out.push((
-        text(&plan["Node Type"]),
-        text(&plan["Relation Name"]),
-        text(&plan["Index Name"]),
-    ));
-    for child in plan["Plans"].as_array().into_iter().flatten() {
-        plan_nodes(child, out);
-    }
-}
-
 /// The nodes of the plan of `sql` with the namespace as `$1` (and a limit as `$2` if it has one).
 async fn plan_of(
     stack: &Stack,
@@ -884,9 +871,7 @@ async fn plan_of(
         query = query.bind(TOP);
     }
     let plan = query.fetch_one(&stack.pg).await.expect("explain");
-    let mut nodes = Vec::new();
-    plan_nodes(&plan[0]["Plan"], &mut nodes);
-    nodes
+    crate::query_plans::plan_nodes(&plan[0]["Plan"])
 }
 
 /// Every index of `commands` with its definition.

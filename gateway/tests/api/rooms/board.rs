@@ -371,17 +371,6 @@ async fn the_board_and_metrics_count_rooms_as_their_places_do() {
 
 /// The nodes of the plan of the board's room query for `ns`: (node type, relation, index).
 async fn room_plan(stack: &Stack, ns: NamespaceId) -> Vec<(String, String, String)> {
-    fn nodes(plan: &Value, out: &mut Vec<(String, String, String)>) {
-        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-        out.push((
-            text(&plan["Node Type"]),
-            text(&plan["Relation Name"]),
-            text(&plan["Index Name"]),
-        ));
-        for child in plan["Plans"].as_array().into_iter().flatten() {
-            nodes(child, out);
-        }
-    }
     let explain = format!("EXPLAIN (FORMAT JSON) {ROOMS_SQL}");
     let plan: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
         .bind(ns)
@@ -391,9 +380,7 @@ async fn room_plan(stack: &Stack, ns: NamespaceId) -> Vec<(String, String, Strin
         .fetch_one(&stack.pg)
         .await
         .expect("explain");
-    let mut out = Vec::new();
-    nodes(&plan[0]["Plan"], &mut out);
-    out
+    crate::query_plans::plan_nodes(&plan[0]["Plan"])
 }
 
 /// A room with 200,000 places of history (ended long ago), 50,000 people waiting and three live
