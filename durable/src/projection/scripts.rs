@@ -1,6 +1,9 @@
 //! The Lua scripts, compiled into the binary and called by `EVALSHA` with a `NOSCRIPT` reload.
 
+use std::time::{Duration, Instant};
+
 use fred::prelude::*;
+use fred::types::MultipleKeys;
 use fred::types::scripts::Script;
 
 use crate::DurableError;
@@ -59,6 +62,11 @@ macro_rules! plain {
     };
 }
 
+/// How long a script refused with `TRYAGAIN` (a cluster slot half moved) is tried again before
+/// its caller gets the error: 10, 20, 40, 80 ms apart, so at most five tries.
+pub const TRYAGAIN_PATIENCE: Duration = Duration::from_millis(250);
+const TRYAGAIN_FIRST_PAUSE: Duration = Duration::from_millis(10);
+
 #[derive(Clone)]
 pub struct NamedScript {
     name: &'static str,
@@ -81,20 +89,43 @@ impl NamedScript {
     /// first connection, and its per-command `fail_fast` does not reach `EVALSHA` (fred 10.1 has
     /// no `LuaInterface` for `WithOptions`), so without this check a call made while Redis is down
     /// waits in the client's queue for the whole command timeout instead of failing at once.
+    ///
+    /// A call refused with `TRYAGAIN` is sent again for up to [`TRYAGAIN_PATIENCE`]: its
+    /// application's slot is moving between cluster masters and holds some of the script's keys
+    /// on each side, so Redis ran nothing (the refusal comes before the script), and the keys
+    /// are usually together again within moments.
     pub async fn call<R: FromValue>(
         &self,
         redis: &Pool,
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R, DurableError> {
-        let client = redis.next_connected();
-        if !client.is_connected() {
-            return Err(DurableError::Redis(Error::new(
-                ErrorKind::Canceled,
-                format!("no connection to Redis for {}", self.name),
-            )));
+        let (keys, args) = (MultipleKeys::from(keys), Value::Array(args));
+        let started = Instant::now();
+        let mut pause = TRYAGAIN_FIRST_PAUSE;
+        loop {
+            let client = redis.next_connected();
+            if !client.is_connected() {
+                return Err(DurableError::Redis(Error::new(
+                    ErrorKind::Canceled,
+                    format!("no connection to Redis for {}", self.name),
+                )));
+            }
+            let answer = self
+                .script
+                .evalsha_with_reload(client, keys.clone(), args.clone())
+                .await;
+            match answer {
+                Err(error)
+                    if error.details().starts_with("TRYAGAIN")
+                        && started.elapsed() + pause < TRYAGAIN_PATIENCE =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                answer => return Ok(answer?),
+            }
         }
-        Ok(self.script.evalsha_with_reload(client, keys, args).await?)
     }
 }
 
