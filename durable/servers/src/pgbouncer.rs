@@ -163,9 +163,7 @@ impl Drop for PgBouncer {
 fn write_owned(path: &std::path::Path, text: &str) {
     std::fs::write(path, text)
         .unwrap_or_else(|e| panic!("testkit: cannot write {}: {e}", path.display()));
-    let (uid, gid) = crate::postgres::postgres_ids();
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .unwrap_or_else(|e| panic!("testkit: cannot chown {}: {e}", path.display()));
+    crate::postgres::hand_to_postgres_user(path);
 }
 
 /// `pgbouncer` from `PATH`, else Debian's `/usr/sbin/pgbouncer` (absolute: it runs under

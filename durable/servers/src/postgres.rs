@@ -206,18 +206,26 @@ impl Drop for PgServer {
 /// If it cannot be created or handed over (not running as root).
 pub(crate) fn dir_of_postgres_user(kind: &str) -> tempfile::TempDir {
     let dir = rundir::create(kind);
-    let (uid, gid) = postgres_ids();
-    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap_or_else(|e| {
-        panic!(
-            "testkit: cannot chown {} to postgres (run as root): {e}",
-            dir.path().display()
-        )
-    });
+    hand_to_postgres_user(dir.path());
     dir
 }
 
+/// Makes the `postgres` OS user own `path`.
+///
+/// # Panics
+/// If it cannot (not running as root).
+pub(crate) fn hand_to_postgres_user(path: &Path) {
+    let (uid, gid) = postgres_ids();
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap_or_else(|e| {
+        panic!(
+            "testkit: cannot chown {} to postgres (run as root): {e}",
+            path.display()
+        )
+    });
+}
+
 /// Uid and gid of the `postgres` OS user, which owns the data directories.
-pub(crate) fn postgres_ids() -> (u32, u32) {
+fn postgres_ids() -> (u32, u32) {
     static IDS: OnceLock<(u32, u32)> = OnceLock::new();
     *IDS.get_or_init(|| {
         let id = |flag: &str| -> u32 {

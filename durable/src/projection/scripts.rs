@@ -100,22 +100,28 @@ impl NamedScript {
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R, DurableError> {
+        let client = redis.next_connected();
+        if !client.is_connected() {
+            return Err(DurableError::Redis(Error::new(
+                ErrorKind::Canceled,
+                format!("no connection to Redis for {}", self.name),
+            )));
+        }
+        // One loop for both refusals after which the same call is sent again, so the keys and
+        // arguments are copied once per try (fred's `evalsha_with_reload` would copy them again).
         let (keys, args) = (MultipleKeys::from(keys), Value::Array(args));
         let started = Instant::now();
-        let mut pause = TRYAGAIN_FIRST_PAUSE;
+        let (mut pause, mut reloaded) = (TRYAGAIN_FIRST_PAUSE, false);
         loop {
-            let client = redis.next_connected();
-            if !client.is_connected() {
-                return Err(DurableError::Redis(Error::new(
-                    ErrorKind::Canceled,
-                    format!("no connection to Redis for {}", self.name),
-                )));
-            }
-            let answer = self
+            match self
                 .script
-                .evalsha_with_reload(client, keys.clone(), args.clone())
-                .await;
-            match answer {
+                .evalsha(client, keys.clone(), args.clone())
+                .await
+            {
+                Err(error) if !reloaded && error.details().starts_with("NOSCRIPT") => {
+                    self.script.load(client).await?;
+                    reloaded = true;
+                }
                 Err(error)
                     if error.details().starts_with("TRYAGAIN")
                         && started.elapsed() + pause < TRYAGAIN_PATIENCE =>

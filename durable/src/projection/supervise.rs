@@ -18,20 +18,30 @@ use fred::types::ConnectHandle;
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// Connects every client of `pool` (all or none: on an error the connected ones are closed)
-/// and watches each one's router from then on.
+/// Connects every client of `pool`, all at once (all or none: on an error the connected ones
+/// are closed), and watches each one's router from then on.
 pub(super) async fn init_watched(pool: &Pool) -> Result<(), Error> {
-    let mut routed = Vec::with_capacity(pool.clients().len());
+    let mut connecting = tokio::task::JoinSet::new();
     for client in pool.clients() {
-        match client.init().await {
-            Ok(router) => routed.push((client.clone(), router)),
-            Err(error) => {
-                for (client, _) in &routed {
-                    let _ = client.quit().await;
-                }
-                return Err(error);
-            }
+        let client = client.clone();
+        connecting.spawn(async move {
+            let router = client.init().await;
+            (client, router)
+        });
+    }
+    let (mut routed, mut failure) = (Vec::with_capacity(pool.clients().len()), None);
+    while let Some(joined) = connecting.join_next().await {
+        match joined {
+            Ok((client, Ok(router))) => routed.push((client, router)),
+            Ok((_, Err(error))) => failure = Some(error),
+            Err(join) => failure = Some(Error::new(ErrorKind::Unknown, join.to_string())),
         }
+    }
+    if let Some(error) = failure {
+        for (client, _) in &routed {
+            let _ = client.quit().await;
+        }
+        return Err(error);
     }
     for (client, router) in routed {
         tokio::spawn(watch(client, router));
