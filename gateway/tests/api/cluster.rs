@@ -311,9 +311,11 @@ async fn a_slot_migrated_onto_a_busy_master_hands_no_reply_to_another_command() 
             .await
             .expect("start the cluster"),
     );
+    // Both applications claim from a pool that never runs out.
+    let declaration = CLAIM_DECLARATION.replace("capacity = 100", "capacity = 1000000");
     let stack = Arc::new(
         Stack::start_with(StackOptions {
-            declaration: CLAIM_DECLARATION.replace("capacity = 100", "capacity = 1000000"),
+            declaration: declaration.clone(),
             redis_url: Some(cluster.url()),
             ..StackOptions::default()
         })
@@ -345,15 +347,9 @@ async fn a_slot_migrated_onto_a_busy_master_hands_no_reply_to_another_command() 
     }
     let busy = busy.expect("an application on the target master");
     let busy_id = busy.application_id;
-    tenancy::apply_declaration(
-        &stack.pg,
-        busy.namespace_id,
-        &CLAIM_DECLARATION.replace("capacity = 100", "capacity = 1000000"),
-        "test",
-        None,
-    )
-    .await
-    .expect("declare B");
+    tenancy::apply_declaration(&stack.pg, busy.namespace_id, &declaration, "test", None)
+        .await
+        .expect("declare B");
     rebuild::ensure_ready(&stack.pg, &stack.redis, busy_id)
         .await
         .expect("B's projection");
