@@ -278,7 +278,7 @@ pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 pub async fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Migrate(config) => {
-            let pg = db::connect(&config.load(vec![])?.database_url, 2).await?;
+            let pg = db::connect(config.load(vec![])?.session_url(), 2).await?;
             db::run_migrations(&pg).await?;
             println!("migrations applied");
             Ok(())
@@ -291,7 +291,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::SubjectKey(command) => subject_key(command).await,
         Command::WebhookSecret(command) => webhook_secret(command).await,
         Command::PassKey(PassKeyCommand::Rotate(config)) => {
-            let pg = db::connect(&config.load(vec![])?.database_url, 2).await?;
+            let pg = config.load(vec![])?.postgres_for_tool().await?;
             let key = sluice_durable::pass_keys::rotate(&pg).await?;
             println!("{}", serde_json::json!({"kid": key.kid}));
             Ok(())
@@ -302,7 +302,7 @@ pub async fn run(cli: Cli) -> CliResult {
         }
         Command::Rebuild(args) => {
             let settings = args.settings.load(vec![])?;
-            let pg = db::connect(&settings.database_url, 2).await?;
+            let pg = settings.postgres_for_tool().await?;
             let redis = projection::connect_redis(&settings.redis_url, 1).await?;
             let report = projection::rebuild::rebuild(&pg, &redis, args.application_id).await?;
             println!(
@@ -320,7 +320,7 @@ pub async fn run(cli: Cli) -> CliResult {
 }
 
 async fn bootstrap(args: BootstrapArgs) -> CliResult {
-    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
+    let pg = args.settings.load(vec![])?.postgres_for_tool().await?;
     let output = tenancy::bootstrap(
         &pg,
         &BootstrapRequest {
@@ -408,7 +408,7 @@ async fn subject_key(command: SubjectKeyCommand) -> CliResult {
         SubjectKeyCommand::Create(args) => (args, None),
         SubjectKeyCommand::Revoke { key, kid } => (key, Some(kid.as_str())),
     };
-    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
+    let pg = args.settings.load(vec![])?.postgres_for_tool().await?;
     let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let actor = format!("credential:{}", record.id);
     match kid {
@@ -428,7 +428,7 @@ async fn webhook_secret(command: WebhookSecretCommand) -> CliResult {
     let args = match &command {
         WebhookSecretCommand::Rotate(args) | WebhookSecretCommand::Retire(args) => args,
     };
-    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
+    let pg = args.settings.load(vec![])?.postgres_for_tool().await?;
     let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let actor = format!("credential:{}", record.id);
     match command {
@@ -455,7 +455,7 @@ async fn webhook_secret(command: WebhookSecretCommand) -> CliResult {
 async fn apply(args: ApplyArgs) -> CliResult {
     let source = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let pg = db::connect(&args.settings.load(vec![])?.database_url, 2).await?;
+    let pg = args.settings.load(vec![])?.postgres_for_tool().await?;
     let record = manager(&pg, &args.credentials, "declarations:manage").await?;
     let revision = tenancy::apply_declaration(
         &pg,
@@ -475,7 +475,7 @@ async fn serve(args: ServeArgs) -> CliResult {
         "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
     )?;
     let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
-    let pg = db::connect(&settings.database_url, settings.pg_pool_size).await?;
+    let pg = settings.postgres().await?;
     let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
     let listener = crate::server::bind(settings.listen)?;
@@ -498,7 +498,7 @@ async fn serve(args: ServeArgs) -> CliResult {
 
 async fn execute(args: ExecuteArgs) -> CliResult {
     let settings = args.load()?;
-    let pg = db::connect(&settings.database_url, settings.pg_pool_size).await?;
+    let pg = settings.postgres().await?;
     let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
     // Bound before the executor starts, so a taken address fails the start, not a scrape later.
@@ -512,7 +512,11 @@ async fn execute(args: ExecuteArgs) -> CliResult {
         tracing::info!(listen = %address, "executor metrics serving");
         tokio::spawn(crate::admin::serve_executor(listener, shutdown.clone()))
     });
-    Executor::new(pg, redis, settings.executor_config())
+    let session = match settings.database_pool_mode {
+        db::PoolMode::Session => None,
+        db::PoolMode::Transaction => Some(settings.session_url().parse()?),
+    };
+    Executor::new_with_session(pg, session, redis, settings.executor_config())
         .run(shutdown)
         .await;
     if let Some(server) = metrics {

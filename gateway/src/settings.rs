@@ -15,9 +15,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sluice_durable::db::PoolMode;
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::DEFAULT_RETENTION_SECONDS;
 use sluice_durable::secrets::Redacted;
+
+use sluice_durable::DurableError;
+use sluice_durable::db;
+use sqlx::PgPool;
 
 use crate::config::GatewayConfig;
 
@@ -26,6 +31,14 @@ use crate::config::GatewayConfig;
 pub struct Settings {
     /// PostgreSQL, the source of truth.
     pub database_url: String,
+    /// What `database_url` reaches: `session` (PostgreSQL itself, or a pooler that keeps one
+    /// server connection per client connection) or `transaction` (a transaction-mode pooler
+    /// such as PgBouncer's `pool_mode = transaction`; docs/operations.md).
+    pub database_pool_mode: PoolMode,
+    /// A URL with sessions of its own (PostgreSQL itself, or a session-mode pooler) for what
+    /// a transaction-mode pooler cannot carry: the executor's `LISTEN` and `sluice migrate`'s
+    /// session lock. Required with `database_pool_mode = "transaction"`; otherwise unused.
+    pub database_session_url: Option<String>,
     /// A `redis://` URL, or a comma-separated list of cluster nodes.
     pub redis_url: String,
     /// PostgreSQL connections of one process.
@@ -52,6 +65,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             database_url: "postgres://postgres@127.0.0.1:5432/sluice".into(),
+            database_pool_mode: PoolMode::Session,
+            database_session_url: None,
             redis_url: "redis://127.0.0.1:6379".into(),
             pg_pool_size: 16,
             redis_pool_size: 4,
@@ -211,6 +226,14 @@ impl Settings {
                 "pg_pool_size and redis_pool_size must be at least 1".into(),
             ));
         }
+        if self.database_pool_mode == PoolMode::Transaction && self.database_session_url.is_none() {
+            return Err(invalid(
+                "database_pool_mode = \"transaction\" needs database_session_url \
+                 (SLUICE_DATABASE_SESSION_URL): a URL of PostgreSQL itself or of a session-mode \
+                 pooler, for the executor's LISTEN and the migrator's session lock"
+                    .into(),
+            ));
+        }
         if self.retention_seconds < 60 {
             return Err(invalid("retention_seconds must be at least 60".into()));
         }
@@ -220,6 +243,30 @@ impl Settings {
         self.executor_config()
             .validate()
             .map_err(|e| invalid(format!("executor: {e}")))
+    }
+
+    /// The process's pool of `pg_pool_size` connections to `database_url`.
+    pub async fn postgres(&self) -> Result<PgPool, DurableError> {
+        db::connect_in(
+            &self.database_url,
+            self.pg_pool_size,
+            self.database_pool_mode,
+        )
+        .await
+    }
+
+    /// A few connections of a tool (`sluice migrate`, `bootstrap`, …), through the same
+    /// pooler as the processes.
+    pub async fn postgres_for_tool(&self) -> Result<PgPool, DurableError> {
+        db::connect_in(&self.database_url, 2, self.database_pool_mode).await
+    }
+
+    /// Where a session is needed (`LISTEN`, the migrator's lock): `database_session_url` when
+    /// set, else `database_url`, which then is a session itself.
+    pub fn session_url(&self) -> &str {
+        self.database_session_url
+            .as_deref()
+            .unwrap_or(&self.database_url)
     }
 
     pub fn gateway_config(&self) -> GatewayConfig {

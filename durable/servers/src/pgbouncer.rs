@@ -51,6 +51,21 @@ impl PgBouncer {
     /// # Panics
     /// If `pgbouncer` is not installed or cannot be started; the message includes the log tail.
     pub fn start(upstream_port: u16, mode: PoolMode, server_connections: u32) -> PgBouncer {
+        Self::start_with_connect_query(upstream_port, mode, server_connections, None)
+    }
+
+    /// [`start`](Self::start) running `connect_query` (PgBouncer's per-database setting; no
+    /// single quotes in it) on each server connection it opens, before any client uses it.
+    pub fn start_with_connect_query(
+        upstream_port: u16,
+        mode: PoolMode,
+        server_connections: u32,
+        connect_query: Option<&str>,
+    ) -> PgBouncer {
+        assert!(
+            !connect_query.is_some_and(|q| q.contains('\'')),
+            "a connect_query with a single quote cannot be written in pgbouncer.ini here"
+        );
         let dir = crate::postgres::dir_of_postgres_user("pgbouncer");
         let mut bouncer = PgBouncer {
             port: 0,
@@ -59,7 +74,7 @@ impl PgBouncer {
         };
         for attempt in 1..=PORT_ATTEMPTS {
             bouncer.port = ports::free_port();
-            bouncer.write_config(upstream_port, mode, server_connections);
+            bouncer.write_config(upstream_port, mode, server_connections, connect_query);
             match bouncer.launch() {
                 Ok(()) => return bouncer,
                 Err(StartError::AddrInUse) if attempt < PORT_ATTEMPTS => continue,
@@ -91,14 +106,23 @@ impl PgBouncer {
         self.dir.path().join("pgbouncer.log")
     }
 
-    fn write_config(&self, upstream_port: u16, mode: PoolMode, server_connections: u32) {
+    fn write_config(
+        &self,
+        upstream_port: u16,
+        mode: PoolMode,
+        server_connections: u32,
+        connect_query: Option<&str>,
+    ) {
         let dir = self.dir.path().display();
         let users = self.dir.path().join("users.txt");
         // `trust` still needs the user in the auth file.
         write_owned(&users, "\"postgres\" \"\"\n");
+        let connect_query = connect_query
+            .map(|query| format!(" connect_query='{query}'"))
+            .unwrap_or_default();
         let ini = format!(
             "[databases]\n\
-             * = host=127.0.0.1 port={upstream_port}\n\
+             * = host=127.0.0.1 port={upstream_port}{connect_query}\n\
              [pgbouncer]\n\
              listen_addr = 127.0.0.1\n\
              listen_port = {port}\n\

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +37,9 @@ use crate::projection::{AppKeys, rebuild};
 
 pub struct Executor {
     pg: PgPool,
+    /// Where `LISTEN` connects when `pg` goes through a transaction-mode pooler (which would
+    /// hand the listening session's server connection to other clients); `pg` otherwise.
+    session: Option<PgPool>,
     redis: Projection,
     config: ExecutorConfig,
     /// Rows are leased in this name (`lease_owner`); each start is its own attempt.
@@ -68,8 +71,25 @@ struct Admitted {
 
 impl Executor {
     pub fn new(pg: PgPool, redis: Projection, config: ExecutorConfig) -> Arc<Self> {
+        Self::new_with_session(pg, None, redis, config)
+    }
+
+    /// [`Executor::new`] whose `LISTEN` connects to `session` (a URL with sessions of its own,
+    /// connected when first needed) rather than through `pg`.
+    pub fn new_with_session(
+        pg: PgPool,
+        session: Option<PgConnectOptions>,
+        redis: Projection,
+        config: ExecutorConfig,
+    ) -> Arc<Self> {
+        let session = session.map(|options| {
+            PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy_with(options.application_name("sluice-listen"))
+        });
         Arc::new(Self {
             pg,
+            session,
             redis,
             config,
             owner: Uuid::now_v7(),
@@ -494,16 +514,17 @@ impl Executor {
     /// tick finds the same work a little later.
     async fn listen(self: Arc<Self>, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
-            let mut listener = match PgListener::connect_with(&self.pg).await {
-                Ok(listener) => listener,
-                Err(error) => {
-                    tracing::debug!(%error, "LISTEN connection failed");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                        _ = shutdown.cancelled() => return,
+            let mut listener =
+                match PgListener::connect_with(self.session.as_ref().unwrap_or(&self.pg)).await {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        tracing::debug!(%error, "LISTEN connection failed");
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                            _ = shutdown.cancelled() => return,
+                        }
                     }
-                }
-            };
+                };
             if listener.listen(OUTBOX_CHANNEL).await.is_err() {
                 continue;
             }

@@ -209,3 +209,56 @@ fn the_configuration_page_lists_every_setting_with_its_default() {
         }
     }
 }
+
+/// A transaction-mode pooler cannot carry `LISTEN` or the migrator's session lock: the mode is
+/// refused without a session URL, naming the setting, and an unknown mode names the choices.
+#[test]
+fn transaction_pool_mode_needs_a_session_url() {
+    let err = Settings::load(
+        None,
+        env(&[("SLUICE_DATABASE_POOL_MODE", "transaction")]),
+        &[],
+        &[],
+    )
+    .expect_err("no session URL");
+    assert!(
+        err.to_string().contains("SLUICE_DATABASE_SESSION_URL"),
+        "{err}"
+    );
+
+    let direct = "postgres://postgres@127.0.0.1:5432/sluice";
+    let settings = Settings::load(
+        None,
+        env(&[
+            (
+                "SLUICE_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:6432/sluice",
+            ),
+            ("SLUICE_DATABASE_POOL_MODE", "transaction"),
+            ("SLUICE_DATABASE_SESSION_URL", direct),
+        ]),
+        &[],
+        &[],
+    )
+    .expect("transaction mode with a session URL");
+    assert_eq!(settings.database_pool_mode, PoolMode::Transaction);
+    assert_eq!(settings.session_url(), direct);
+    assert_eq!(
+        Settings::default().session_url(),
+        Settings::default().database_url
+    );
+
+    let err = Settings::load(
+        None,
+        env(&[("SLUICE_DATABASE_POOL_MODE", "statement")]),
+        &[],
+        &[],
+    )
+    .expect_err("no such mode");
+    let text = err.to_string();
+    assert!(text.starts_with("SLUICE_DATABASE_POOL_MODE: "), "{text}");
+    assert!(
+        text.contains("session") && text.contains("transaction"),
+        "{text}"
+    );
+}

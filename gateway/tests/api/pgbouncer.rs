@@ -1,16 +1,18 @@
 //! Sluice behind PgBouncer (Debian's, 1.18, started by the test kit in front of the shared
 //! PostgreSQL).
 //!
-//! Session mode works: the gateway and the executor (its `LISTEN` included) run through it with
-//! their timeouts intact. Transaction mode does not work with sqlx's prepared statements before
-//! PgBouncer 1.21 (`max_prepared_statements`); the second test keeps the evidence for what
-//! `docs/operations.md` says about it, so a change of either side is noticed.
+//! Session mode works as it is: the gateway and the executor (its `LISTEN` included) run through
+//! it with their timeouts intact. Transaction mode needs `database_pool_mode = "transaction"`
+//! (no named statements, each statement parsed and run in one exchange, `LISTEN` on
+//! `database_session_url`) and PgBouncer's `connect_query` for the timeouts.
 
 use std::process::Command;
 use std::time::Duration;
 
+use sluice_durable::db;
 use sluice_testkit::{PgBouncer, PoolMode, shared_postgres};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::execution::{all_terminal, enqueue_command, fast_executor, start_executor};
 use crate::support::*;
@@ -99,67 +101,237 @@ async fn a_stack_behind_pgbouncer_in_session_mode_lands_every_command_with_its_t
     );
 }
 
-/// What keeps Sluice off a transaction-mode PgBouncer 1.18: sqlx names its prepared statements
-/// per client connection (`sqlx_s_1`, …) and, with its statement cache off, never closes them,
-/// so two clients sharing a server connection collide; unnamed statements work only inside an
-/// explicit transaction. 16 clients over 2 server connections, 50 queries each.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbouncer_in_transaction_mode_breaks_sqlx_prepared_statements() {
-    let postgres = shared_postgres();
-    let bouncer = PgBouncer::start(postgres.port(), PoolMode::Transaction, 2);
-    let options: PgConnectOptions = bouncer.url("postgres").parse().expect("url");
-    let pool = PgPoolOptions::new()
-        .max_connections(16)
-        .connect_with(options.statement_cache_capacity(0))
-        .await
-        .expect("connect through PgBouncer");
-    let failures = |in_transaction: bool, persistent: bool| {
+/// The timeouts a transaction-mode PgBouncer sets on each server connection it opens, as
+/// docs/operations.md tells an operator to (Sluice's own `SET` would stay on one server
+/// connection).
+const TIMEOUTS_QUERY: &str = "SET statement_timeout = 10000; SET lock_timeout = 5000";
+
+/// `clients` tasks, each with 50 queries on `pool`, outside or inside explicit transactions;
+/// every answer is checked against its own argument (a statement run with another client's
+/// text or parameters answers wrongly). Returns how many failed or answered wrongly.
+async fn query_failures(pool: &PgPool, clients: i32, in_transaction: bool) -> i32 {
+    let mut tasks = Vec::new();
+    for client in 0..clients {
         let pool = pool.clone();
-        async move {
-            let mut tasks = Vec::new();
-            for client in 0..16 {
-                let pool = pool.clone();
-                tasks.push(tokio::spawn(async move {
-                    let mut failed = 0;
-                    for i in 0..50 {
-                        let query = sqlx::query_scalar::<_, i32>("SELECT $1::int + 1")
-                            .persistent(persistent)
-                            .bind(client * 100 + i);
-                        let answer = if in_transaction {
-                            match pool.begin().await {
-                                Ok(mut tx) => {
-                                    let answer = query.fetch_one(&mut *tx).await;
-                                    tx.commit().await.and(answer)
-                                }
-                                Err(error) => Err(error),
-                            }
-                        } else {
-                            query.fetch_one(&pool).await
-                        };
-                        match answer {
-                            Ok(value) => assert_eq!(value, client * 100 + i + 1),
-                            Err(_) => failed += 1,
-                        }
-                    }
-                    failed
-                }));
-            }
+        tasks.push(tokio::spawn(async move {
             let mut failed = 0;
-            for task in tasks {
-                failed += task.await.expect("client task");
+            for i in 0..50 {
+                let argument = client * 100 + i;
+                // Two statements of different shapes, so a mix-up cannot answer right.
+                let query = if i % 2 == 0 {
+                    sqlx::query_scalar::<_, i32>("SELECT $1::int + 1").bind(argument)
+                } else {
+                    sqlx::query_scalar::<_, i32>("SELECT length($1::text) * 0 + $2::int + 1")
+                        .bind("x".repeat(usize::try_from(i).unwrap_or(0)))
+                        .bind(argument)
+                };
+                let answer = if in_transaction {
+                    match pool.begin().await {
+                        Ok(mut tx) => {
+                            let answer = query.fetch_one(&mut *tx).await;
+                            tx.commit().await.and(answer)
+                        }
+                        Err(error) => Err(error),
+                    }
+                } else {
+                    query.fetch_one(&pool).await
+                };
+                if !matches!(answer, Ok(value) if value == argument + 1) {
+                    failed += 1;
+                }
             }
             failed
-        }
-    };
-    let named = failures(true, true).await;
-    println!("named statements in transactions: {named} of 800 queries failed");
+        }));
+    }
+    let mut failed = 0;
+    for task in tasks {
+        failed += task.await.expect("client task");
+    }
+    failed
+}
+
+/// 16 clients over 2 server connections of a transaction-mode PgBouncer 1.18, 800 queries each
+/// way. sqlx as it comes (named statements, cached per client connection) collides: another
+/// client's `sqlx_s_1` is already on the server connection. Sluice's transaction-mode pool
+/// (`db::connect_in`: no cache, unnamed statements parsed and run in one exchange, the sqlx
+/// patch of vendor/README.md) answers every query right, inside transactions and outside
+/// them, and reads the timeouts PgBouncer's `connect_query` set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_mode_pool_answers_every_query_through_pgbouncer() {
+    let postgres = shared_postgres();
+    let bouncer = PgBouncer::start_with_connect_query(
+        postgres.port(),
+        PoolMode::Transaction,
+        2,
+        Some(TIMEOUTS_QUERY),
+    );
+    let url = bouncer.url("postgres");
+
+    let stock = PgPoolOptions::new()
+        .max_connections(16)
+        .connect(&url)
+        .await
+        .expect("connect through PgBouncer");
+    let collided = query_failures(&stock, 16, true).await;
+    println!("sqlx's named statements in transactions: {collided} of 800 queries failed");
     assert!(
-        named > 0,
-        "named statements collide even inside transactions"
+        collided > 0,
+        "named statements collide on shared server connections"
+    );
+
+    let pool = db::connect_in(&url, 16, db::PoolMode::Transaction)
+        .await
+        .expect("Sluice's pool through PgBouncer");
+    assert_eq!(
+        query_failures(&pool, 16, false).await,
+        0,
+        "outside transactions"
     );
     assert_eq!(
-        failures(true, false).await,
+        query_failures(&pool, 16, true).await,
         0,
-        "unnamed statements inside explicit transactions all succeed"
+        "inside transactions"
     );
+    for (setting, expected) in [("statement_timeout", "10s"), ("lock_timeout", "5s")] {
+        let value: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+            .fetch_one(&pool)
+            .await
+            .expect("SHOW through PgBouncer");
+        assert_eq!(value, expected, "{setting} from PgBouncer's connect_query");
+    }
+    // A statement that fails at its parse leaves the connection usable: the server skips to
+    // the Sync the pool sends after the error.
+    let mut connection = pool.acquire().await.expect("a connection");
+    let broken = sqlx::query_scalar::<_, i32>("SELECT $1::int FROM no_such_table")
+        .bind(1)
+        .fetch_one(&mut *connection)
+        .await;
+    assert!(broken.is_err(), "a missing table is an error");
+    let after: i32 = sqlx::query_scalar("SELECT $1::int * 2")
+        .bind(21)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("the same connection answers after the error");
+    assert_eq!(after, 42);
+}
+
+/// A gateway and an executor process (`database_pool_mode = "transaction"`) whose pools go
+/// through a transaction-mode PgBouncer with 3 server connections for their 24 client
+/// connections, while `LISTEN` goes to `database_session_url` (PostgreSQL itself). 60
+/// commands enqueued by 12 concurrent callers are each answered 202, executed and land
+/// `succeeded` (read from PostgreSQL directly); neither process logs an error; the executor's
+/// listening session is on PostgreSQL itself, and PgBouncer carried the transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
+    use crate::executor_processes::ExecutorProcess;
+    use crate::gateway_process::GatewayProcess;
+
+    let postgres = shared_postgres();
+    let stack = Stack::start().await;
+    let database = stack
+        .database_url
+        .rsplit('/')
+        .next()
+        .expect("database name")
+        .to_string();
+    let bouncer = PgBouncer::start_with_connect_query(
+        postgres.port(),
+        PoolMode::Transaction,
+        3,
+        Some(TIMEOUTS_QUERY),
+    );
+    let through = bouncer.url(&database);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway = GatewayProcess::start_with(
+        &stack,
+        dir.path(),
+        "gateway",
+        &[
+            ("SLUICE_DATABASE_URL", through.as_str()),
+            ("SLUICE_DATABASE_POOL_MODE", "transaction"),
+            ("SLUICE_DATABASE_SESSION_URL", stack.database_url.as_str()),
+        ],
+    )
+    .await;
+    let session_setting = format!("database_session_url={}", stack.database_url);
+    let mut executor = ExecutorProcess::spawn_with(
+        &stack,
+        dir.path(),
+        "executor",
+        &[
+            "--database-url",
+            &through,
+            "--set",
+            "database_pool_mode=transaction",
+            "--set",
+            &session_setting,
+        ],
+    );
+    executor.running().await;
+
+    let gateway = std::sync::Arc::new(gateway);
+    let (credential, offer) = (stack.credential(), offer());
+    let mut callers = Vec::new();
+    for caller in 0..12 {
+        let (gateway, credential, offer) = (gateway.clone(), credential.clone(), offer.clone());
+        callers.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for i in 0..5 {
+                let body = serde_json::json!({"request_key": format!("c{caller}-{i}"),
+                    "subject": format!("s{caller}-{i}"), "input": {"offer": offer}});
+                let reply = gateway
+                    .post("/v1/commands/claim:enqueue", &credential, &body)
+                    .await;
+                statuses.push((reply.status, reply.body));
+            }
+            statuses
+        }));
+    }
+    let mut accepted = 0;
+    for caller in callers {
+        for (status, body) in caller.await.expect("caller") {
+            assert_eq!(status, 202, "{body:?}");
+            accepted += 1;
+        }
+    }
+    let landed = all_terminal(&stack, Duration::from_secs(30)).await;
+    assert!(landed, "every command landed:\n{}", executor.log_text());
+    let succeeded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM commands WHERE application_id = $1 AND status = 'succeeded'",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("count");
+    assert_eq!(
+        succeeded, accepted,
+        "read from PostgreSQL, not through PgBouncer"
+    );
+
+    let listening: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = $1 AND application_name = 'sluice-listen' AND query LIKE 'LISTEN%'",
+    )
+    .bind(&database)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("pg_stat_activity");
+    assert_eq!(listening, 1, "the executor listens on PostgreSQL itself");
+    let transactions = bouncer_stat(&bouncer, &database, "total_xact_count");
+    assert!(
+        transactions >= 2 * accepted,
+        "PgBouncer carried the intake and the execution: {transactions} transactions"
+    );
+    for (name, log) in [
+        ("gateway", gateway.log_text()),
+        ("executor", executor.log_text()),
+    ] {
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|line| {
+                line.contains(r#""level":"ERROR""#) || line.contains("prepared statement")
+            })
+            .collect();
+        assert!(errors.is_empty(), "the {name} logged errors: {errors:#?}");
+    }
 }
