@@ -220,7 +220,8 @@ async fn a_transaction_mode_pool_answers_every_query_through_pgbouncer() {
 /// connections, while `LISTEN` goes to `database_session_url` (PostgreSQL itself). 60
 /// commands enqueued by 12 concurrent callers are each answered 202, executed and land
 /// `succeeded` (read from PostgreSQL directly); neither process logs an error; the executor's
-/// listening session is on PostgreSQL itself, and PgBouncer carried the transactions.
+/// listening session is on PostgreSQL itself, and PgBouncer carried the transactions. `sluice
+/// migrate` with the same settings succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     use crate::executor_processes::ExecutorProcess;
@@ -241,6 +242,20 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
         Some(TIMEOUTS_QUERY),
     );
     let through = bouncer.url(&database);
+    // `sluice migrate` takes its session lock on the session URL: run through the pooler's
+    // settings, it succeeds (the stack's database is migrated; applying nothing is the point).
+    let migrate = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("migrate")
+        .env("SLUICE_DATABASE_URL", &through)
+        .env("SLUICE_DATABASE_POOL_MODE", "transaction")
+        .env("SLUICE_DATABASE_SESSION_URL", &stack.database_url)
+        .output()
+        .expect("run sluice migrate");
+    assert!(
+        migrate.status.success(),
+        "sluice migrate in transaction mode: {}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let gateway = GatewayProcess::start_with(
         &stack,
