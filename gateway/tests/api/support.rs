@@ -403,11 +403,18 @@ impl Drop for Stack {
 pub type TestClient = HttpClient<HttpConnector, Full<Bytes>>;
 
 /// A client that keeps up to `max_idle_per_host` connections open, without Nagle's delay.
+/// How long the test client keeps an idle connection: shorter than the gateway's idle keep-alive
+/// limit (`header_read_timeout_ms`, 10 s), so it never sends a request on a connection the
+/// gateway is closing at that instant (a reset the test would take for the gateway's answer; it
+/// happened under load with a 90 s pool).
+pub const CLIENT_IDLE: Duration = Duration::from_secs(5);
+
 pub fn http_client(max_idle_per_host: usize) -> TestClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     HttpClient::builder(TokioExecutor::new())
         .pool_max_idle_per_host(max_idle_per_host)
+        .pool_idle_timeout(CLIENT_IDLE)
         .build(connector)
 }
 
