@@ -29,8 +29,17 @@ node --test gateway/client/test/
 log "cargo test"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$out"
+# Four tests at a time on two cores: most of a test's time is spent waiting on its servers (the
+# api binary took 341 s with two and 208 s with four on this machine). The slot-migration test
+# runs alone afterwards: how long its slot stays half-moved follows the machine's load, and its
+# bound (under a quarter of the enqueues around the move answered 503) assumes a quiet one.
+MIGRATION_TEST=cluster::a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit
+cargo test --workspace --locked -- --test-threads 4 --skip "$MIGRATION_TEST" 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
+if [ "$status" -eq 0 ]; then
+  cargo test --workspace --locked --test api -- --exact "$MIGRATION_TEST" 2>&1 | tee -a "$out"
+  status=${PIPESTATUS[0]}
+fi
 # The suites that must keep working on a Redis Cluster, again on a real one (three masters with a
 # replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild, reads,
 # control and the life-cycle races through the gateway. The failover test (`cluster::`) ran above.
