@@ -43,6 +43,18 @@ fn bouncer_stat(bouncer: &PgBouncer, database: &str, column: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The stack's commands that landed `succeeded`, read through `direct`: a pool to PostgreSQL
+/// itself, not through PgBouncer.
+async fn succeeded(direct: &PgPool, stack: &Stack) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM commands WHERE application_id = $1 AND status = 'succeeded'",
+    )
+    .bind(stack.creds.application_id)
+    .fetch_one(direct)
+    .await
+    .expect("count")
+}
+
 /// A stack whose every PostgreSQL connection goes through a session-mode PgBouncer: the
 /// timeouts Sluice sets reach the server, and 30 enqueued commands are accepted, executed and
 /// land `succeeded` (read from PostgreSQL directly), with PgBouncer's own statistics showing
@@ -83,17 +95,7 @@ async fn a_stack_behind_pgbouncer_in_session_mode_lands_every_command_with_its_t
         .connect(&direct_url)
         .await
         .expect("PostgreSQL directly");
-    let succeeded: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM commands WHERE application_id = $1 AND status = 'succeeded'",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_one(&direct)
-    .await
-    .expect("count");
-    assert_eq!(
-        succeeded, accepted,
-        "read from PostgreSQL, not through PgBouncer"
-    );
+    assert_eq!(succeeded(&direct, &stack).await, accepted);
     let transactions = bouncer_stat(&bouncer, database, "total_xact_count");
     assert!(
         transactions >= 2 * accepted,
@@ -311,17 +313,7 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     }
     let landed = all_terminal(&stack, Duration::from_secs(30)).await;
     assert!(landed, "every command landed:\n{}", executor.log_text());
-    let succeeded: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM commands WHERE application_id = $1 AND status = 'succeeded'",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_one(&stack.pg)
-    .await
-    .expect("count");
-    assert_eq!(
-        succeeded, accepted,
-        "read from PostgreSQL, not through PgBouncer"
-    );
+    assert_eq!(succeeded(&stack.pg, &stack).await, accepted);
 
     let listening: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
