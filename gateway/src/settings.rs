@@ -132,8 +132,13 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 /// `SLUICE_` variables that are not settings: read elsewhere (the log filter and format are
-/// needed before the settings are) or the file's own name.
-const NOT_SETTINGS: &[&str] = &["SLUICE_LOG", "SLUICE_LOG_FORMAT", "SLUICE_CONFIG"];
+/// needed before the settings are), the file's own name, or the tests' script-key guard.
+const NOT_SETTINGS: &[&str] = &[
+    "SLUICE_LOG",
+    "SLUICE_LOG_FORMAT",
+    "SLUICE_CONFIG",
+    sluice_durable::projection::STRICT_KEYS_VARIABLE,
+];
 
 /// One value given by a flag: the setting's path and the flag's value, when it was passed. The
 /// flag is named after the path's last part (`executor.lease_ms` is `--lease-ms`).

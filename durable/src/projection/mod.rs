@@ -24,3 +24,4 @@ pub use connect::connect_redis;
 pub use handle::Projection;
 pub use keys::{AppKeys, request_key_field};
 use scripts::Scripts;
+pub use scripts::{STRICT_KEYS_VARIABLE, UNDECLARED_KEYS};

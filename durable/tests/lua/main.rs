@@ -10,3 +10,4 @@ mod lua_scripts;
 mod lua_start_rate;
 mod lua_waiting;
 mod redis_client;
+mod strict_keys;
