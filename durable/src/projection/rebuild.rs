@@ -148,6 +148,7 @@ async fn rebuild_unless_ready(
             break;
         }
         let mut args: Vec<Value> = Vec::with_capacity(2 + rows.len() * ProjectedRow::ARGS);
+        let mut row_keys: Vec<String> = Vec::with_capacity(rows.len() * ProjectedRow::KEYS);
         for row in rows {
             let projected = ProjectedRow {
                 permit_expires_ms: row.permit_expires_at.timestamp_millis(),
@@ -171,9 +172,9 @@ async fn rebuild_unless_ready(
                     ))
                     .or_default() += 1;
             }
-            projected.push_args(&keys, &mut args);
+            projected.push(&keys, &mut args, &mut row_keys);
         }
-        write_fenced(redis, &keys, &token, "rows", vec![], args).await?;
+        write_fenced(redis, &keys, &token, "rows", row_keys, args).await?;
     }
     faults::pass(Point::RebuildBeforeCounts, application_id).await?;
 
@@ -337,13 +338,9 @@ async fn clear_application(
         let (next, found): (String, Vec<String>) = client
             .scan_page(cursor.as_str(), keys.pattern(), Some(1_000), None)
             .await?;
-        let doomed: Vec<Value> = found
-            .into_iter()
-            .filter(|k| *k != meta)
-            .map(Value::from)
-            .collect();
+        let doomed: Vec<String> = found.into_iter().filter(|k| *k != meta).collect();
         if !doomed.is_empty() {
-            write_fenced(redis, keys, token, "clear", vec![], doomed).await?;
+            write_fenced(redis, keys, token, "clear", doomed, vec![]).await?;
         }
         if next == "0" {
             return Ok(());
@@ -420,24 +417,34 @@ impl ProjectedRow {
     }
 
     /// Values `rebuild.lua rows` takes per command.
-    const ARGS: usize = 22;
+    const ARGS: usize = 17;
+    /// Keys `rebuild.lua rows` takes per command, besides the leases of the permits it holds.
+    const KEYS: usize = 5;
 
-    /// Its values for `rebuild.lua rows`: waiting, it goes in its queue (and its queue and command
-    /// in the ready sets, at turn 0: before anything a later admission rotates); in hand, it
-    /// keeps its permits until its lease (or, running, its deadline) runs out, as it did before
-    /// the loss, under the attempt that holds it (a rebuild never frees a limit that is still in
-    /// use, and that attempt goes on renewing them). Its status hash and request key either way.
-    fn push_args(&self, keys: &AppKeys, args: &mut Vec<Value>) {
-        let (place, held) = if self.is_waiting() {
-            ("queue", String::new())
+    /// Its values and keys for `rebuild.lua rows`: waiting, it goes in its queue (and its queue
+    /// and command in the ready sets, at turn 0: before anything a later admission rotates); in
+    /// hand, it keeps its permits until its lease (or, running, its deadline) runs out, as it
+    /// did before the loss, under the attempt that holds it (a rebuild never frees a limit that
+    /// is still in use, and that attempt goes on renewing them). Its status hash and request key
+    /// either way. Every key goes in `script_keys`: the status hash, the queue, the command's
+    /// resources, the ready set, the request-key map, then the leases of the permits it holds.
+    fn push(&self, keys: &AppKeys, args: &mut Vec<Value>, script_keys: &mut Vec<String>) {
+        let place = if self.is_waiting() {
+            "queue"
         } else if self.holds_permits() {
-            let leases = self.leases(keys);
-            (
-                "hold",
-                serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into()),
-            )
+            "hold"
         } else {
-            ("", String::new())
+            ""
+        };
+        let leases = if place == "hold" {
+            self.leases(keys)
+        } else {
+            Vec::new()
+        };
+        let held = if place == "hold" {
+            serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into())
+        } else {
+            String::new()
         };
         let lim = if self.limit_keys.is_empty() {
             String::new()
@@ -447,13 +454,8 @@ impl ProjectedRow {
         let values: [Value; Self::ARGS] = [
             self.row.id.to_string().into(),
             place.into(),
-            keys.command(self.row.id).into(),
-            self.queue_key(keys).into(),
             self.row.queue_seq.into(),
-            keys.resource_ready(self.row.namespace_id, &self.row.command)
-                .into(),
             self.queue_suffix().into(),
-            keys.ready().into(),
             format!("{}:{}", self.row.namespace_id, self.row.command).into(),
             self.row.status.as_str().into(),
             self.row.namespace_id.to_string().into(),
@@ -468,12 +470,18 @@ impl ProjectedRow {
                 .map(|a| a.to_string())
                 .unwrap_or_default()
                 .into(),
-            keys.request_keys(self.row.namespace_id, &self.row.command)
-                .into(),
             request_key_field(&self.row.subject, &self.row.request_key).into(),
             hex::encode(&self.row.content_sha256).into(),
         ];
         args.extend(values);
+        script_keys.extend([
+            keys.command(self.row.id),
+            self.queue_key(keys),
+            keys.resource_ready(self.row.namespace_id, &self.row.command),
+            keys.ready(),
+            keys.request_keys(self.row.namespace_id, &self.row.command),
+        ]);
+        script_keys.extend(leases);
     }
 
     fn queue_suffix(&self) -> String {

@@ -445,8 +445,8 @@ async fn rebuild_writes_only_under_their_own_fence() {
         async move {
             redis
                 .rebuild::<String>(
-                    vec![keys.meta()],
-                    vec![token.into(), "clear".into(), keys.seq().into()],
+                    vec![keys.meta(), keys.seq()],
+                    vec![token.into(), "clear".into()],
                 )
                 .await
                 .expect("rebuild.lua")
@@ -471,6 +471,19 @@ async fn rebuild_writes_only_under_their_own_fence() {
         )
         .await;
     assert!(misaligned.is_err(), "{misaligned:?}");
+    // A whole command's values with keys that are not its own (here: none) are refused too.
+    let mut values: Vec<Value> = vec![current.clone().into(), "rows".into()];
+    values.extend((0..17).map(|i| Value::from(format!("v{i}"))));
+    let keyless = redis
+        .rebuild::<String>(vec![keys.meta()], values)
+        .await
+        .expect_err("rows without their keys");
+    assert!(
+        keyless
+            .to_string()
+            .contains("the keys do not follow the commands"),
+        "{keyless:?}"
+    );
     let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
     assert_eq!(seq, None, "the current rebuild clears");
 
