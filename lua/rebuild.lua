@@ -54,7 +54,8 @@ local PER_ROW, ROW_KEYS = 17, 5
 if (#ARGV - 2) % PER_ROW ~= 0 then
   return redis.error_reply('rebuild.lua rows: ' .. PER_ROW .. ' values per command')
 end
-local held = {}
+-- first[a]: where the keys of the command whose values start at ARGV[a] start in KEYS.
+local first, held = {}, {}
 local k = 2
 for a = 3, #ARGV, PER_ROW do
   local leases = ARGV[a + 1] == 'hold' and cjson.decode(ARGV[a + 13]) or {}
@@ -63,15 +64,14 @@ for a = 3, #ARGV, PER_ROW do
       return redis.error_reply('rebuild.lua rows: the keys do not follow the commands')
     end
   end
-  held[a] = leases
+  first[a], held[a] = k, leases
   k = k + ROW_KEYS + #leases
 end
 if k ~= #KEYS + 1 then
   return redis.error_reply('rebuild.lua rows: the keys do not follow the commands')
 end
-k = 2
 for a = 3, #ARGV, PER_ROW do
-  local id, place = ARGV[a], ARGV[a + 1]
+  local id, place, k = ARGV[a], ARGV[a + 1], first[a]
   local cmdkey, queue, rq, ready, requests = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
     KEYS[k + 4]
   if place == 'queue' then
@@ -94,6 +94,5 @@ for a = 3, #ARGV, PER_ROW do
     'deadline_at', ARGV[a + 9], 'updated_at', ARGV[a + 10])
   if ARGV[a + 11] ~= '' then redis.call('HSET', cmdkey, 'lim', ARGV[a + 11]) end
   redis.call('HSET', requests, ARGV[a + 15], id .. ' ' .. ARGV[a + 16] .. ' c')
-  k = k + ROW_KEYS + #held[a]
 end
 return 'OK'

@@ -15,13 +15,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sluice_durable::db::PoolMode;
+use sluice_durable::DurableError;
+use sluice_durable::db::{self, PoolMode};
 use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::DEFAULT_RETENTION_SECONDS;
 use sluice_durable::secrets::Redacted;
-
-use sluice_durable::DurableError;
-use sluice_durable::db;
 use sqlx::PgPool;
 
 use crate::config::GatewayConfig;
@@ -260,8 +258,8 @@ impl Settings {
         .await
     }
 
-    /// A few connections of a tool (`sluice migrate`, `bootstrap`, …), through the same
-    /// pooler as the processes.
+    /// A few connections of a tool (`sluice bootstrap`, `apply`, `rebuild`, …), through the
+    /// same pooler as the processes. (`sluice migrate` connects to [`Self::session_url`].)
     pub async fn postgres_for_tool(&self) -> Result<PgPool, DurableError> {
         db::connect_in(&self.database_url, 2, self.database_pool_mode).await
     }

@@ -513,18 +513,18 @@ impl Executor {
     /// Wakes the loop on every `NOTIFY` of the outbox; reconnects on failure. Only a hint: the
     /// tick finds the same work a little later.
     async fn listen(self: Arc<Self>, shutdown: CancellationToken) {
+        let listen_on = self.session.as_ref().unwrap_or(&self.pg);
         while !shutdown.is_cancelled() {
-            let mut listener =
-                match PgListener::connect_with(self.session.as_ref().unwrap_or(&self.pg)).await {
-                    Ok(listener) => listener,
-                    Err(error) => {
-                        tracing::debug!(%error, "LISTEN connection failed");
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                            _ = shutdown.cancelled() => return,
-                        }
+            let mut listener = match PgListener::connect_with(listen_on).await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    tracing::debug!(%error, "LISTEN connection failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = shutdown.cancelled() => return,
                     }
-                };
+                }
+            };
             if listener.listen(OUTBOX_CHANNEL).await.is_err() {
                 continue;
             }

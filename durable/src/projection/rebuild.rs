@@ -429,17 +429,12 @@ impl ProjectedRow {
     /// either way. Every key goes in `script_keys`: the status hash, the queue, the command's
     /// resources, the ready set, the request-key map, then the leases of the permits it holds.
     fn push(&self, keys: &AppKeys, args: &mut Vec<Value>, script_keys: &mut Vec<String>) {
-        let place = if self.is_waiting() {
-            "queue"
+        let (place, leases) = if self.is_waiting() {
+            ("queue", Vec::new())
         } else if self.holds_permits() {
-            "hold"
+            ("hold", self.leases(keys))
         } else {
-            ""
-        };
-        let leases = if place == "hold" {
-            self.leases(keys)
-        } else {
-            Vec::new()
+            ("", Vec::new())
         };
         let held = if place == "hold" {
             serde_json::to_string(&leases).unwrap_or_else(|_| "[]".into())
