@@ -5,7 +5,8 @@ use std::process::{Command, Output};
 
 use sluice_testkit::shared_postgres;
 
-fn sluice(database_url: &str, args: &[&str]) -> Output {
+/// `sluice <args>` against `database_url`, logging warnings only; its output.
+pub(crate) fn sluice(database_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
         .env("SLUICE_DATABASE_URL", database_url)
@@ -14,7 +15,8 @@ fn sluice(database_url: &str, args: &[&str]) -> Output {
         .expect("run sluice")
 }
 
-fn text(output: &Output) -> String {
+/// What a `sluice` run printed, standard output then standard error.
+pub(crate) fn text(output: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

@@ -246,17 +246,21 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     let through = bouncer.url(&database);
     // `sluice migrate` takes its session lock on the session URL: run through the pooler's
     // settings, it succeeds (the stack's database is migrated; applying nothing is the point).
-    let migrate = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("migrate")
-        .env("SLUICE_DATABASE_URL", &through)
-        .env("SLUICE_DATABASE_POOL_MODE", "transaction")
-        .env("SLUICE_DATABASE_SESSION_URL", &stack.database_url)
-        .output()
-        .expect("run sluice migrate");
+    let session_setting = format!("database_session_url={}", stack.database_url);
+    let migrate = crate::cli::sluice(
+        &through,
+        &[
+            "migrate",
+            "--set",
+            "database_pool_mode=transaction",
+            "--set",
+            &session_setting,
+        ],
+    );
     assert!(
         migrate.status.success(),
         "sluice migrate in transaction mode: {}",
-        String::from_utf8_lossy(&migrate.stderr)
+        crate::cli::text(&migrate)
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let gateway = GatewayProcess::start_with(
@@ -270,7 +274,6 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
         ],
     )
     .await;
-    let session_setting = format!("database_session_url={}", stack.database_url);
     let mut executor = ExecutorProcess::spawn_with(
         &stack,
         dir.path(),
