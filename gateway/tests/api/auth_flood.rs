@@ -10,7 +10,7 @@ use hyper::StatusCode;
 use sluice_durable::secrets;
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::subject_token;
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection};
 
 use crate::support::*;
 
@@ -19,35 +19,50 @@ const FLOOD: Duration = Duration::from_secs(3);
 
 /// Scans of the identity tables, as PostgreSQL counts them, once every backend has reported
 /// its share. A backend reports within a second of a transaction or, idle, within
-/// `PGSTAT_IDLE_INTERVAL` (10 s), but always when it exits: so every other backend of the
-/// stack's database is ended (the pools open new connections on their next use) and the count
-/// is read once they are gone.
-async fn settled_identity_scans(pg: &PgPool) -> i64 {
+/// `PGSTAT_IDLE_INTERVAL` (10 s), but always as it exits: so every backend of the stack's
+/// database is ended (the pools open new connections on their next use) and the count is read
+/// once their processes are gone, on a connection of the witness's own that looked nothing up.
+/// A backend leaves `pg_stat_activity` before it writes its counts, so the wait is on the
+/// process itself (the test's PostgreSQL runs on this machine).
+async fn settled_identity_scans(stack: &Stack) -> i64 {
+    let mut witness = PgConnection::connect(&stack.database_url)
+        .await
+        .expect("the witness's own connection");
     let ended: Vec<i32> = sqlx::query_scalar(
         "WITH others AS MATERIALIZED (
              SELECT pid FROM pg_stat_activity
               WHERE datname = current_database() AND pid <> pg_backend_pid())
          SELECT pid FROM others WHERE pg_terminate_backend(pid)",
     )
-    .fetch_all(pg)
+    .fetch_all(&mut witness)
     .await
     .expect("end the other backends");
     let gone = eventually(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
-            .bind(&ended)
-            .fetch_one(pg)
-            .await
-            .is_ok_and(|left| left == 0)
+        ended.iter().all(|pid| process_ended(*pid))
     })
     .await;
     assert!(gone, "the ended backends {ended:?} did not exit");
-    sqlx::query_scalar::<_, i64>(
+    let scans = sqlx::query_scalar::<_, i64>(
         "SELECT coalesce(sum(coalesce(idx_scan, 0) + coalesce(seq_scan, 0)), 0)::bigint
            FROM pg_stat_user_tables WHERE relname IN ('credentials', 'subject_keys')",
     )
-    .fetch_one(pg)
+    .fetch_one(&mut witness)
     .await
-    .expect("pg_stat_user_tables")
+    .expect("pg_stat_user_tables");
+    let _ = witness.close().await;
+    scans
+}
+
+/// Whether the process `pid` has ended: no longer in `/proc`, or a zombie waiting to be reaped
+/// (its exit, and with it every exit callback, is done).
+fn process_ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
 }
 
 fn random_bearer() -> String {
@@ -84,7 +99,7 @@ async fn random_bearers_and_kids_cost_at_most_the_lookup_budget() {
     let first = stack.enqueue("valid-user", &request_key, &offer).await;
     assert_eq!(first.status, StatusCode::ACCEPTED, "{:?}", first.body);
 
-    let before = settled_identity_scans(&stack.pg).await;
+    let before = settled_identity_scans(&stack).await;
     let started = Instant::now();
     let mut flood = Vec::new();
     for worker in 0..16 {
@@ -125,7 +140,7 @@ async fn random_bearers_and_kids_cost_at_most_the_lookup_budget() {
         sent += s;
     }
     let elapsed = started.elapsed();
-    let after = settled_identity_scans(&stack.pg).await;
+    let after = settled_identity_scans(&stack).await;
 
     // Allowed: the budget over the flood (its burst of one second's worth, then its rate) and
     // the valid caller's credential reloads (one per cache period of 1 s).
@@ -158,7 +173,7 @@ async fn random_bearers_and_kids_cost_at_most_the_lookup_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bearers_and_kids_cost_no_lookup() {
     let stack = Stack::start().await;
-    let before = settled_identity_scans(&stack.pg).await;
+    let before = settled_identity_scans(&stack).await;
     let now = sluice_gateway::auth::now_unix();
     let good = secrets::new_credential_secret();
     let mut refused = 0;
@@ -178,7 +193,7 @@ async fn malformed_bearers_and_kids_cost_no_lookup() {
         );
         refused += 1;
     }
-    let after = settled_identity_scans(&stack.pg).await;
+    let after = settled_identity_scans(&stack).await;
     assert_eq!(refused, 400);
     assert_eq!(after - before, 0, "malformed identities were looked up");
 }
