@@ -31,12 +31,18 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # Three tests at a time on two cores: most of a test's time is spent waiting on its servers (the
 # api binary took 341 s with two and about 200 s with four on this machine). The tests whose
-# bounds assume a quiet machine run alone afterwards: how long the slot-migration test's slot
-# stays half-moved, and how fast the three-gateway test's callers can press the shared intake
-# bucket, follow the machine's load (with four beside them, each failed once in five runs).
+# bounds assume a quiet machine run alone afterwards, one at a time (each name below is a
+# filter: every test whose name contains it):
+# - the slot-migration test: how long its slot stays half-moved follows the machine's load;
+# - the three-gateway test: how fast its callers can press the shared intake bucket;
+# - the Chromium tests (`browser::`, `rooms::browser::`, `dashboard::`): fifty pages joining a
+#   drop showed "Reconnecting…" beside two other tests.
+# Each failed once in about eight runs with three or four tests beside it.
 ALONE=(
   cluster::a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit
   concurrency::three_gateway_processes_share_one_intake_bucket_exactly
+  browser::
+  dashboard::
 )
 SKIP_ALONE=()
 for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done
@@ -47,7 +53,7 @@ export SLUICE_STRICT_SCRIPT_KEYS=1
 cargo test --workspace --locked -- --test-threads 3 "${SKIP_ALONE[@]}" 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 if [ "$status" -eq 0 ]; then
-  cargo test --workspace --locked --test api -- --test-threads 1 --exact "${ALONE[@]}" 2>&1 \
+  cargo test --workspace --locked --test api -- --test-threads 1 "${ALONE[@]}" 2>&1 \
     | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
