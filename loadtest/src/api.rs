@@ -39,6 +39,8 @@ pub enum Outcome {
         /// `error.details.state`, when present: the state a `409 STATE_CONFLICT` found (an
         /// allocation `expired` or `released`).
         state: Option<String>,
+        /// `error.message`: what a `503` says its cause was.
+        message: String,
     },
     /// No answer, a timeout, or an answer that is not the API's envelope.
     Unknown { why: String },
@@ -183,6 +185,11 @@ fn classify(status: u16, header_retry: Option<Duration>, bytes: &[u8]) -> Outcom
             .pointer("/details/state")
             .and_then(Value::as_str)
             .map(str::to_string),
+        message: error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 

@@ -140,6 +140,17 @@ impl Recorder {
                 *t.people.refusals_by_code.entry(code).or_default() += 1;
                 t.at(second).refusals += 1;
             }
+            if let Outcome::Refused {
+                status: 503,
+                message,
+                ..
+            } = &exchange.outcome
+            {
+                *t.people
+                    .unavailable_messages
+                    .entry(message.clone())
+                    .or_default() += 1;
+            }
         });
     }
 

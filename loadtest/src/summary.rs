@@ -84,6 +84,10 @@ pub fn text(report: &Report) -> String {
     for (name, value) in rows {
         let _ = writeln!(out, "| {name} | {value} |");
     }
+    // A 503's code is shared by several causes; its message names the one it was.
+    for (message, n) in &p.unavailable_messages {
+        let _ = writeln!(out, "| 503 answered \"{message}\" | {n} |");
+    }
     let _ = writeln!(
         out,
         "\n| endpoint | requests | statuses | p50 ms | p99 ms | max ms |\n| --- | ---: | --- | ---: | ---: | ---: |"

@@ -22,6 +22,7 @@ use sluice_loadtest::report::{
 
 const HOSTILE: &str = "<script>alert(1)</script>";
 const HOSTILE_ESCAPED: &str = "&lt;script&gt;alert(1)&lt;/script&gt;";
+const READ_BUDGET_SPENT: &str = "the command read budget of this gateway is spent; retry shortly";
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Final answers in µs: 6,000 at 2 ms, 3,000 at 20 ms, 900 at 150 ms, 100 at 1.2 s: four
@@ -82,6 +83,7 @@ fn sample() -> Report {
             ("CAPACITY_EXHAUSTED".into(), 497),
         ]),
         retries: 14_956,
+        unavailable_messages: BTreeMap::from([(READ_BUDGET_SPENT.into(), 3)]),
     };
     let timeline = (0..12)
         .map(|second| Second {
@@ -411,6 +413,11 @@ fn sample_page_shows_the_run_formatted_for_people() {
     // Codes with their counts, the endpoint table, the percentiles in ms.
     assert!(page.contains("<code>RATE_LIMITED</code></td><td class=\"num\">8,500</td>"));
     assert!(page.contains("<code>RATE_LIMITED</code></td><td class=\"num\">23,456</td>"));
+    // What the gateway's 503s said, by message.
+    assert!(page.contains("<h3>503 answers by message</h3>"));
+    assert!(page.contains(&format!(
+        "<code>{READ_BUDGET_SPENT}</code></td><td class=\"num\">3</td>"
+    )));
     assert!(page.contains("<code>429</code>\u{a0}×\u{a0}24,953"));
     assert!(page.contains("<code class=\"bad-text\">error</code>\u{a0}×\u{a0}200"));
     assert!(page.contains("25,953"));

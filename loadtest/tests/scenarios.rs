@@ -72,6 +72,40 @@ fn every_one_answered_and_the_pool_sold_exactly(report: &Report, people: u64, ca
     assert_eq!(seen.rejected.get("SOLD_OUT"), Some(&(people - capacity)));
 }
 
+/// The warnings and errors the stack's processes logged in the run's output directory (each
+/// process logs to `<name>.log` there): what a failed assertion on unknown outcomes prints, so
+/// a `503` the gateway answered names its cause in the test's output.
+fn warnings_logged(out: &std::path::Path) -> String {
+    let mut lines = Vec::new();
+    // The run writes into a directory of its own under `out`.
+    let runs = std::fs::read_dir(out).into_iter().flatten().flatten();
+    let files = runs.flat_map(|run| {
+        std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+    });
+    for entry in files {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        lines.extend(
+            text.lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .take(40)
+                .map(|l| format!("{name}: {l}")),
+        );
+    }
+    if lines.is_empty() {
+        "(no warnings or errors logged)".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
 fn reread(path: &std::path::Path) -> Report {
     serde_json::from_slice(&std::fs::read(path).expect("the JSON report exists"))
         .expect("the JSON report parses back")
@@ -367,7 +401,13 @@ async fn a_steady_load_arrives_at_its_rate_and_takes_first_answers_without_retry
     assert!(report.invariants_hold, "invariants broken: {failed:?}");
     let people = &report.people;
     assert_eq!(people.arrived, 200);
-    assert_eq!(people.unknown, 0, "{people:?}");
+    assert_eq!(
+        people.unknown,
+        0,
+        "{people:?}\n503 messages: {:?}\nlogged:\n{}",
+        people.unavailable_messages,
+        warnings_logged(out.path())
+    );
     assert_eq!(people.retries, 0, "--no-retry");
     let refused = people.refused.get("RATE_LIMITED").copied().unwrap_or(0);
     assert!(refused > 0 && people.accepted > 0, "{people:?}");

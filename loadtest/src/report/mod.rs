@@ -96,6 +96,11 @@ pub struct People {
     pub refusals_by_code: BTreeMap<String, u64>,
     /// Retries sent after an explicit retryable refusal, honouring `Retry-After`.
     pub retries: u64,
+    /// The messages of every `503` answer (`UNAVAILABLE`, `INTAKE_PAUSED`), by message: a
+    /// gateway's `503` leaves an outcome unknown, and its message says which of the causes
+    /// the API shares that code among it was.
+    #[serde(default)]
+    pub unavailable_messages: BTreeMap<String, u64>,
 }
 
 /// Requests to one endpoint (`read offer`, `enqueue`, `poll ticket`, `read result`, …).

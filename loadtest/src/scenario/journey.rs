@@ -55,6 +55,8 @@ impl Context {
     /// The jitter's ceiling doubles with each retry of the same step (1 s, 2 s, 4 s … up to
     /// 30 s), as the reference's client SDK backs off: people refused together then spread out
     /// instead of returning together every second.
+    ///
+    /// `--no-retry` turns this off: the caller takes the first answer to what it asked to do.
     pub(super) async fn wait_to_retry(
         &self,
         arrived: Instant,
@@ -64,15 +66,38 @@ impl Context {
         if !self.retry {
             return false;
         }
-        let ceiling_ms = (1_000u64 << retry.min(5)).min(MAX_JITTER_MS);
-        let jitter = Duration::from_millis(rand::rng().random_range(0..ceiling_ms));
-        let wait = advice.unwrap_or(Duration::from_secs(1)) + jitter;
-        if Instant::now() + wait > self.give_up_at(arrived) {
+        let Some(wait) = self.backoff(arrived, advice, retry) else {
             return false;
-        }
+        };
         self.recorder.retry();
         tokio::time::sleep(wait).await;
         true
+    }
+
+    /// Sleeps as [`Self::wait_to_retry`] does before reading again what the gateway already
+    /// decided (a command's result), `--no-retry` or not: a read refused by a budget leaves
+    /// nothing undecided, and a caller asks again after the advised wait, as it polls. Not
+    /// counted among the retries, which are the admission's.
+    async fn wait_to_read_again(
+        &self,
+        arrived: Instant,
+        advice: Option<Duration>,
+        retry: u32,
+    ) -> bool {
+        let Some(wait) = self.backoff(arrived, advice, retry) else {
+            return false;
+        };
+        tokio::time::sleep(wait).await;
+        true
+    }
+
+    /// The advised wait plus the jitter of the `retry`th retry; None when it passes the
+    /// caller's patience.
+    fn backoff(&self, arrived: Instant, advice: Option<Duration>, retry: u32) -> Option<Duration> {
+        let ceiling_ms = (1_000u64 << retry.min(5)).min(MAX_JITTER_MS);
+        let jitter = Duration::from_millis(rand::rng().random_range(0..ceiling_ms));
+        let wait = advice.unwrap_or(Duration::from_secs(1)) + jitter;
+        (Instant::now() + wait <= self.give_up_at(arrived)).then_some(wait)
     }
 
     pub(super) async fn call(
@@ -230,7 +255,8 @@ impl Context {
         (true, wait)
     }
 
-    /// `GET /v1/commands/{id}`: the full record, retried within the caller's patience.
+    /// `GET /v1/commands/{id}`: the full record, read again within the caller's patience after
+    /// a retryable refusal (the per-gateway command-read budget answers `503` when spent).
     async fn read_result(&self, intent: &Intent<'_>, id: CommandId) -> Option<Value> {
         let path = format!("/v1/commands/{id}");
         for retry in 0.. {
@@ -245,7 +271,7 @@ impl Context {
                 Outcome::Refused { retry_after, .. } => retry_after,
                 Outcome::Unknown { .. } => None,
             };
-            if !self.wait_to_retry(intent.arrived, advice, retry).await {
+            if !self.wait_to_read_again(intent.arrived, advice, retry).await {
                 return None;
             }
         }

@@ -91,7 +91,9 @@ pub struct Options {
     /// unknown unless it was refused).
     #[arg(long, default_value_t = 120)]
     pub patience_seconds: u64,
-    /// Do not retry explicit retryable refusals: each caller takes the first answer.
+    /// Do not retry explicit retryable refusals of the enqueue: each caller takes the first
+    /// answer to its admission (the result of an accepted command is still read again after a
+    /// read budget's `503`, as a poll is).
     #[arg(long)]
     pub no_retry: bool,
     /// `backend`: providers and accounts the calls are spread over.

@@ -67,10 +67,16 @@ pub(super) fn outcomes(people: &People) -> String {
     };
     format!(
         "<section>\n<h2>Outcomes</h2>\n<div class=\"figures\">\n{figures}</div>\n{mismatch}\
-         <div class=\"codes\">\n{}{}{}</div>\n</section>\n",
+         <div class=\"codes\">\n{}{}{}{}</div>\n</section>\n",
         by_code("Rejected by code", &people.rejected),
         by_code("Refused by code (final answer)", &people.refused),
         by_code("Refusals by code (every attempt)", &people.refusals_by_code),
+        // A 503's code is shared by several causes; its message names the one it was.
+        if people.unavailable_messages.is_empty() {
+            String::new()
+        } else {
+            by_code("503 answers by message", &people.unavailable_messages)
+        },
     )
 }
 
