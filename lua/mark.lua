@@ -2,6 +2,8 @@
 -- (executing again after a retry wait, or waiting for the retry) and `running`).
 --
 -- KEYS[1] meta  KEYS[2] cmd (status hash)
+-- KEYS[3 ..] the permits the command may hold (lib/epoch.lua's declared permits), when it
+-- extends them
 -- ARGV: 1 id  2 attempt  3 status (executing | retry_wait | running)  4 updated_at
 --       5 extend_ms: 0, or how long from now every permit the command holds must last (a
 --         `running` command holds its permits until its deadline, and nobody renews them)
@@ -13,7 +15,8 @@
 -- sweeper restores, and only for a command PostgreSQL has running: its backend has it, so its
 -- permits count whatever Redis lost (at worst the limit is full until it ends, never exceeded
 -- by starts after this).
--- Returns "NOT_READY", 1 (marked) or 0 (not this attempt's any more, or a permit lapsed).
+-- Returns "NOT_READY", {"HELD", lease, ...} (an extension of permits not in KEYS: nothing done),
+-- 1 (marked) or 0 (not this attempt's any more, or a permit lapsed).
 
 local meta, cmdkey = KEYS[1], KEYS[2]
 local now = epoch_now()
@@ -23,6 +26,8 @@ local h = redis.call('HMGET', cmdkey, 'status', 'attempt', 'held')
 if not h[1] or TERMINAL[h[1]] or h[1] == 'needs_review' or h[2] ~= ARGV[2] then return 0 end
 local extend = tonumber(ARGV[5])
 if extend > 0 then
+  local missing = undeclared_held(h[3], {})
+  if #missing > 0 then return held_answer(missing) end
   local leases = h[3] and cjson.decode(h[3]) or {}
   local restore = ARGV[6] == 'restore'
   for _, lease in ipairs(leases) do

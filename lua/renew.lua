@@ -1,6 +1,7 @@
 -- renew.lua: extend the permits of attempts an executor still runs (transition `renew`).
 --
--- KEYS[1] meta  KEYS[1 + i] the status hash of the i-th attempt's command
+-- KEYS[1] meta  KEYS[1 + i] the status hash of the i-th attempt's command (i = 1 .. n)
+-- KEYS[n + 2 ..] the permits the commands may hold (lib/epoch.lua's declared permits)
 -- ARGV: 1 lease_ms  then per attempt: id, attempt (ARGV[2i], ARGV[2i + 1])
 --
 -- Fenced by the attempt: only the attempt Redis has on record for the command is renewed, and
@@ -10,16 +11,24 @@
 -- is lost: the executor stops it, and it cannot land (PostgreSQL fences it too).
 -- GT: a renewal only ever extends: a running command's permits, extended to its deadline, are
 -- never shortened by a routine renewal racing that extension.
--- Returns "NOT_READY", or per attempt 1 (every permit extended) or 0 (lost).
+-- Returns "NOT_READY", {"HELD", lease, ...} (permits held that are not in KEYS: nothing done), or
+-- per attempt 1 (every permit extended) or 0 (lost).
 
 local meta = KEYS[1]
 local now = epoch_now()
 if not epoch_check(meta, 0, now) then return 'NOT_READY' end
 local expiry = now + tonumber(ARGV[1])
+local n = (#ARGV - 1) / 2
+-- Every command's record first: its permits must be declared before any is read.
+local records, missing = {}, {}
+for i = 1, n do
+  records[i] = redis.call('HMGET', KEYS[1 + i], 'attempt', 'held', 'status')
+  if records[i][1] == ARGV[2 * i + 1] then undeclared_held(records[i][2], missing) end
+end
+if #missing > 0 then return held_answer(missing) end
 local answer = {}
-for i = 2, #KEYS do
-  local cmdkey, id, attempt = KEYS[i], ARGV[2 * (i - 1)], ARGV[2 * (i - 1) + 1]
-  local h = redis.call('HMGET', cmdkey, 'attempt', 'held', 'status')
+for i = 1, n do
+  local id, attempt, h = ARGV[2 * i], ARGV[2 * i + 1], records[i]
   local ok = h[1] == attempt and h[2] ~= false and not TERMINAL[h[3] or '']
   local leases = ok and cjson.decode(h[2]) or {}
   for _, lease in ipairs(leases) do

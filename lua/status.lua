@@ -1,6 +1,6 @@
 -- status.lua: what the status board reads from one application's projection, in one call.
 --
--- KEYS[1] meta  KEYS[2] application leases
+-- KEYS[1] meta  KEYS[2] application leases  KEYS[3] the namespace's ring of outcomes (land.lua)
 -- ARGV: 1 namespace id  2 how many ready resources to look at, at most  3 how many busiest to
 --       return  4 how many whole seconds of outcomes  5 how many command codes follow (n)
 --       6 .. 5+n command codes  then limit keys (rendered, of this namespace)
@@ -80,9 +80,14 @@ end
 local outcomes = {}
 local names = {'succeeded', 'rejected', 'failed', 'expired', 'cancelled'}
 for s = tonumber(t[1]) - seconds, tonumber(t[1]) - 1 do
-  local h = redis.call('HMGET', prefix .. ':outcomes:' .. ns .. ':' .. s, unpack(names))
+  -- A slot holding another second (older, or not yet reused) counts nothing for this one.
+  local slot = s % 120 -- land.lua's OUTCOME_SLOTS
+  local fields = {slot .. ':at'}
+  for i = 1, #names do fields[i + 1] = slot .. ':' .. names[i] end
+  local h = redis.call('HMGET', KEYS[3], unpack(fields))
+  local here = h[1] == tostring(s)
   outcomes[#outcomes + 1] = s
-  for i = 1, #names do outcomes[#outcomes + 1] = tonumber(h[i] or '0') end
+  for i = 1, #names do outcomes[#outcomes + 1] = here and tonumber(h[i + 1] or '0') or 0 end
 end
 
 return {m[1] or false, m[2] or '0', mine, #members,

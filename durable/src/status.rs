@@ -277,7 +277,14 @@ pub async fn projection(
     args.extend(commands.iter().map(|code| Value::from(*code)));
     args.extend(limit_keys.iter().map(|key| Value::from(*key)));
     let answer: Vec<Value> = redis
-        .status(vec![keys.meta(), keys.application_leases()], args)
+        .status(
+            vec![
+                keys.meta(),
+                keys.application_leases(),
+                keys.outcomes(namespace_id),
+            ],
+            args,
+        )
         .await?;
     let bad = |what: &str| DurableError::script("status.lua", what);
     let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0);

@@ -100,3 +100,33 @@ local function gone_add(gone, id, seq)
   redis.call('ZADD', gone, (tonumber(last[2]) or 0) + 1, id .. ' ' .. seq)
   redis.call('ZREMRANGEBYRANK', gone, 0, -(GONE_KEEP + 1))
 end
+-------------------------------------------------------------------------------------------------
+-- Declared permits. A command's permits are the lease zsets named in its status hash's `held`
+-- field, so a script that releases, extends or reads them would touch keys its caller never
+-- declared: a proxy or a store that routes or locks by KEYS would refuse it. Instead the caller
+-- passes the permits it expects after the script's own keys (it derives them from the command's
+-- row: its application, command, resource and limit keys), and the script checks every `held`
+-- list it reads against KEYS before it touches a lease or writes anything. A lease it was not
+-- given is answered {'HELD', lease, ...}: nothing was done, and the caller calls again with
+-- them (durable/src/lifecycle/redis/mod.rs). Extra keys cost nothing.
+local declared = nil
+-- Adds to `missing` every lease of the `held` JSON list (false or nil: none) not in KEYS.
+local function undeclared_held(held, missing)
+  if not held then return missing end
+  if not declared then
+    declared = {}
+    for _, key in ipairs(KEYS) do declared[key] = true end
+  end
+  for _, lease in ipairs(cjson.decode(held)) do
+    if not declared[lease] then
+      declared[lease] = true
+      missing[#missing + 1] = lease
+    end
+  end
+  return missing
+end
+-- The answer that asks for the leases in `missing` (after nothing was written).
+local function held_answer(missing)
+  table.insert(missing, 1, 'HELD')
+  return missing
+end

@@ -110,6 +110,23 @@ impl AppKeys {
         format!("{}:lease:res:{queue_suffix}", self.prefix)
     }
 
+    /// The permits a command of this resource may hold, its limit keys' aside: the lease zsets
+    /// of the application, its command and its resource queue, which admit.lua records in the
+    /// command's `held` field. A script that releases or extends them is given them in `KEYS`
+    /// (lib/epoch.lua's declared permits); it asks for a limit key's when the command holds one.
+    pub fn permits(
+        &self,
+        namespace_id: NamespaceId,
+        command: &str,
+        resource_key: &str,
+    ) -> [String; 3] {
+        [
+            self.application_leases(),
+            self.command_leases(namespace_id, command),
+            self.resource_leases(&Self::queue_suffix(namespace_id, command, resource_key)),
+        ]
+    }
+
     /// Executing permits of the whole application (its `max_concurrency`), all namespaces.
     pub fn application_leases(&self) -> String {
         format!("{}:lease:app", self.prefix)
@@ -147,6 +164,11 @@ impl AppKeys {
     /// answer waiting polls from memory (a waiting command above it cannot have started).
     pub fn started(&self) -> String {
         format!("{}:started", self.prefix)
+    }
+
+    /// The namespace's outcomes of the last two minutes, by second (a ring, land.lua).
+    pub fn outcomes(&self, namespace_id: NamespaceId) -> String {
+        format!("{}:outcomes:{namespace_id}", self.prefix)
     }
 
     /// Commands that left their queue without starting (zset, lib/epoch.lua's `gone_add`).

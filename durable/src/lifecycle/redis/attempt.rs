@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::{clamp_i64, is_not_ready};
+use super::{clamp_i64, is_not_ready, with_declared_permits};
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
@@ -42,7 +42,7 @@ pub async fn requeue(
     back: &Requeued<'_>,
 ) -> Result<Requeue, DurableError> {
     let suffix = AppKeys::queue_suffix(back.namespace_id, back.command, back.resource_key);
-    let script_keys = vec![
+    let mut script_keys = vec![
         keys.meta(),
         keys.count(),
         keys.queue_by_suffix(&suffix),
@@ -51,6 +51,7 @@ pub async fn requeue(
         keys.ready(),
         keys.turn(),
     ];
+    script_keys.extend(keys.permits(back.namespace_id, back.command, back.resource_key));
     let args: Vec<Value> = vec![
         back.command_id.to_string().into(),
         back.attempt
@@ -64,7 +65,10 @@ pub async fn requeue(
         back.status.as_str().into(),
         back.updated_at.clone().into(),
     ];
-    let answer: Value = redis.requeue(script_keys, args).await?;
+    let answer = with_declared_permits("requeue.lua", script_keys, |keys| {
+        redis.requeue(keys, args.clone())
+    })
+    .await?;
     match answer.as_str().as_deref() {
         Some("OK") => Ok(Requeue::Done),
         Some("STALE") => Ok(Requeue::Stale),
@@ -94,7 +98,11 @@ pub async fn renew(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer: Value = redis.renew(script_keys, args).await?;
+    // The permits are not known here: the first call names those held (or none are).
+    let answer = with_declared_permits("renew.lua", script_keys, |keys| {
+        redis.renew(keys, args.clone())
+    })
+    .await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }
@@ -151,9 +159,11 @@ pub async fn mark(
         extend_ms.into(),
         mode.into(),
     ];
-    let answer: Value = redis
-        .mark(vec![keys.meta(), keys.command(command_id)], args)
-        .await?;
+    let script_keys = vec![keys.meta(), keys.command(command_id)];
+    let answer = with_declared_permits("mark.lua", script_keys, |keys| {
+        redis.mark(keys, args.clone())
+    })
+    .await?;
     if is_not_ready(&answer) {
         return Ok(Mark::NotReady);
     }
@@ -222,7 +232,10 @@ pub async fn holding(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer: Value = redis.holding(script_keys, args).await?;
+    let answer = with_declared_permits("holding.lua", script_keys, |keys| {
+        redis.holding(keys, args.clone())
+    })
+    .await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }

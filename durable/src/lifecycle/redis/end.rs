@@ -2,7 +2,7 @@
 
 use fred::prelude::*;
 
-use super::is_not_ready;
+use super::{is_not_ready, with_declared_permits};
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
@@ -32,14 +32,16 @@ pub async fn land(
     keys: &AppKeys,
     end: &Ending<'_>,
 ) -> Result<Option<bool>, DurableError> {
-    let script_keys = vec![
+    let mut script_keys = vec![
         keys.meta(),
         keys.count(),
         keys.command(end.command_id),
         keys.queue(end.namespace_id, end.command, end.resource_key),
         keys.gone(),
         keys.seq(),
+        keys.outcomes(end.namespace_id),
     ];
+    script_keys.extend(keys.permits(end.namespace_id, end.command, end.resource_key));
     let (code, message) = end.error.unwrap_or(("", ""));
     let args: Vec<Value> = vec![
         end.command_id.to_string().into(),
@@ -52,7 +54,10 @@ pub async fn land(
         message.into(),
         end.retention_ms.into(),
     ];
-    let answer: Value = redis.land(script_keys, args).await?;
+    let answer = with_declared_permits("land.lua", script_keys, |keys| {
+        redis.land(keys, args.clone())
+    })
+    .await?;
     if is_not_ready(&answer) {
         return Ok(None);
     }

@@ -1,0 +1,305 @@
+//! Declared permits (lib/epoch.lua): the scripts that release, extend or read a command's
+//! permits touch only leases their caller passed in `KEYS`. Given too few, a script answers
+//! `{"HELD", lease, ...}` and writes nothing; the Rust callers then call again with them. And
+//! `land.lua`'s outcomes per second go to one declared ring per namespace, which `status.lua`
+//! reads back without counting a second the ring no longer holds.
+
+use std::collections::HashSet;
+
+use fred::prelude::*;
+use serde_json::json;
+use sluice_durable::ids::CommandId;
+use sluice_durable::lifecycle::attempt::AttemptId;
+use sluice_durable::lifecycle::redis::{AdmittedHead, holding, renew};
+use sluice_durable::status;
+
+use crate::lua_fixture::{Bench, admit_limits};
+
+enum DeclaredPermits {}
+
+type Fixture = Bench<DeclaredPermits>;
+
+/// A command of `job` in resource `r` (with a per-resource limit), holding the limit key `acct:1`
+/// as well, admitted: its `held` names four leases (application, command, resource, limit key).
+async fn admitted_with_a_limit_key(bench: &Fixture) -> AdmittedHead {
+    bench
+        .configure(&[("job", "100 1000 1000 5")], &[("acct:{a}", "5 0 0")])
+        .await;
+    let seq = bench.next_seq();
+    let lim = json!([["acct:{a}", "acct:1"]]).to_string();
+    bench
+        .queue_command(
+            "job",
+            "r",
+            seq,
+            vec![
+                ("status".into(), "accepted".into()),
+                ("seq".into(), seq.to_string()),
+                ("lim".into(), lim),
+            ],
+            vec![
+                "unfinished".into(),
+                format!("waiting:{}", bench.namespace),
+                format!("queued:{}", bench.nscmd("job")),
+            ],
+        )
+        .await;
+    let mut heads = bench.admitted_heads(admit_limits(1)).await;
+    assert_eq!(heads.len(), 1, "the command is admitted");
+    heads.remove(0)
+}
+
+fn limit_lease(bench: &Fixture) -> String {
+    bench.keys.limit_leases(bench.namespace, "acct:1")
+}
+
+/// Every lease the command holds, from its status hash.
+async fn held(bench: &Fixture, id: CommandId) -> HashSet<String> {
+    let text = bench
+        .field(id, "held")
+        .await
+        .expect("an admitted command has `held`");
+    serde_json::from_str::<Vec<String>>(&text)
+        .expect("held is a JSON list")
+        .into_iter()
+        .collect()
+}
+
+/// The `{"HELD", lease, ...}` answer's leases, or a panic naming what came instead.
+fn asked(answer: &Value, script: &str) -> HashSet<String> {
+    let Value::Array(items) = answer else {
+        panic!("{script} answered {answer:?}, not HELD");
+    };
+    assert_eq!(
+        items.first().and_then(Value::as_string).as_deref(),
+        Some("HELD"),
+        "{script}: {answer:?}"
+    );
+    items[1..].iter().filter_map(Value::as_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
+    let bench = Fixture::new().await;
+    let head = admitted_with_a_limit_key(&bench).await;
+    let id = head.command_id;
+    let all = held(&bench, id).await;
+    assert_eq!(
+        all.len(),
+        4,
+        "application, command, resource and limit key: {all:?}"
+    );
+    let known: Vec<String> = bench.keys.permits(bench.namespace, "job", "r").into();
+    let before = bench.snapshot().await;
+
+    // land.lua with the permits derived from the row, the limit key's aside.
+    let mut land_keys = vec![
+        bench.keys.meta(),
+        bench.keys.count(),
+        bench.keys.command(id),
+        bench.keys.queue(bench.namespace, "job", "r"),
+        bench.keys.gone(),
+        bench.keys.seq(),
+        bench.keys.outcomes(bench.namespace),
+    ];
+    land_keys.extend(known.iter().cloned());
+    let land_args: Vec<Value> = vec![
+        id.to_string().into(),
+        bench.namespace.to_string().into(),
+        "job".into(),
+        "succeeded".into(),
+        "2026-12-06T00:00:00.000Z".into(),
+        "".into(),
+        "".into(),
+        "".into(),
+        600_000.into(),
+    ];
+    let answer: Value = bench
+        .redis
+        .land(land_keys, land_args)
+        .await
+        .expect("land.lua");
+    assert_eq!(
+        asked(&answer, "land.lua"),
+        HashSet::from([limit_lease(&bench)])
+    );
+
+    // renew.lua and holding.lua with the command's status hash only: every lease is asked for.
+    let attempt = head.attempt.to_string();
+    let renew_args: Vec<Value> = vec![60_000.into(), id.to_string().into(), attempt.clone().into()];
+    let answer: Value = bench
+        .redis
+        .renew(vec![bench.keys.meta(), bench.keys.command(id)], renew_args)
+        .await
+        .expect("renew.lua");
+    assert_eq!(asked(&answer, "renew.lua"), all);
+    let answer: Value = bench
+        .redis
+        .holding(
+            vec![bench.keys.meta(), bench.keys.command(id)],
+            vec![id.to_string().into(), attempt.clone().into()],
+        )
+        .await
+        .expect("holding.lua");
+    assert_eq!(asked(&answer, "holding.lua"), all);
+
+    // mark.lua extending the permits, with two of them.
+    let answer: Value = bench
+        .redis
+        .mark(
+            vec![
+                bench.keys.meta(),
+                bench.keys.command(id),
+                known[0].clone(),
+                known[1].clone(),
+            ],
+            vec![
+                id.to_string().into(),
+                attempt.clone().into(),
+                "running".into(),
+                "2026-12-06T00:00:00.000Z".into(),
+                60_000.into(),
+                "".into(),
+            ],
+        )
+        .await
+        .expect("mark.lua");
+    assert_eq!(
+        asked(&answer, "mark.lua"),
+        HashSet::from([known[2].clone(), limit_lease(&bench)])
+    );
+    assert_eq!(
+        bench.snapshot().await,
+        before,
+        "a refused call writes nothing"
+    );
+
+    // The Rust callers pass what they know and call again with what is asked: each succeeds.
+    let lim_expiry = |scores: std::collections::HashMap<String, f64>| scores[&id.to_string()];
+    let first = lim_expiry(bench.zscores(&limit_lease(&bench)).await);
+    let renewed = renew(&bench.redis, &bench.keys, &[(id, head.attempt)], 120_000)
+        .await
+        .expect("renew");
+    assert_eq!(renewed, Some(vec![true]));
+    let extended = lim_expiry(bench.zscores(&limit_lease(&bench)).await);
+    assert!(
+        extended > first,
+        "the limit key's permit was extended: {first} -> {extended}"
+    );
+    let told = holding(
+        &bench.redis,
+        &bench.keys,
+        &[(id, head.attempt), (id, AttemptId::mint())],
+    )
+    .await
+    .expect("holding");
+    assert_eq!(
+        told,
+        Some(vec![true, false]),
+        "its attempt holds; another does not"
+    );
+    assert_eq!(bench.land("job", "r", id, "succeeded").await, Some(true));
+    for lease in &all {
+        assert!(
+            !bench.zmembers(lease).await.contains(&id.to_string()),
+            "{lease} released"
+        );
+    }
+    assert_eq!(bench.counter("unfinished").await, 0);
+}
+
+/// Redis time in whole seconds.
+async fn redis_second(bench: &Fixture) -> i64 {
+    bench
+        .redis
+        .pool()
+        .next()
+        .eval(
+            "return tonumber(redis.call('TIME')[1])",
+            Vec::<String>::new(),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("TIME")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_land_in_a_declared_ring_and_a_reused_slot_starts_from_nothing() {
+    let bench = Fixture::new().await;
+    bench.configure(&[("job", "100 1000 1000 0")], &[]).await;
+    let ring = bench.keys.outcomes(bench.namespace);
+    // Slots of this second and the next few hold counts of a second two minutes ago, as a ring
+    // that went round would: landing must not add to them.
+    let now = redis_second(&bench).await;
+    let stale: Vec<(String, String)> = (now..now + 5)
+        .flat_map(|s| {
+            let slot = s % 120;
+            [
+                (format!("{slot}:at"), (s - 120).to_string()),
+                (format!("{slot}:succeeded"), "7".to_string()),
+                (format!("{slot}:failed"), "3".to_string()),
+            ]
+        })
+        .collect();
+    let _: () = bench
+        .redis
+        .pool()
+        .next()
+        .hset(&ring, stale)
+        .await
+        .expect("hset");
+
+    for status in ["succeeded", "succeeded", "failed"] {
+        let id = bench.queue_job("r").await;
+        let _ = bench.admitted_heads(admit_limits(1)).await;
+        assert_eq!(bench.land("job", "r", id, status).await, Some(true));
+    }
+    let after = redis_second(&bench).await;
+
+    // The ring's own record: every second from `now` to `after` holds only this test's endings.
+    let fields = bench.hash(&ring).await;
+    let (mut succeeded, mut failed) = (0, 0);
+    for s in now..=after {
+        let slot = s % 120;
+        if fields.get(&format!("{slot}:at")) == Some(&s.to_string()) {
+            succeeded += fields
+                .get(&format!("{slot}:succeeded"))
+                .map_or(0, |n| n.parse::<i64>().expect("count"));
+            failed += fields
+                .get(&format!("{slot}:failed"))
+                .map_or(0, |n| n.parse::<i64>().expect("count"));
+        }
+    }
+    assert_eq!((succeeded, failed), (2, 1), "{fields:?}");
+
+    // status.lua reads the ring: once these seconds are whole, it shows the same three, and a
+    // slot still holding a second two minutes old counts for nothing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while redis_second(&bench).await <= after {
+        assert!(std::time::Instant::now() < deadline, "Redis time moves on");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let figures = status::projection(
+        &bench.redis,
+        &bench.keys,
+        bench.namespace,
+        &["job"],
+        &[],
+        16,
+    )
+    .await
+    .expect("status.lua");
+    let shown: (i64, i64) = figures
+        .outcomes
+        .iter()
+        .filter(|o| (now..=after).contains(&o.unix_second))
+        .fold((0, 0), |(s, f), o| (s + o.succeeded, f + o.failed));
+    assert_eq!(shown, (2, 1), "{:?}", figures.outcomes);
+    let stale_shown: i64 = figures
+        .outcomes
+        .iter()
+        .filter(|o| o.unix_second > after)
+        .map(|o| o.succeeded + o.failed)
+        .sum();
+    assert_eq!(stale_shown, 0, "{:?}", figures.outcomes);
+}
