@@ -3,16 +3,24 @@
 -- whose extension was lost, a head admitted by an executor that died before its claim). Reads
 -- only.
 --
--- KEYS[1] the command's admission lease zset  KEYS[2] the status hash prefix "{a:ID}:cmd:"
--- ARGV[1] at most this many, oldest expiry first
--- Returns {id, live (1 | 0), attempt | false, status | false, ...}.
+-- KEYS[1] the command's admission lease zset  KEYS[2 ..] the status hashes of its holders
+-- ARGV[1] at most this many, oldest expiry first  ARGV[2] the status hash prefix "{a:ID}:cmd:"
+-- Returns {id, live (1 | 0), attempt | false, status | false, ...}, or {"KEYS", key, ...} when
+-- a holder's status hash is not in KEYS (nothing read of it): the caller calls again with them
+-- (durable/src/projection/asked_keys.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+local declared, missing = {}, {'KEYS'}
+for _, key in ipairs(KEYS) do declared[key] = true end
+for i = 1, #members, 2 do
+  if not declared[ARGV[2] .. members[i]] then missing[#missing + 1] = ARGV[2] .. members[i] end
+end
+if #missing > 1 then return missing end
 local answer = {}
 for i = 1, #members, 2 do
   local id = members[i]
-  local h = redis.call('HMGET', KEYS[2] .. id, 'attempt', 'status')
+  local h = redis.call('HMGET', ARGV[2] .. id, 'attempt', 'status')
   answer[#answer + 1] = id
   answer[#answer + 1] = tonumber(members[i + 1]) > now and 1 or 0
   answer[#answer + 1] = h[1]

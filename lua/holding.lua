@@ -6,7 +6,7 @@
 -- KEYS[1] meta  KEYS[1 + i] the status hash of the i-th command (i = 1 .. n)
 -- KEYS[n + 2 ..] the permits the commands may hold (lib/epoch.lua's declared permits)
 -- ARGV[2i - 1], ARGV[2i]: the i-th command's id and attempt
--- Returns "NOT_READY" (nothing can be told: rescue nothing), {"HELD", lease, ...} (permits held
+-- Returns "NOT_READY" (nothing can be told: rescue nothing), {"KEYS", key, ...} (permits held
 -- that are not in KEYS: nothing told), or per command 1 (its attempt is on record and every
 -- permit it holds is live) or 0.
 
@@ -20,7 +20,7 @@ for i = 1, n do
   records[i] = redis.call('HMGET', KEYS[1 + i], 'attempt', 'held')
   if records[i][1] == ARGV[2 * i] then undeclared_held(records[i][2], missing) end
 end
-if #missing > 0 then return held_answer(missing) end
+if #missing > 0 then return keys_answer(missing) end
 local answer = {}
 for i = 1, n do
   local id, attempt, h = ARGV[2 * i - 1], ARGV[2 * i], records[i]

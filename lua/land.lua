@@ -33,7 +33,7 @@
 -- sequence, and one never queued records the application's sequence (an upper bound).
 --
 -- Returns "NOT_READY" while the projection is not trusted (the caller lands again once it is:
--- a rebuild meanwhile may or may not have seen the end), {"HELD", lease, ...} when it holds
+-- a rebuild meanwhile may or may not have seen the end), {"KEYS", key, ...} when it holds
 -- permits not in KEYS (nothing done), else 1 when this call counted the command out of
 -- `unfinished`, 0 otherwise.
 
@@ -56,7 +56,7 @@ local now = epoch_now()
 if not epoch_check(meta, 0, now) then return 'NOT_READY' end
 local id, ns, cmd, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local missing = undeclared_held(redis.call('HGET', cmdkey, 'held'), {})
-if #missing > 0 then return held_answer(missing) end
+if #missing > 0 then return keys_answer(missing) end
 
 local queued_seq = redis.call('ZSCORE', q, id)
 if queued_seq then

@@ -15,7 +15,7 @@
 -- sweeper restores, and only for a command PostgreSQL has running: its backend has it, so its
 -- permits count whatever Redis lost (at worst the limit is full until it ends, never exceeded
 -- by starts after this).
--- Returns "NOT_READY", {"HELD", lease, ...} (an extension of permits not in KEYS: nothing done),
+-- Returns "NOT_READY", {"KEYS", key, ...} (an extension of permits not in KEYS: nothing done),
 -- 1 (marked) or 0 (not this attempt's any more, or a permit lapsed).
 
 local meta, cmdkey = KEYS[1], KEYS[2]
@@ -27,7 +27,7 @@ if not h[1] or TERMINAL[h[1]] or h[1] == 'needs_review' or h[2] ~= ARGV[2] then 
 local extend = tonumber(ARGV[5])
 if extend > 0 then
   local missing = undeclared_held(h[3], {})
-  if #missing > 0 then return held_answer(missing) end
+  if #missing > 0 then return keys_answer(missing) end
   local leases = h[3] and cjson.decode(h[3]) or {}
   local restore = ARGV[6] == 'restore'
   for _, lease in ipairs(leases) do

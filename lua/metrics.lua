@@ -2,14 +2,17 @@
 -- in one round trip. Read-only.
 --
 -- KEYS[1] meta  KEYS[2] count  KEYS[3] cfg  KEYS[4] the application's executing permits (lease zset)
+-- KEYS[5 ..] the commands' executing permits (lease zsets)
 -- Returns {generation, ready, unfinished, live application permits,
 --          "<ns>:<cmd>", queued, live command permits, "<ns>:<cmd>", ...}; generation and ready
--- are false when `meta` lacks them (no projection).
+-- are false when `meta` lacks them (no projection). Or {"KEYS", key, ...} when a command's
+-- lease zset is not in KEYS (nothing counted): the caller calls again with them
+-- (durable/src/projection/asked_keys.rs).
 --
 -- The commands are those with a `queued:<ns>:<cmd>` counter (every command that ever took a
 -- reservation) and those with an admission spec in `cfg` (every command an executor can run);
 -- each command's permits are the live members (expiry > now) of `{a:ID}:lease:cmd:<ns>:<cmd>`,
--- derived from the meta key's hash tag like admit.lua does, so it stays in the same slot.
+-- named under the meta key's hash tag like admit.lua does, so it stays in the same slot.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function live(lease)
@@ -35,6 +38,13 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[3])) do
     queued[field] = 0
   end
 end
+local declared, missing = {}, {'KEYS'}
+for _, key in ipairs(KEYS) do declared[key] = true end
+for _, nscmd in ipairs(order) do
+  local lease = prefix .. ':lease:cmd:' .. nscmd
+  if not declared[lease] then missing[#missing + 1] = lease end
+end
+if #missing > 1 then return missing end
 for _, nscmd in ipairs(order) do
   answer[#answer + 1] = nscmd
   answer[#answer + 1] = queued[nscmd]

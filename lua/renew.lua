@@ -11,7 +11,7 @@
 -- is lost: the executor stops it, and it cannot land (PostgreSQL fences it too).
 -- GT: a renewal only ever extends: a running command's permits, extended to its deadline, are
 -- never shortened by a routine renewal racing that extension.
--- Returns "NOT_READY", {"HELD", lease, ...} (permits held that are not in KEYS: nothing done), or
+-- Returns "NOT_READY", {"KEYS", key, ...} (permits held that are not in KEYS: nothing done), or
 -- per attempt 1 (every permit extended) or 0 (lost).
 
 local meta = KEYS[1]
@@ -25,7 +25,7 @@ for i = 1, n do
   records[i] = redis.call('HMGET', KEYS[1 + i], 'attempt', 'held', 'status')
   if records[i][1] == ARGV[2 * i + 1] then undeclared_held(records[i][2], missing) end
 end
-if #missing > 0 then return held_answer(missing) end
+if #missing > 0 then return keys_answer(missing) end
 local answer = {}
 for i = 1, n do
   local id, attempt, h = ARGV[2 * i], ARGV[2 * i + 1], records[i]

@@ -13,7 +13,7 @@
 -- ended, or for a command Redis does not know — changes nothing: it can neither release
 -- another attempt's permits nor resurrect a final status.
 -- ZADD NX makes the waiting counts exactly-once; its original sequence keeps its place in line.
--- Returns "NOT_READY", "STALE" (nothing done), {"HELD", lease, ...} (permits held that are not in
+-- Returns "NOT_READY", "STALE" (nothing done), {"KEYS", key, ...} (permits held that are not in
 -- KEYS: nothing done) or "OK".
 
 local meta, count, q, cmdkey, rq, ready, turn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
@@ -27,7 +27,7 @@ if not h[1] or TERMINAL[h[1]] or h[1] == 'needs_review' or h[1] == 'running'
   return 'STALE'
 end
 local missing = undeclared_held(h[3], {})
-if #missing > 0 then return held_answer(missing) end
+if #missing > 0 then return keys_answer(missing) end
 release_held(cmdkey, id)
 if redis.call('ZADD', q, 'NX', ARGV[3], id) == 1 then
   redis.call('HINCRBY', count, 'waiting:' .. ARGV[4], 1)

@@ -1,9 +1,18 @@
 -- status.lua: what the status board reads from one application's projection, in one call.
 --
 -- KEYS[1] meta  KEYS[2] application leases  KEYS[3] the namespace's ring of outcomes (land.lua)
+-- KEYS[4 ..] in any order: each command's lease zset and resource set (`rq`), each limit key's
+--            lease zset, and the queue and resource lease zset of resources it asked for
 -- ARGV: 1 namespace id  2 how many ready resources to look at, at most  3 how many busiest to
 --       return  4 how many whole seconds of outcomes  5 how many command codes follow (n)
---       6 .. 5+n command codes  then limit keys (rendered, of this namespace)
+--       6 "ask" or "partial"  7 .. 6+n command codes  then limit keys (rendered, of this namespace)
+--
+-- Every key in KEYS. The resources with waiting work are only known once the `rq` sets are
+-- read, so with ARGV[6] = "ask" a call that meets resources whose queue or lease zset it was
+-- not given answers {"KEYS", key, ...} (nothing else) and the caller calls again with them and
+-- "partial" (durable/src/projection/asked_keys.rs). A "partial" call looks only at the
+-- resources it was given among those it meets (`scanned` counts them): the round-robin order of
+-- the `rq` sets moves between the two calls, and the board is a view, not a decision.
 -- Returns {generation|false, ready, resources_waiting, scanned, application_in_flight,
 --          {in_flight per command code}, {suffix, waiting, in_flight, ...} busiest first,
 --          {unix_second, succeeded, rejected, failed, expired, cancelled, ...} oldest first,
@@ -20,6 +29,13 @@ local meta, app_leases = KEYS[1], KEYS[2]
 local prefix = string.match(meta, '^(.*):meta$')
 local ns = ARGV[1]
 local scan, top, seconds, ncmd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ask = ARGV[6] == 'ask'
+local declared = {}
+for _, key in ipairs(KEYS) do declared[key] = true end
+local function given(key)
+  if not declared[key] then error('status.lua: ' .. key .. ' is not in KEYS') end
+  return key
+end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = '(' .. now_ms
@@ -28,24 +44,33 @@ local m = redis.call('HMGET', meta, 'generation', 'ready')
 
 local commands = {}
 for i = 1, ncmd do
-  commands[i] = redis.call('ZCOUNT', prefix .. ':lease:cmd:' .. ns .. ':' .. ARGV[5 + i], live, '+inf')
+  commands[i] = redis.call('ZCOUNT', given(prefix .. ':lease:cmd:' .. ns .. ':' .. ARGV[6 + i]), live, '+inf')
 end
 local limit_keys = {}
-for i = 6 + ncmd, #ARGV do
-  limit_keys[#limit_keys + 1] = redis.call('ZCOUNT', prefix .. ':lease:lim:' .. ns .. ':' .. ARGV[i], live, '+inf')
+for i = 7 + ncmd, #ARGV do
+  limit_keys[#limit_keys + 1] = redis.call('ZCOUNT', given(prefix .. ':lease:lim:' .. ns .. ':' .. ARGV[i]), live, '+inf')
 end
 
 -- Busiest resources of this namespace among the first `scan` ready ones. Only the `top`
 -- deepest are kept, by insertion into a short list (no sort of every queue seen): the script
 -- blocks Redis, so its cost is one ZCARD per queue looked at and little else.
-local members = {}
+local members, missing, seen = {}, {'KEYS'}, 0
+local queue_prefix, lease_prefix = prefix .. ':q:', prefix .. ':lease:res:'
 for i = 1, ncmd do
-  if #members >= scan then break end
-  local page = redis.call('ZRANGE', prefix .. ':rq:' .. ns .. ':' .. ARGV[5 + i], 0, scan - #members - 1)
-  for _, suffix in ipairs(page) do members[#members + 1] = suffix end
+  if seen >= scan then break end
+  local page = redis.call('ZRANGE', given(prefix .. ':rq:' .. ns .. ':' .. ARGV[6 + i]), 0, scan - seen - 1)
+  seen = seen + #page
+  for _, suffix in ipairs(page) do
+    if declared[queue_prefix .. suffix] and declared[lease_prefix .. suffix] then
+      members[#members + 1] = suffix
+    else
+      missing[#missing + 1] = queue_prefix .. suffix
+      missing[#missing + 1] = lease_prefix .. suffix
+    end
+  end
 end
+if ask and #missing > 1 then return missing end
 local call = redis.call
-local queue_prefix = prefix .. ':q:'
 local mine, deepest = 0, {}
 -- Deeper first; equal depths by name, so the board does not shuffle between reads.
 local function before(depth, suffix, other)
@@ -73,7 +98,7 @@ for i = 1, #deepest do
   local suffix = deepest[i][1]
   busiest[#busiest + 1] = suffix
   busiest[#busiest + 1] = deepest[i][2]
-  busiest[#busiest + 1] = call('ZCOUNT', prefix .. ':lease:res:' .. suffix, live, '+inf')
+  busiest[#busiest + 1] = call('ZCOUNT', lease_prefix .. suffix, live, '+inf')
 end
 
 -- Outcomes of the last whole seconds (the current one is still filling).

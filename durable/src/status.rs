@@ -17,6 +17,7 @@ use crate::ids::{ApplicationId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 use crate::rooms::figures::{self as room_figures, RoomFigures};
 
 /// Ready resources looked at for the busiest queues, at most. `status.lua` blocks Redis (every
@@ -273,19 +274,39 @@ pub async fn projection(
         TOP.into(),
         OUTCOME_SECONDS.into(),
         (commands.len() as i64).into(),
+        "ask".into(),
     ];
     args.extend(commands.iter().map(|code| Value::from(*code)));
     args.extend(limit_keys.iter().map(|key| Value::from(*key)));
-    let answer: Vec<Value> = redis
-        .status(
-            vec![
-                keys.meta(),
-                keys.application_leases(),
-                keys.outcomes(namespace_id),
-            ],
-            args,
-        )
-        .await?;
+    let mut script_keys = vec![
+        keys.meta(),
+        keys.application_leases(),
+        keys.outcomes(namespace_id),
+    ];
+    for command in commands {
+        script_keys.push(keys.command_leases(namespace_id, command));
+        script_keys.push(keys.resource_ready(namespace_id, command));
+    }
+    script_keys.extend(
+        limit_keys
+            .iter()
+            .map(|key| keys.limit_leases(namespace_id, key)),
+    );
+    // The resources with waiting work are read by the script: the first call names their
+    // queues and lease zsets, and the second looks at those it was given (status.lua).
+    let given = script_keys.len();
+    let answer = call_asking("status.lua", script_keys, |script_keys| {
+        let mut args = args.clone();
+        if script_keys.len() > given {
+            args[5] = "partial".into();
+        }
+        redis.status(script_keys, args)
+    })
+    .await?;
+    let answer = match answer {
+        Value::Array(items) => items,
+        _ => return Err(DurableError::script("status.lua", "not a list")),
+    };
     let bad = |what: &str| DurableError::script("status.lua", what);
     let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0);
     let list = |v: Option<&Value>| -> Vec<Value> {

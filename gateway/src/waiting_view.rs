@@ -153,6 +153,15 @@ impl WaitingView {
         state.suffixes.insert(tag, Arc::from(suffix));
     }
 
+    /// The queue suffix `tag` stands for, once learnt: what a poll that Redis answers passes to
+    /// `ticket.lua`, which reads only the queue it is given.
+    pub fn suffix_of(&self, application_id: ApplicationId, tag: u64) -> Option<Arc<str>> {
+        lock(&self.app(application_id).state)
+            .suffixes
+            .get(&tag)
+            .cloned()
+    }
+
     /// The application's watermark: no command at or below this sequence is answered from
     /// memory (0 until a pull missed gone entries or saw a rebuild).
     pub fn watermark(&self, application_id: ApplicationId) -> u64 {

@@ -105,14 +105,24 @@ fn build(
 /// The status of a plain `GET` (health probes answer text, not the envelope); `None` when no
 /// answer came.
 pub async fn status_of(client: &HttpClient, uri: &str) -> Option<u16> {
+    answer_of(client, uri).await.map(|(status, _)| status)
+}
+
+/// The status and body text of a plain `GET`; `None` when no answer came.
+pub async fn answer_of(client: &HttpClient, uri: &str) -> Option<(u16, String)> {
     let request = build(Method::GET, uri, None, None).ok()?;
     let response = tokio::time::timeout(EXCHANGE_TIMEOUT, client.request(request))
         .await
         .ok()?
         .ok()?;
     let status = response.status().as_u16();
-    let _ = response.into_body().collect().await;
-    Some(status)
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default();
+    Some((status, body))
 }
 
 async fn send(client: &HttpClient, request: Request<Full<Bytes>>) -> Outcome {

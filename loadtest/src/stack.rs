@@ -202,16 +202,25 @@ impl Stack {
     async fn wait_healthy(&self, client: &HttpClient, dir: &Path) -> Result<(), BoxError> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let mut ready = true;
+            // What the first probe that is not ready said: why the stack is not ready yet.
+            let mut not_ready = None;
             for url in &self.ready_urls {
-                ready &= crate::api::status_of(client, url).await == Some(200);
+                match crate::api::answer_of(client, url).await {
+                    Some((200, _)) => {}
+                    Some((status, body)) => {
+                        not_ready.get_or_insert_with(|| format!("{url}: {status} {}", body.trim()));
+                    }
+                    None => {
+                        not_ready.get_or_insert_with(|| format!("{url}: no answer"));
+                    }
+                }
             }
-            if ready {
+            let Some(why) = not_ready else {
                 return Ok(());
-            }
+            };
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the stack at {} was not ready within 60 s (logs in {})",
+                    "the stack at {} was not ready within 60 s ({why}; logs in {})",
                     self.base,
                     dir.display()
                 )

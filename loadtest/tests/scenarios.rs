@@ -73,8 +73,8 @@ fn every_one_answered_and_the_pool_sold_exactly(report: &Report, people: u64, ca
 }
 
 /// The warnings and errors the stack's processes logged in the run's output directory (each
-/// process logs to `<name>.log` there): what a failed assertion on unknown outcomes prints, so
-/// a `503` the gateway answered names its cause in the test's output.
+/// process logs to `<name>.log` there), and each log's last lines: what a failed run or a
+/// failed assertion on unknown outcomes prints, so the cause is in the test's output.
 fn warnings_logged(out: &std::path::Path) -> String {
     let mut lines = Vec::new();
     // The run writes into a directory of its own under `out`.
@@ -97,6 +97,13 @@ fn warnings_logged(out: &std::path::Path) -> String {
                 .filter(|l| l.contains("WARN") || l.contains("ERROR"))
                 .take(40)
                 .map(|l| format!("{name}: {l}")),
+        );
+        // And where each process stood at the end.
+        let all: Vec<&str> = text.lines().collect();
+        lines.extend(
+            all[all.len().saturating_sub(5)..]
+                .iter()
+                .map(|l| format!("{name} (last lines): {l}")),
         );
     }
     if lines.is_empty() {
@@ -393,10 +400,13 @@ async fn a_steady_load_arrives_at_its_rate_and_takes_first_answers_without_retry
         ],
         out.path(),
     );
-    let report = scenario::run(options)
-        .await
-        .expect("the run completes")
-        .report;
+    let report = match scenario::run(options).await {
+        Ok(run) => run.report,
+        Err(error) => panic!(
+            "the run did not complete: {error}\nlogged:\n{}",
+            warnings_logged(out.path())
+        ),
+    };
     let failed: Vec<_> = report.invariants.iter().filter(|c| !c.holds).collect();
     assert!(report.invariants_hold, "invariants broken: {failed:?}");
     let people = &report.people;

@@ -107,8 +107,8 @@ end
 -- passes the permits it expects after the script's own keys (it derives them from the command's
 -- row: its application, command, resource and limit keys), and the script checks every `held`
 -- list it reads against KEYS before it touches a lease or writes anything. A lease it was not
--- given is answered {'HELD', lease, ...}: nothing was done, and the caller calls again with
--- them (durable/src/lifecycle/redis/mod.rs). Extra keys cost nothing.
+-- given is answered {'KEYS', key, ...}: nothing was done, and the caller calls again with
+-- them (durable/src/projection/asked_keys.rs). Extra keys cost nothing.
 local declared = nil
 -- Adds to `missing` every lease of the `held` JSON list (false or nil: none) not in KEYS.
 local function undeclared_held(held, missing)
@@ -126,7 +126,7 @@ local function undeclared_held(held, missing)
   return missing
 end
 -- The answer that asks for the leases in `missing` (after nothing was written).
-local function held_answer(missing)
-  table.insert(missing, 1, 'HELD')
+local function keys_answer(missing)
+  table.insert(missing, 1, 'KEYS')
   return missing
 end

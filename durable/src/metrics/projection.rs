@@ -19,6 +19,7 @@ use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 
 /// One application's figures as `metrics.lua` reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,18 +49,21 @@ pub async fn read_app_figures(
     application_id: ApplicationId,
 ) -> Result<AppFigures, DurableError> {
     let keys = AppKeys::new(application_id);
-    let answer: Vec<Value> = redis
-        .metrics(
-            vec![
-                keys.meta(),
-                keys.count(),
-                keys.admission_config(),
-                keys.application_leases(),
-            ],
-            vec![],
-        )
-        .await?;
-    parse_figures(&answer)
+    let script_keys = vec![
+        keys.meta(),
+        keys.count(),
+        keys.admission_config(),
+        keys.application_leases(),
+    ];
+    // The commands are read by the script: the first call names their lease zsets.
+    let answer = call_asking("metrics.lua", script_keys, |script_keys| {
+        redis.metrics(script_keys, vec![])
+    })
+    .await?;
+    match answer {
+        Value::Array(items) => parse_figures(&items),
+        _ => Err(DurableError::script("metrics.lua", "not a list")),
+    }
 }
 
 fn parse_figures(answer: &[Value]) -> Result<AppFigures, DurableError> {

@@ -8,6 +8,7 @@
 //! trusted for an admission.
 
 pub mod admission_config;
+pub mod asked_keys;
 pub mod cache;
 pub mod connect;
 pub mod handle;

@@ -64,19 +64,10 @@ pub const STRICT_KEYS_VARIABLE: &str = "SLUICE_STRICT_SCRIPT_KEYS";
 /// The scripts that still touch keys they derive from what they read, with what they read:
 /// the step that issue 22's "every key in `KEYS`" has left. `deploy/test.sh` runs every test
 /// under the guard, so a script off this list cannot start doing it unnoticed.
-pub const UNDECLARED_KEYS: &[(&str, &str)] = &[
-    (
-        "admit.lua",
-        "the queues, permits and limit keys of the work it chooses",
-    ),
-    ("holders.lua", "the status hash of each permit holder"),
-    ("ticket.lua", "the queue named in the command's status hash"),
-    ("metrics.lua", "the permits of every command in `cfg`"),
-    (
-        "status.lua",
-        "the queues and permits of the resources in the ready sets",
-    ),
-];
+pub const UNDECLARED_KEYS: &[(&str, &str)] = &[(
+    "admit.lua",
+    "the queues, permits and limit keys of the work it chooses",
+)];
 
 /// A script that reads, or writes only what needs no trusted projection.
 macro_rules! plain {

@@ -35,26 +35,45 @@ pub struct ProjectedStatus {
     pub queue_suffix: Option<String>,
 }
 
+/// `ticket.lua` for `command_id`. `queue_suffix` is the queue the caller expects the command
+/// to wait in, when it knows (a ticket's queue tag the gateway has learnt, an enqueue's own
+/// resource): the script reads a queue only when it is given its key, and names the one it
+/// needs otherwise, so a guess that is missing or wrong costs a second call.
 pub async fn read_status(
     redis: &Projection,
     keys: &AppKeys,
     command_id: CommandId,
+    queue_suffix: Option<&str>,
 ) -> Result<ProjectedStatus, DurableError> {
-    let answer: Vec<Value> = redis
-        .ticket(
-            vec![keys.meta(), keys.command(command_id), keys.starts()],
-            vec![],
-        )
-        .await?;
-    if answer.len() != 13 {
-        return Err(DurableError::script(
-            "ticket.lua",
-            format!("{} elements", answer.len()),
-        ));
+    let mut queue = queue_suffix.map(|suffix| keys.queue_by_suffix(suffix));
+    // The second call's key is the one the first named; a third is needed only when the
+    // command moved to another queue in between (it cannot: a command's queue is fixed).
+    for _ in 0..3 {
+        let mut script_keys = vec![keys.meta(), keys.command(command_id), keys.starts()];
+        script_keys.extend(queue.clone());
+        let answer: Vec<Value> = redis.ticket(script_keys, vec![]).await?;
+        if answer.len() != 14 {
+            return Err(DurableError::script(
+                "ticket.lua",
+                format!("{} elements", answer.len()),
+            ));
+        }
+        match answer[13].as_string() {
+            Some(asked) if queue.as_deref() != Some(asked.as_str()) => queue = Some(asked),
+            _ => return Ok(projected(&answer)),
+        }
     }
+    Err(DurableError::script(
+        "ticket.lua",
+        "named another queue on every call",
+    ))
+}
+
+/// The status of a 14-element `ticket.lua` answer.
+fn projected(answer: &[Value]) -> ProjectedStatus {
     let text = |i: usize| answer[i].as_string();
     let observed_at_ms = answer[10].as_i64().unwrap_or_default();
-    Ok(ProjectedStatus {
+    ProjectedStatus {
         ready: text(0).as_deref() == Some("1"),
         generation: answer[1].as_i64(),
         status: text(2).and_then(|s| CommandStatus::parse(&s)),
@@ -71,5 +90,5 @@ pub async fn read_status(
             .and_then(StartRecord::parse)
             .and_then(|record| record.per_second(observed_at_ms)),
         queue_suffix: text(12),
-    })
+    }
 }

@@ -165,6 +165,7 @@ impl LuaFixture {
                 ("status".into(), "accepted".into()),
                 ("ns".into(), ns.to_string()),
                 ("cmd".into(), "job".into()),
+                ("q".into(), self.keys.queue(ns, "job", resource)),
             ],
             vec![
                 "unfinished".into(),

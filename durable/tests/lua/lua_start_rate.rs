@@ -81,7 +81,8 @@ async fn admissions_record_each_queues_start_rate_for_ticket_polls() {
     let elsewhere = bench.queue_waiting("other", "r2", 1).await;
 
     let waiting = ids[10];
-    let before = read_status(&bench.redis, &bench.keys, waiting)
+    // Without the queue: ticket.lua names it, and the second call reads it.
+    let before = read_status(&bench.redis, &bench.keys, waiting, None)
         .await
         .expect("ticket.lua");
     assert_eq!(before.position, Some(10));
@@ -115,13 +116,15 @@ async fn admissions_record_each_queues_start_rate_for_ticket_polls() {
     );
 
     // The poll reads the record of its own queue: five started quickly, capped at 7 per second.
-    let polled = read_status(&bench.redis, &bench.keys, waiting)
+    let r1 = bench.suffix("claim", "r1");
+    let polled = read_status(&bench.redis, &bench.keys, waiting, Some(&r1))
         .await
         .expect("ticket.lua");
     assert_eq!(polled.position, Some(5));
     assert_eq!(polled.starts_per_second, Some(7.0));
     // A queue that started nothing has no rate, whatever the others do.
-    let other = read_status(&bench.redis, &bench.keys, elsewhere[0])
+    // A wrong queue is not read: the one named is.
+    let other = read_status(&bench.redis, &bench.keys, elsewhere[0], Some(&r1))
         .await
         .expect("ticket.lua");
     assert_eq!(other.position, Some(0));
@@ -137,7 +140,7 @@ async fn admissions_record_each_queues_start_rate_for_ticket_polls() {
         .expect("a well-formed record");
     assert_eq!(reopened.decayed, 1.0, "a new record: {reopened:?}");
     assert_eq!(reopened.born_ms, reopened.at_ms);
-    let last = read_status(&bench.redis, &bench.keys, again[1])
+    let last = read_status(&bench.redis, &bench.keys, again[1], None)
         .await
         .expect("ticket.lua");
     assert_eq!(last.position, Some(0));

@@ -1,7 +1,7 @@
 //! The Lua scripts run in a real Redis, with concurrent callers from several tasks: what each
 //! decides, and the bounds `lua/README.md` states. They need no gateway and no PostgreSQL.
 
-mod declared_permits;
+mod asked_keys;
 mod lua_admit;
 mod lua_epoch;
 mod lua_fixture;

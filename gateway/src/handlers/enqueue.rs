@@ -241,7 +241,13 @@ impl Attempt<'_> {
     /// A replay of a committed key: answered from the projection, or from PostgreSQL when the
     /// projection no longer holds the command.
     async fn answer_replay(&self, command_id: CommandId) -> Handled {
-        let projected = read_status(&self.gateway.redis, &self.keys, command_id).await?;
+        let suffix = AppKeys::queue_suffix(
+            self.namespace.namespace_id,
+            &self.decl.code,
+            &self.resource_key,
+        );
+        let projected =
+            read_status(&self.gateway.redis, &self.keys, command_id, Some(&suffix)).await?;
         if let (Some(status), Some(accepted_at), Some(deadline_at)) = (
             projected.status,
             projected.accepted_at.as_deref(),

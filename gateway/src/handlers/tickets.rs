@@ -54,7 +54,10 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
         return from_memory(claims, queue, &answer);
     }
     let keys = AppKeys::new(claims.application_id);
-    match read_status(&gateway.redis, &keys, claims.command_id).await {
+    let suffix = claims
+        .queue
+        .and_then(|queue| gateway.waiting.suffix_of(claims.application_id, queue.tag));
+    match read_status(&gateway.redis, &keys, claims.command_id, suffix.as_deref()).await {
         Ok(projected) if projected.ready && projected.status.is_some() => {
             if let (Some(queue), Some(suffix)) = (claims.queue, projected.queue_suffix.as_deref()) {
                 // Redis named the queue this ticket's tag stands for: later polls of its

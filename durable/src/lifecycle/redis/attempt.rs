@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::{clamp_i64, is_not_ready, with_declared_permits};
+use super::{clamp_i64, is_not_ready};
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 
 /// A started command that PostgreSQL moved back to waiting.
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ pub async fn requeue(
         back.status.as_str().into(),
         back.updated_at.clone().into(),
     ];
-    let answer = with_declared_permits("requeue.lua", script_keys, |keys| {
+    let answer = call_asking("requeue.lua", script_keys, |keys| {
         redis.requeue(keys, args.clone())
     })
     .await?;
@@ -99,7 +100,7 @@ pub async fn renew(
         args.push(attempt.to_string().into());
     }
     // The permits are not known here: the first call names those held (or none are).
-    let answer = with_declared_permits("renew.lua", script_keys, |keys| {
+    let answer = call_asking("renew.lua", script_keys, |keys| {
         redis.renew(keys, args.clone())
     })
     .await?;
@@ -160,7 +161,7 @@ pub async fn mark(
         mode.into(),
     ];
     let script_keys = vec![keys.meta(), keys.command(command_id)];
-    let answer = with_declared_permits("mark.lua", script_keys, |keys| {
+    let answer = call_asking("mark.lua", script_keys, |keys| {
         redis.mark(keys, args.clone())
     })
     .await?;
@@ -232,7 +233,7 @@ pub async fn holding(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer = with_declared_permits("holding.lua", script_keys, |keys| {
+    let answer = call_asking("holding.lua", script_keys, |keys| {
         redis.holding(keys, args.clone())
     })
     .await?;

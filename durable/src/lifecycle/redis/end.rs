@@ -2,12 +2,13 @@
 
 use fred::prelude::*;
 
-use super::{is_not_ready, with_declared_permits};
+use super::is_not_ready;
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 
 /// A command's end that PostgreSQL committed, to project.
 #[derive(Debug, Clone)]
@@ -54,7 +55,7 @@ pub async fn land(
         message.into(),
         end.retention_ms.into(),
     ];
-    let answer = with_declared_permits("land.lua", script_keys, |keys| {
+    let answer = call_asking("land.lua", script_keys, |keys| {
         redis.land(keys, args.clone())
     })
     .await?;

@@ -18,57 +18,7 @@ pub use end::*;
 pub use intake::*;
 pub use start::*;
 
-use std::future::Future;
-
 use fred::prelude::*;
-
-use crate::DurableError;
-
-/// Calls of a script that checks the permits it touches against its `KEYS` before the caller
-/// gives up: each refused call names every lease it lacked, so a second call succeeds unless a
-/// command's permits changed in between (it was admitted again, or a rebuild restored it).
-const DECLARED_PERMIT_TRIES: usize = 4;
-
-/// Calls a script that releases, extends or reads commands' permits (land, requeue, mark,
-/// renew, holding) with `keys`, and again with the leases it asks for in a `{"HELD", lease,
-/// ...}` answer (lib/epoch.lua's declared permits): nothing was done then. The leases asked
-/// for are appended, so the script's own keys keep their places.
-pub(super) async fn with_declared_permits<F, Fut>(
-    script: &'static str,
-    mut keys: Vec<String>,
-    mut call: F,
-) -> Result<Value, DurableError>
-where
-    F: FnMut(Vec<String>) -> Fut,
-    Fut: Future<Output = Result<Value, DurableError>>,
-{
-    for _ in 0..DECLARED_PERMIT_TRIES {
-        let answer = call(keys.clone()).await?;
-        match permits_asked(&answer) {
-            None => return Ok(answer),
-            Some(asked) if asked.is_empty() => {
-                return Err(DurableError::script(script, "HELD without a lease"));
-            }
-            Some(asked) => keys.extend(asked),
-        }
-    }
-    Err(DurableError::script(
-        script,
-        "the permits the commands hold changed on every try",
-    ))
-}
-
-/// The leases a `{"HELD", lease, ...}` answer asks for; None for any other answer.
-fn permits_asked(answer: &Value) -> Option<Vec<String>> {
-    let Value::Array(items) = answer else {
-        return None;
-    };
-    let (first, leases) = items.split_first()?;
-    if first.as_str().as_deref() != Some("HELD") {
-        return None;
-    }
-    Some(leases.iter().filter_map(Value::as_string).collect())
-}
 
 pub(super) fn is_not_ready(value: &Value) -> bool {
     value.as_str().as_deref() == Some("NOT_READY")

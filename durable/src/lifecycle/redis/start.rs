@@ -9,6 +9,7 @@ use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 
 /// One waiting command whose permits `admit.lua` took, and the attempt it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,15 +134,23 @@ pub async fn holders(
     command: &str,
     limit: i64,
 ) -> Result<Vec<Holder>, DurableError> {
-    let answer: Vec<Value> = redis
-        .holders(
-            vec![
-                keys.command_leases(namespace_id, command),
-                keys.command_prefix(),
-            ],
-            vec![limit.into()],
-        )
-        .await?;
+    // The holders are not known before the call: the first names their status hashes.
+    let answer = call_asking(
+        "holders.lua",
+        vec![keys.command_leases(namespace_id, command)],
+        |script_keys| {
+            redis.holders(
+                script_keys,
+                vec![limit.into(), keys.command_prefix().into()],
+            )
+        },
+    )
+    .await?;
+    let answer = match answer {
+        Value::Array(items) => items,
+        Value::Null => Vec::new(),
+        _ => return Err(DurableError::script("holders.lua", "not a list")),
+    };
     if !answer.len().is_multiple_of(4) {
         return Err(DurableError::script("holders.lua", "not quadruples"));
     }

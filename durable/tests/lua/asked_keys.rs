@@ -1,8 +1,10 @@
-//! Declared permits (lib/epoch.lua): the scripts that release, extend or read a command's
-//! permits touch only leases their caller passed in `KEYS`. Given too few, a script answers
-//! `{"HELD", lease, ...}` and writes nothing; the Rust callers then call again with them. And
-//! `land.lua`'s outcomes per second go to one declared ring per namespace, which `status.lua`
-//! reads back without counting a second the ring no longer holds.
+//! Asked keys (durable/src/projection/asked_keys.rs): scripts that learn which keys they need by
+//! reading others touch only keys their caller passed in `KEYS`. Given too few, a script answers
+//! `{"KEYS", key, ...}` and does nothing else; the Rust callers then call again with them. The
+//! permit scripts (land, requeue, renew, mark, holding: lib/epoch.lua's declared permits) and the
+//! readers (holders, metrics, status, ticket). And `land.lua`'s outcomes per second go to one
+//! declared ring per namespace, which `status.lua` reads back without counting a second the ring
+//! no longer holds.
 
 use std::collections::HashSet;
 
@@ -10,14 +12,16 @@ use fred::prelude::*;
 use serde_json::json;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::attempt::AttemptId;
-use sluice_durable::lifecycle::redis::{AdmittedHead, holding, renew};
+use sluice_durable::lifecycle::redis::{AdmittedHead, holders, holding, renew};
+use sluice_durable::metrics::read_app_figures;
+use sluice_durable::projection::ticket::read_status;
 use sluice_durable::status;
 
 use crate::lua_fixture::{Bench, admit_limits};
 
-enum DeclaredPermits {}
+enum AskedKeys {}
 
-type Fixture = Bench<DeclaredPermits>;
+type Fixture = Bench<AskedKeys>;
 
 /// A command of `job` in resource `r` (with a per-resource limit), holding the limit key `acct:1`
 /// as well, admitted: its `held` names four leases (application, command, resource, limit key).
@@ -65,14 +69,14 @@ async fn held(bench: &Fixture, id: CommandId) -> HashSet<String> {
         .collect()
 }
 
-/// The `{"HELD", lease, ...}` answer's leases, or a panic naming what came instead.
+/// The `{"KEYS", key, ...}` answer's leases, or a panic naming what came instead.
 fn asked(answer: &Value, script: &str) -> HashSet<String> {
     let Value::Array(items) = answer else {
-        panic!("{script} answered {answer:?}, not HELD");
+        panic!("{script} answered {answer:?}, not KEYS");
     };
     assert_eq!(
         items.first().and_then(Value::as_string).as_deref(),
-        Some("HELD"),
+        Some("KEYS"),
         "{script}: {answer:?}"
     );
     items[1..].iter().filter_map(Value::as_string).collect()
@@ -302,4 +306,147 @@ async fn outcomes_land_in_a_declared_ring_and_a_reused_slot_starts_from_nothing(
         .map(|o| o.succeeded + o.failed)
         .sum();
     assert_eq!(stale_shown, 0, "{:?}", figures.outcomes);
+}
+
+/// Two commands of `job` admitted in resources `r1` and `r2`, and one more waiting in `r3`.
+async fn two_running_one_waiting(bench: &Fixture) -> (Vec<AdmittedHead>, CommandId) {
+    bench.configure(&[("job", "100 1000 1000 0")], &[]).await;
+    bench.queue_job("r1").await;
+    bench.queue_job("r2").await;
+    let heads = bench.admitted_heads(admit_limits(2)).await;
+    assert_eq!(heads.len(), 2, "both admitted");
+    let waiting = bench.queue_job("r3").await;
+    (heads, waiting)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_ask_for_the_keys_they_learn_by_reading_and_answer_with_them() {
+    let bench = Fixture::new().await;
+    let (heads, waiting) = two_running_one_waiting(&bench).await;
+    let running: HashSet<CommandId> = heads.iter().map(|h| h.command_id).collect();
+    let keys = &bench.keys;
+    let ns = bench.namespace;
+
+    // holders.lua with the lease zset only: it names both holders' status hashes.
+    let answer: Value = bench
+        .redis
+        .holders(
+            vec![keys.command_leases(ns, "job")],
+            vec![10.into(), keys.command_prefix().into()],
+        )
+        .await
+        .expect("holders.lua");
+    let expected: HashSet<String> = running.iter().map(|id| keys.command(*id)).collect();
+    assert_eq!(asked(&answer, "holders.lua"), expected);
+    let found = holders(&bench.redis, keys, ns, "job", 10)
+        .await
+        .expect("holders");
+    let found_ids: HashSet<CommandId> = found.iter().map(|h| h.command_id).collect();
+    assert_eq!(found_ids, running);
+    assert!(
+        found.iter().all(|h| h.live && h.attempt.is_some()),
+        "{found:?}"
+    );
+
+    // metrics.lua without the command's lease zset: it names it.
+    let answer: Value = bench
+        .redis
+        .metrics(
+            vec![
+                keys.meta(),
+                keys.count(),
+                keys.admission_config(),
+                keys.application_leases(),
+            ],
+            vec![],
+        )
+        .await
+        .expect("metrics.lua");
+    assert_eq!(
+        asked(&answer, "metrics.lua"),
+        HashSet::from([keys.command_leases(ns, "job")])
+    );
+    let figures = read_app_figures(&bench.redis, keys.application_id())
+        .await
+        .expect("metrics");
+    let job = figures
+        .commands
+        .iter()
+        .find(|c| c.command == "job")
+        .expect("the command is reported");
+    assert_eq!(
+        (job.permits, job.queued),
+        (2, 1),
+        "two running, one waiting: {figures:?}"
+    );
+
+    // status.lua asking: the waiting resource's queue and lease zset.
+    let status_keys = vec![
+        keys.meta(),
+        keys.application_leases(),
+        keys.outcomes(ns),
+        keys.command_leases(ns, "job"),
+        keys.resource_ready(ns, "job"),
+    ];
+    let status_args = |mode: &str| -> Vec<Value> {
+        vec![
+            ns.to_string().into(),
+            16.into(),
+            5.into(),
+            10.into(),
+            1.into(),
+            mode.into(),
+            "job".into(),
+        ]
+    };
+    let answer: Value = bench
+        .redis
+        .status(status_keys.clone(), status_args("ask"))
+        .await
+        .expect("status.lua");
+    // Every resource still in the command's `rq` set (a resource leaves it when admit.lua finds
+    // its queue empty): the two started from and the one waiting.
+    let r3 = bench.suffix("job", "r3");
+    let resources: HashSet<String> = ["r1", "r2", "r3"]
+        .iter()
+        .flat_map(|r| {
+            let suffix = bench.suffix("job", r);
+            [keys.queue_by_suffix(&suffix), keys.resource_leases(&suffix)]
+        })
+        .collect();
+    assert_eq!(asked(&answer, "status.lua"), resources);
+    // "partial" without them looks at nothing it was not given.
+    let answer: Vec<Value> = bench
+        .redis
+        .status(status_keys.clone(), status_args("partial"))
+        .await
+        .expect("status.lua");
+    assert_eq!(
+        answer[3].as_i64(),
+        Some(0),
+        "no resource scanned: {answer:?}"
+    );
+    let figures = status::projection(&bench.redis, keys, ns, &["job"], &[], 16)
+        .await
+        .expect("status");
+    assert_eq!(figures.command_in_flight, vec![2]);
+    assert_eq!(figures.resources_waiting, 1, "{figures:?}");
+    assert_eq!(figures.busiest.len(), 1, "{figures:?}");
+
+    // ticket.lua without the queue names it; read_status then reads the position.
+    let answer: Vec<Value> = bench
+        .redis
+        .ticket(
+            vec![keys.meta(), keys.command(waiting), keys.starts()],
+            vec![],
+        )
+        .await
+        .expect("ticket.lua");
+    assert_eq!(answer[3], Value::Null, "no rank read: {answer:?}");
+    assert_eq!(answer[13].as_string(), Some(keys.queue_by_suffix(&r3)));
+    let read = read_status(&bench.redis, keys, waiting, None)
+        .await
+        .expect("ticket");
+    assert_eq!(read.position, Some(0));
+    assert_eq!(read.queue_suffix.as_deref(), Some(r3.as_str()));
 }
