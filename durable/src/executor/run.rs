@@ -394,6 +394,7 @@ impl Executor {
                     namespace_id: row.namespace_id,
                     command: &row.command,
                     resource_key: &row.resource_key,
+                    limit_keys: &row.limit_keys,
                 },
                 done.status,
                 done.updated_at,

@@ -39,6 +39,9 @@ pub struct Place<'a> {
     pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub resource_key: &'a str,
+    /// Its rendered limit keys when the caller has them (an executor's claimed row): their
+    /// permits are passed to land.lua up front instead of asked for.
+    pub limit_keys: &'a [[String; 2]],
 }
 
 /// `land`, PostgreSQL side: writes `outcome` on the row only while `attempt` still holds it.
@@ -86,6 +89,7 @@ pub async fn project_end(
         namespace_id: place.namespace_id,
         command: place.command,
         resource_key: place.resource_key,
+        limit_keys: place.limit_keys,
         status,
         updated_at: rfc3339(updated_at),
         result: result.map(Value::to_string),
@@ -178,6 +182,7 @@ pub async fn project_current(
                 namespace_id: row.namespace_id,
                 command: &row.command,
                 resource_key: &row.resource_key,
+                limit_keys: &[],
             };
             let error = row
                 .error_code
@@ -255,6 +260,7 @@ fn place_of(record: &CommandRecord) -> Place<'_> {
         namespace_id: record.row.namespace_id,
         command: &record.row.command,
         resource_key: &record.row.resource_key,
+        limit_keys: &[],
     }
 }
 

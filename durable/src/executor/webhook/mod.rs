@@ -375,6 +375,7 @@ async fn land(
             namespace_id: row.namespace_id,
             command: &row.command,
             resource_key: &row.resource_key,
+            limit_keys: &row.limit_keys,
         },
         outcome.status,
         updated_at,

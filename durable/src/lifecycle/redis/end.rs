@@ -17,6 +17,9 @@ pub struct Ending<'a> {
     pub namespace_id: NamespaceId,
     pub command: &'a str,
     pub resource_key: &'a str,
+    /// Its rendered limit keys, `[[template, key], ...]`, when known (else their permits are
+    /// asked for).
+    pub limit_keys: &'a [[String; 2]],
     /// A final status, or `needs_review`.
     pub status: CommandStatus,
     pub updated_at: String,
@@ -43,6 +46,11 @@ pub async fn land(
         keys.outcomes(end.namespace_id),
     ];
     script_keys.extend(keys.permits(end.namespace_id, end.command, end.resource_key));
+    script_keys.extend(
+        end.limit_keys
+            .iter()
+            .map(|[_, key]| keys.limit_leases(end.namespace_id, key)),
+    );
     let (code, message) = end.error.unwrap_or(("", ""));
     let args: Vec<Value> = vec![
         end.command_id.to_string().into(),

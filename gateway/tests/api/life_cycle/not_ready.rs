@@ -201,6 +201,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         namespace_id: ns,
         command: "job",
         resource_key: "r1",
+        limit_keys: &[],
         status: sluice_durable::lifecycle::CommandStatus::Succeeded,
         updated_at: "2026-12-01T00:00:03.000Z".into(),
         result: Some("{}".into()),
