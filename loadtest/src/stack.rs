@@ -230,6 +230,22 @@ impl Stack {
         }
     }
 
+    /// Writes each gateway's `/metrics` as the run left it to `gateway-<i>.metrics` in `dir`:
+    /// the phases of its acceptances, its batches, its refusals, to read after the run. A
+    /// gateway whose admin listener this stack does not know (an external one) is skipped.
+    pub async fn save_metrics(&self, client: &HttpClient, dir: &Path) {
+        for (i, ready) in self.ready_urls.iter().enumerate() {
+            let Some(admin) = ready.strip_suffix("/readyz") else {
+                continue;
+            };
+            if let Some((200, text)) =
+                crate::api::answer_of(client, &format!("{admin}/metrics")).await
+            {
+                let _ = std::fs::write(dir.join(format!("gateway-{}.metrics", i + 1)), text);
+            }
+        }
+    }
+
     /// SIGTERM to every started process, then waits (10 s at most each) for the drain.
     pub async fn stop(mut self) -> Result<(), BoxError> {
         let mut failures = Vec::new();

@@ -114,6 +114,7 @@ pub async fn enqueue<R: Readiness>(
     loop {
         let command_id = CommandId::new_v7();
         let request = intake_request(intent, &digest_hex, command_id);
+        let reserving = Instant::now();
         match intake.reserve(&request).await? {
             IntakeVerdict::NotReady if !rebuilt => {
                 rebuilt = true;
@@ -142,11 +143,13 @@ pub async fn enqueue<R: Readiness>(
                 generation,
                 ..
             } => {
+                let reserved_in = reserving.elapsed();
                 faults::pass(Point::AfterReservation, intent.namespace_id).await?;
                 let reservation = Reservation {
                     command_id,
                     queue_seq,
                     generation,
+                    reserved_in,
                 };
                 match commit(stores, committer, intent, &reservation).await? {
                     Some(enqueued) => return Ok(enqueued),
@@ -189,6 +192,8 @@ struct Reservation {
     command_id: CommandId,
     queue_seq: i64,
     generation: i64,
+    /// How long its `reserve` took (for `sluice_intake_phase_duration_seconds`).
+    reserved_in: Duration,
 }
 
 /// Commits a reservation, then accepts or releases it. None: the commit refused it as stale.
@@ -216,13 +221,19 @@ async fn commit(
         limit_keys: serde_json::json!(intent.limit_keys),
         generation: reservation.generation,
     };
+    let committing = Instant::now();
     match committer.submit(new).await {
         Ok(InsertOutcome::Inserted {
             accepted_at,
             deadline_at,
         }) => {
+            let committed_in = committing.elapsed();
             faults::pass(Point::AfterCommit, intent.namespace_id).await?;
+            let projecting = Instant::now();
             let queue = project(stores, intent, reservation, accepted_at, deadline_at).await;
+            crate::metrics::intake_phase("reserve", reservation.reserved_in);
+            crate::metrics::intake_phase("commit", committed_in);
+            crate::metrics::intake_phase("project", projecting.elapsed());
             Ok(Some(Enqueued::Accepted {
                 command_id: reservation.command_id,
                 generation: reservation.generation,

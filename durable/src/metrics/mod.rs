@@ -104,6 +104,7 @@ fn latency_histogram() -> Histogram {
 struct Families {
     intake_decisions: Family<Label, Counter>,
     acceptance_seconds: Histogram,
+    intake_phase_seconds: Family<Label, Histogram>,
     group_commit_batch_size: Histogram,
     intake_batch_entries: Histogram,
     group_commit_failed_batches: Counter,
@@ -123,6 +124,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     let families = Families {
         intake_decisions: Family::default(),
         acceptance_seconds: latency_histogram(),
+        intake_phase_seconds: Family::new_with_constructor(latency_histogram),
         // 1, 2, 4, … 1024 commands per transaction (the default `max_batch` is 256).
         group_commit_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
         // 1, 2, 4, … 256 enqueues per intake.lua call (the default cap is 64).
@@ -145,6 +147,11 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         let _ = families
             .intake_decisions
             .get_or_create_owned(&label("outcome", outcome));
+    }
+    for phase in INTAKE_PHASES {
+        let _ = families
+            .intake_phase_seconds
+            .get_or_create_owned(&label("phase", phase));
     }
     for by in ["subject", "process"] {
         let _ = families
@@ -213,6 +220,20 @@ pub fn intake_decision(outcome: &str) {
 /// How long an enqueue that was answered `202` or `200` (replay) took in the handler.
 pub fn acceptance_latency(elapsed: Duration) {
     FAMILIES.acceptance_seconds.observe(elapsed.as_secs_f64());
+}
+
+/// The steps of an accepted enqueue, in order (lifecycle/enqueue.rs): `reserve`, its
+/// reservation by the application's intake batcher (waiting for the batch's `intake.lua` call
+/// included); `commit`, its row's group commit (waiting for the batch's transaction included);
+/// `project`, `accept.lua` putting it in its queue. Where an acceptance's time goes.
+pub const INTAKE_PHASES: [&str; 3] = ["reserve", "commit", "project"];
+
+/// How long one step of an enqueue that was accepted took (one of [`INTAKE_PHASES`]).
+pub fn intake_phase(phase: &'static str, elapsed: Duration) {
+    FAMILIES
+        .intake_phase_seconds
+        .get_or_create(&label("phase", phase))
+        .observe(elapsed.as_secs_f64());
 }
 
 /// One group-commit transaction of `size` commands, observed whether it commits or not.
@@ -366,6 +387,11 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "sluice_acceptance_duration_seconds",
         "Time from the enqueue handler's start to its 202 or 200 (replay) answer",
         f.acceptance_seconds.clone(),
+    );
+    registry.register(
+        "sluice_intake_phase_duration_seconds",
+        "Time an accepted enqueue spent in each step: reserve (the intake batcher and intake.lua), commit (the group commit), project (accept.lua)",
+        f.intake_phase_seconds.clone(),
     );
     registry.register(
         "sluice_group_commit_batch_size",

@@ -175,6 +175,17 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
         (ACCEPTED + REPLAYED) as f64,
         "202s and replays are timed, refusals are not"
     );
+    // Each step of every new acceptance is timed once; a replay reserves nothing new.
+    for phase in ["reserve", "commit", "project"] {
+        assert_eq!(
+            drained.value(
+                "sluice_intake_phase_duration_seconds_count",
+                &[("phase", phase)]
+            ),
+            ACCEPTED as f64,
+            "{phase}"
+        );
+    }
     // Every accepted command went through exactly one group commit; replays and refusals none.
     assert_eq!(
         drained.value("sluice_group_commit_batch_size_sum", &[]),
