@@ -30,6 +30,9 @@ use crate::projection::AppKeys;
 struct Held {
     command_id: CommandId,
     application_id: ApplicationId,
+    /// The lease zsets its permits are in, as the claimed row names them: passed to renew.lua
+    /// up front, so a renewal round is one call.
+    permits: Vec<String>,
     /// Cancelled when the attempt is stopped.
     stop: CancellationToken,
     /// Open while its permits in Redis are sure to outlive the next renewal round: until the
@@ -53,12 +56,14 @@ pub struct Attempts {
 }
 
 impl Attempts {
-    /// Takes `attempt` of `command_id` in hand; its permits were taken at `admitted_at`.
+    /// Takes `attempt` of `command_id` in hand; its permits (in the lease zsets `permits`) were
+    /// taken at `admitted_at`.
     pub fn hold(
         &self,
         attempt: AttemptId,
         command_id: CommandId,
         application_id: ApplicationId,
+        permits: Vec<String>,
         admitted_at: Instant,
         lease: Duration,
     ) -> Hold {
@@ -71,6 +76,7 @@ impl Attempts {
             Held {
                 command_id,
                 application_id,
+                permits,
                 stop: hold.stop.clone(),
                 fence: hold.fence.clone(),
             },
@@ -165,18 +171,19 @@ impl Attempts {
         lease: Duration,
         bound: Duration,
     ) {
-        let mut by_app: HashMap<ApplicationId, Vec<(CommandId, AttemptId)>> = HashMap::new();
+        // Per application: its attempts, and the lease zsets their permits are in.
+        type Round = (Vec<(CommandId, AttemptId)>, Vec<String>);
+        let mut by_app: HashMap<ApplicationId, Round> = HashMap::new();
         for (attempt, held) in snapshot {
-            by_app
-                .entry(held.application_id)
-                .or_default()
-                .push((held.command_id, *attempt));
+            let (attempts, permits) = by_app.entry(held.application_id).or_default();
+            attempts.push((held.command_id, *attempt));
+            permits.extend(held.permits.iter().cloned());
         }
         let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-        for (application_id, attempts) in by_app {
+        for (application_id, (attempts, permits)) in by_app {
             let keys = AppKeys::new(application_id);
             let sent = Instant::now();
-            let renewal = redis::renew(stores.redis, &keys, &attempts, lease_ms);
+            let renewal = redis::renew(stores.redis, &keys, &attempts, &permits, lease_ms);
             match tokio::time::timeout(bound, renewal).await {
                 Ok(Ok(Some(renewed))) => {
                     for ((_, attempt), ok) in attempts.iter().zip(renewed) {

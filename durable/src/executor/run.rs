@@ -293,9 +293,15 @@ impl Executor {
         let mut by_pool: HashMap<(NamespaceId, String), Vec<Claimed>> = HashMap::new();
         let mut holds = quota::Holds::new();
         for row in claimed {
-            let hold = self
-                .attempts
-                .hold(row.attempt, row.id, app.id, batch.at, self.lease());
+            let permits = keys.command_permits(
+                row.namespace_id,
+                &row.command,
+                &row.resource_key,
+                &row.limit_keys,
+            );
+            let hold =
+                self.attempts
+                    .hold(row.attempt, row.id, app.id, permits, batch.at, self.lease());
             let handler = app
                 .commands
                 .get(&(row.namespace_id, row.command.clone()))

@@ -127,6 +127,24 @@ impl AppKeys {
         ]
     }
 
+    /// [`Self::permits`] and its limit keys' lease zsets: every permit a command of this
+    /// resource with these rendered limit keys (`[[template, key], ...]`) may hold.
+    pub fn command_permits(
+        &self,
+        namespace_id: NamespaceId,
+        command: &str,
+        resource_key: &str,
+        limit_keys: &[[String; 2]],
+    ) -> Vec<String> {
+        let mut permits: Vec<String> = self.permits(namespace_id, command, resource_key).into();
+        permits.extend(
+            limit_keys
+                .iter()
+                .map(|[_, key]| self.limit_leases(namespace_id, key)),
+        );
+        permits
+    }
+
     /// Executing permits of the whole application (its `max_concurrency`), all namespaces.
     pub fn application_leases(&self) -> String {
         format!("{}:lease:app", self.prefix)

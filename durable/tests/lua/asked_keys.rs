@@ -181,10 +181,37 @@ async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
     // The Rust callers pass what they know and call again with what is asked: each succeeds.
     let lim_expiry = |scores: std::collections::HashMap<String, f64>| scores[&id.to_string()];
     let first = lim_expiry(bench.zscores(&limit_lease(&bench)).await);
-    let renewed = renew(&bench.redis, &bench.keys, &[(id, head.attempt)], 120_000)
-        .await
-        .expect("renew");
+    let renewed = renew(
+        &bench.redis,
+        &bench.keys,
+        &[(id, head.attempt)],
+        &[],
+        120_000,
+    )
+    .await
+    .expect("renew");
     assert_eq!(renewed, Some(vec![true]));
+    // Given every permit the claimed row names, as the executor passes them, it asks nothing.
+    let mut given = vec![bench.keys.meta(), bench.keys.command(id)];
+    given.extend(bench.keys.command_permits(
+        bench.namespace,
+        "job",
+        "r",
+        &[["acct:{a}".to_string(), "acct:1".to_string()]],
+    ));
+    let answer: Value = bench
+        .redis
+        .renew(
+            given,
+            vec![
+                120_000.into(),
+                id.to_string().into(),
+                attempt.clone().into(),
+            ],
+        )
+        .await
+        .expect("renew.lua");
+    assert_eq!(answer, Value::Array(vec![Value::Integer(1)]), "one call");
     let extended = lim_expiry(bench.zscores(&limit_lease(&bench)).await);
     assert!(
         extended > first,

@@ -79,12 +79,15 @@ pub async fn requeue(
 }
 
 /// `renew.lua`: extends the permits of each `(command, attempt)` for `lease_ms` from Redis time.
-/// Returns None when the projection is not trusted, else whether each attempt still holds every
-/// permit (false: lost; stop it).
+/// `permits` are the lease zsets the caller expects them to hold (what it derived when it took
+/// them, [`AppKeys::command_permits`]); any other the script asks for. Returns None when the
+/// projection is not trusted, else whether each attempt still holds every permit (false: lost;
+/// stop it).
 pub async fn renew(
     redis: &Projection,
     keys: &AppKeys,
     attempts: &[(CommandId, AttemptId)],
+    permits: &[String],
     lease_ms: u64,
 ) -> Result<Option<Vec<bool>>, DurableError> {
     if attempts.is_empty() {
@@ -99,7 +102,9 @@ pub async fn renew(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    // The permits are not known here: the first call names those held (or none are).
+    // Each permit once, after the status hashes.
+    let expected: std::collections::BTreeSet<&String> = permits.iter().collect();
+    script_keys.extend(expected.into_iter().cloned());
     let answer = call_asking("renew.lua", script_keys, |keys| {
         redis.renew(keys, args.clone())
     })

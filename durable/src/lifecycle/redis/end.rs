@@ -45,12 +45,12 @@ pub async fn land(
         keys.seq(),
         keys.outcomes(end.namespace_id),
     ];
-    script_keys.extend(keys.permits(end.namespace_id, end.command, end.resource_key));
-    script_keys.extend(
-        end.limit_keys
-            .iter()
-            .map(|[_, key]| keys.limit_leases(end.namespace_id, key)),
-    );
+    script_keys.extend(keys.command_permits(
+        end.namespace_id,
+        end.command,
+        end.resource_key,
+        end.limit_keys,
+    ));
     let (code, message) = end.error.unwrap_or(("", ""));
     let args: Vec<Value> = vec![
         end.command_id.to_string().into(),

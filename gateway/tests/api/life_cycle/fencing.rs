@@ -256,9 +256,15 @@ async fn late_writes_never_resurrect_an_ended_command() {
         bench.mark(id.as_uuid(), head.attempt, "running").await,
         Mark::Lost
     );
-    let renewed = renew(&bench.redis, &bench.keys, &[(id, head.attempt)], 60_000)
-        .await
-        .expect("renew.lua");
+    let renewed = renew(
+        &bench.redis,
+        &bench.keys,
+        &[(id, head.attempt)],
+        &[],
+        60_000,
+    )
+    .await
+    .expect("renew.lua");
     assert_eq!(
         renewed,
         Some(vec![false]),
@@ -346,6 +352,7 @@ async fn a_late_requeue_never_touches_the_attempt_that_replaced_it() {
             &bench.redis,
             &bench.keys,
             &[(id, first.attempt), (id, second.attempt)],
+            &[],
             60_000,
         )
         .await

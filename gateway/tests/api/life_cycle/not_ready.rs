@@ -137,7 +137,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
     assert!(!released, "release");
     assert_eq!(bench.admission(LIMITS).await, Admission::NotReady, "admit");
     assert_eq!(
-        renew(redis, keys, &[(started, attempt)], 60_000)
+        renew(redis, keys, &[(started, attempt)], &[], 60_000)
             .await
             .expect("renew.lua"),
         None,
