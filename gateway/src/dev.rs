@@ -23,38 +23,96 @@ use crate::ticket::TicketKeys;
 /// The demo declaration: a flash sale of 100 units of one offer.
 pub const DEMO_DECLARATION: &str = include_str!("../../deploy/demo.toml");
 
+/// How long `sluice dev` keeps trying a PostgreSQL that listens but does not answer yet.
+const POSTGRES_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Whether a server may be at `address` (host, port): only where nothing is (the connection is
+/// refused, or the name does not resolve) does `sluice dev` start a throwaway server. A server
+/// that is there but slow (a loaded machine) is used and waited for: a throwaway one beside it
+/// would silently serve another database, with none of the configured one's data. None (a
+/// Unix socket, a cluster list) counts as there.
+async fn listens(address: Option<(String, u16)>) -> bool {
+    let Some((host, port)) = address else {
+        return true;
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => true,
+        // Refused, unreachable, or a name that does not resolve: nothing is there.
+        Ok(Err(_)) => false,
+        // No answer yet: something may be there, too busy to accept at once.
+        Err(_) => true,
+    }
+}
+
+/// The host and port of a PostgreSQL URL; None for a Unix socket or a URL sqlx cannot read
+/// (then the connection itself reports what is wrong).
+fn postgres_address(url: &str) -> Option<(String, u16)> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().ok()?;
+    let host = options.get_host();
+    (!host.starts_with('/')).then(|| (host.to_string(), options.get_port()))
+}
+
+/// The host and port of a single Redis URL; None for a cluster list or a URL fred cannot read.
+fn redis_address(url: &str) -> Option<(String, u16)> {
+    if url.contains(',') {
+        return None;
+    }
+    match fred::types::config::Config::from_url(url).ok()?.server {
+        fred::types::config::ServerConfig::Centralized { server } => {
+            Some((server.host.to_string(), server.port))
+        }
+        _ => None,
+    }
+}
+
+/// The pool on a PostgreSQL that listens, tried again for [`POSTGRES_PATIENCE`] while it does not
+/// answer (each try waits up to the pool's acquire timeout).
+async fn patiently_connect(url: &str) -> Result<sqlx::PgPool, sluice_durable::DurableError> {
+    let deadline = tokio::time::Instant::now() + POSTGRES_PATIENCE;
+    loop {
+        match db::connect(url, 32).await {
+            Ok(pool) => return Ok(pool),
+            Err(error)
+                if error.postgres_is_unreachable() && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(%error, "PostgreSQL does not answer yet; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 pub async fn run(args: DevArgs) -> CliResult {
     let settings = args.settings.load(vec![
         Flag::new("listen", &args.listen),
         Flag::new("admin_listen", &args.admin_listen),
     ])?;
     let mut _servers: (Option<RedisServer>, Option<PgServer>) = (None, None);
-    let redis_url = match projection::connect_redis(&settings.redis_url, 1).await {
-        Ok(_) => settings.redis_url.clone(),
-        Err(_) => {
-            println!("no Redis at {}: starting one", settings.redis_url);
-            let server = tokio::task::spawn_blocking(RedisServer::start).await?;
-            let url = server.url();
-            _servers.0 = Some(server);
-            url
-        }
+    let redis_url = if listens(redis_address(&settings.redis_url)).await {
+        settings.redis_url.clone()
+    } else {
+        println!("no Redis at {}: starting one", settings.redis_url);
+        let server = tokio::task::spawn_blocking(RedisServer::start).await?;
+        let url = server.url();
+        _servers.0 = Some(server);
+        url
     };
-    let database_url = match tokio::time::timeout(
-        Duration::from_secs(3),
-        db::connect(&settings.database_url, 1),
-    )
-    .await
-    {
-        Ok(Ok(_)) => settings.database_url.clone(),
-        _ => {
-            println!("no PostgreSQL at {}: starting one", settings.database_url);
-            let server = tokio::task::spawn_blocking(PgServer::start).await?;
-            let url = server.fresh_database().await;
-            _servers.1 = Some(server);
-            url
-        }
+    let database_url = if listens(postgres_address(&settings.database_url)).await {
+        settings.database_url.clone()
+    } else {
+        println!("no PostgreSQL at {}: starting one", settings.database_url);
+        let server = tokio::task::spawn_blocking(PgServer::start).await?;
+        let url = server.fresh_database().await;
+        _servers.1 = Some(server);
+        url
     };
-    let pg = db::connect(&database_url, 32).await?;
+    let pg = patiently_connect(&database_url).await?;
     db::run_migrations(&pg).await?;
     let redis = projection::connect_redis(&redis_url, 4).await?;
     projection::connect::check_eviction_policy(&redis).await?;

@@ -307,3 +307,81 @@ async fn dev_runs_a_whole_stack_in_one_command() {
         scrape.body
     );
 }
+
+/// A TCP proxy to `upstream` that holds every connection unanswered until `opens` has passed,
+/// then relays it: a PostgreSQL that listens but is too busy to answer at first.
+async fn slow_to_answer(upstream: u16, opens: std::time::Duration) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let opens_at = tokio::time::Instant::now() + opens;
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep_until(opens_at).await;
+                if let Ok(mut server) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// `sluice dev` pointed at a PostgreSQL that listens but answers only after a few seconds waits
+/// for it instead of starting a throwaway one beside it (which would serve another database):
+/// the demo credential it writes is in the configured database, and it never says it started one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_waits_for_a_slow_postgres_instead_of_replacing_it() {
+    let database = shared_postgres().fresh_database().await;
+    let name = database.rsplit('/').next().expect("a database name");
+    let proxy = slow_to_answer(shared_postgres().port(), std::time::Duration::from_secs(5)).await;
+    let slow_url = format!("postgres://postgres@127.0.0.1:{proxy}/{name}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = format!("127.0.0.1:{}", crate::support::free_port());
+    let admin = format!("127.0.0.1:{}", crate::support::free_port());
+    let stdout = dir.path().join("stdout.txt");
+    let mut dev = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "dev",
+            "--listen",
+            &listen,
+            "--admin-listen",
+            &admin,
+            "--dir",
+        ])
+        .arg(dir.path())
+        .env("SLUICE_REDIS_URL", sluice_testkit::shared_redis().url())
+        .env("SLUICE_DATABASE_URL", &slow_url)
+        .env("SLUICE_LOG", "warn")
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sluice dev");
+    let creds_path = dir.path().join("credentials.json");
+    let up = crate::support::eventually(std::time::Duration::from_secs(90), || async {
+        creds_path.exists() && tokio::net::TcpStream::connect(&listen).await.is_ok()
+    })
+    .await;
+    let printed = std::fs::read_to_string(&stdout).unwrap_or_default();
+    assert!(up, "sluice dev serves within 90 s: {printed}");
+    assert!(!printed.contains("starting one"), "{printed}");
+    let creds: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&creds_path).expect("read")).expect("json");
+    let credential = creds["credential"].as_str().expect("credential");
+    let pg = sluice_durable::db::connect(&database, 1)
+        .await
+        .expect("the configured database");
+    let found = sluice_durable::tenancy::credential_by_secret(&pg, credential)
+        .await
+        .expect("lookup");
+    assert!(
+        found.is_some(),
+        "the demo credential is in the configured database"
+    );
+    let _ = dev.kill().await;
+}
