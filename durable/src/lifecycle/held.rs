@@ -117,6 +117,7 @@ async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: Command
         status,
         rfc3339(Utc::now()),
         None,
+        &[],
     )
     .await;
     if let Err(error) = marked {
@@ -148,6 +149,13 @@ pub async fn running(
         .to_std()
         .unwrap_or_default()
         .saturating_add(RUNNING_PERMIT_GRACE);
+    // The claimed row names every permit: the extension is one call.
+    let permits = keys.command_permits(
+        row.namespace_id,
+        &row.command,
+        &row.resource_key,
+        &row.limit_keys,
+    );
     let extended = until_ready(stores, keys.application_id(), patience, || async {
         Ok(
             match mark(
@@ -158,6 +166,7 @@ pub async fn running(
                 CommandStatus::Running,
                 rfc3339(Utc::now()),
                 Some(Extend::Live(until_deadline)),
+                &permits,
             )
             .await?
             {

@@ -157,6 +157,7 @@ async fn restore_running(
             CommandStatus::Running,
             rfc3339(row.updated_at),
             Some(Extend::Restore(until)),
+            &[],
         )
         .await,
         Ok(super::redis::Mark::Marked)

@@ -141,6 +141,8 @@ pub enum Extend {
 }
 
 /// `mark.lua`: shows `status` for a started attempt, after extending its permits if asked.
+/// `permits` are the lease zsets the caller expects it to hold ([`AppKeys::command_permits`],
+/// or none known): an extension asks for any other.
 #[allow(clippy::too_many_arguments)]
 pub async fn mark(
     redis: &Projection,
@@ -150,6 +152,7 @@ pub async fn mark(
     status: CommandStatus,
     updated_at: String,
     extend: Option<Extend>,
+    permits: &[String],
 ) -> Result<Mark, DurableError> {
     let millis = |d: Duration| clamp_i64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let (extend_ms, mode) = match extend {
@@ -165,7 +168,10 @@ pub async fn mark(
         extend_ms.into(),
         mode.into(),
     ];
-    let script_keys = vec![keys.meta(), keys.command(command_id)];
+    let mut script_keys = vec![keys.meta(), keys.command(command_id)];
+    if extend.is_some() {
+        script_keys.extend(permits.iter().cloned());
+    }
     let answer = call_asking("mark.lua", script_keys, |keys| {
         redis.mark(keys, args.clone())
     })

@@ -205,6 +205,7 @@ impl Bench {
             sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
             "2026-12-01T00:00:00.000Z".into(),
             None,
+            &[],
         )
         .await
         .expect("mark.lua")

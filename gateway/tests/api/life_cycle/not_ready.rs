@@ -164,6 +164,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
                 sluice_durable::lifecycle::CommandStatus::Running,
                 "2026-12-01T00:00:01.000Z".into(),
                 extend,
+                &[],
             )
             .await
             .expect("mark.lua"),
