@@ -241,6 +241,132 @@ fn every_reference_resolves() {
     }
 }
 
+/// Whether a request string's schema states which characters it takes: an `enum`, a `const`, a
+/// `format`, or a pattern anchored at both ends (its own or one in `allOf`). A string without one
+/// lets a schema-driven client (schemathesis) send U+0000, which the gateway refuses with `400`
+/// for every request string (the document's "U+0000" rule): a valid-looking request refused.
+fn states_its_characters(schema: &Value) -> bool {
+    let anchored = |s: &Value| {
+        s.get("pattern")
+            .and_then(Value::as_str)
+            .is_some_and(|p| p.starts_with('^') && p.ends_with('$'))
+    };
+    ["enum", "const", "format"]
+        .iter()
+        .any(|k| schema.get(*k).is_some())
+        || anchored(schema)
+        || schema
+            .get("allOf")
+            .and_then(Value::as_array)
+            .is_some_and(|all| all.iter().any(anchored))
+}
+
+/// The request strings of `schema` (reached through `$ref`, properties, items, `allOf`/`oneOf`/
+/// `anyOf` and `additionalProperties`) that do not state their characters, by path.
+fn loose_strings(
+    doc: &Value,
+    schema: &Value,
+    path: &str,
+    seen: &mut Vec<String>,
+    out: &mut Vec<String>,
+) {
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        if seen.iter().any(|s| s == target) {
+            return;
+        }
+        seen.push(target.to_string());
+        if let Some(resolved) = target.strip_prefix('#').and_then(|p| doc.pointer(p)) {
+            loose_strings(doc, resolved, path, seen, out);
+        }
+        seen.pop();
+        return;
+    }
+    let is_string = match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    if is_string && !states_its_characters(schema) {
+        out.push(path.to_string());
+    }
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            loose_strings(doc, property, &format!("{path}.{name}"), seen, out);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = schema.get(key).filter(|v| v.is_object()) {
+            loose_strings(doc, inner, &format!("{path}[]"), seen, out);
+        }
+    }
+    for key in ["allOf", "oneOf", "anyOf"] {
+        for inner in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            loose_strings(doc, inner, path, seen, out);
+        }
+    }
+}
+
+/// Every string a request may carry (bodies, path and query parameters) states its characters,
+/// so the document never calls a request valid that the gateway refuses for a U+0000. The
+/// schemathesis run found `proof_of_work.challenge` without one (seed 666638343).
+#[test]
+fn every_request_string_states_its_characters() {
+    let doc = document();
+    let mut loose = Vec::new();
+    let paths = doc["paths"].as_object().expect("paths");
+    for (path, operations) in paths {
+        for (method, operation) in operations.as_object().expect("operations") {
+            let at = format!("{} {path}", method.to_uppercase());
+            if let Some(content) = operation
+                .pointer("/requestBody/content")
+                .and_then(Value::as_object)
+            {
+                for media in content.values() {
+                    if let Some(schema) = media.get("schema") {
+                        loose_strings(
+                            &doc,
+                            schema,
+                            &format!("{at} body"),
+                            &mut Vec::new(),
+                            &mut loose,
+                        );
+                    }
+                }
+            }
+            for parameter in operation
+                .get("parameters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let parameter = match parameter.get("$ref").and_then(Value::as_str) {
+                    Some(target) => doc.pointer(&target[1..]).expect("the parameter resolves"),
+                    None => parameter,
+                };
+                if let Some(schema) = parameter.get("schema") {
+                    let name = parameter["name"].as_str().unwrap_or("?");
+                    loose_strings(
+                        &doc,
+                        schema,
+                        &format!("{at} {name}"),
+                        &mut Vec::new(),
+                        &mut loose,
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        loose.is_empty(),
+        "request strings that do not state their characters: {loose:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_answers_have_exactly_the_documented_fields() {
     let doc = document();
