@@ -97,11 +97,16 @@ if [ "$status" -eq 0 ]; then
 fi
 # A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
 # tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
-# 0 server errors and 0 answers outside the document, or the suite fails.
+# 0 server errors and 0 answers outside the document, or the suite fails. Its seed is fixed, so a
+# red suite is this code's and not the draw's: seed 666638343 found proof_of_work.challenge
+# documented without its no-U+0000 rule (bb4847a), and another draw (2413315) once sent, as a
+# "valid" case, a request key outside the document's own pattern (a U+FFFD), which the gateway
+# rightly refuses. Fresh draws are
+# `deploy/schemathesis.sh` without `--seed` (docs/fuzzing.md).
 if [ "$status" -eq 0 ]; then
-  log "schemathesis (short run; deploy/schemathesis.sh for longer ones)"
+  log "schemathesis (short run, fixed seed; deploy/schemathesis.sh for longer ones)"
   SLUICE_BIN="${CARGO_TARGET_DIR:-target}/debug/sluice" timeout 300 \
-    deploy/schemathesis.sh --if-supported --max-examples 10 || status=1
+    deploy/schemathesis.sh --if-supported --max-examples 10 --seed 666638343 || status=1
 fi
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
