@@ -11,12 +11,9 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
-local declared, missing = {}, {'KEYS'}
-for _, key in ipairs(KEYS) do declared[key] = true end
-for i = 1, #members, 2 do
-  if not declared[ARGV[2] .. members[i]] then missing[#missing + 1] = ARGV[2] .. members[i] end
-end
-if #missing > 1 then return missing end
+local missing = {}
+for i = 1, #members, 2 do ask_for(ARGV[2] .. members[i], missing) end
+if #missing > 0 then return keys_answer(missing) end
 local answer = {}
 for i = 1, #members, 2 do
   local id = members[i]

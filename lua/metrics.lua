@@ -38,13 +38,9 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[3])) do
     queued[field] = 0
   end
 end
-local declared, missing = {}, {'KEYS'}
-for _, key in ipairs(KEYS) do declared[key] = true end
-for _, nscmd in ipairs(order) do
-  local lease = prefix .. ':lease:cmd:' .. nscmd
-  if not declared[lease] then missing[#missing + 1] = lease end
-end
-if #missing > 1 then return missing end
+local missing = {}
+for _, nscmd in ipairs(order) do ask_for(prefix .. ':lease:cmd:' .. nscmd, missing) end
+if #missing > 0 then return keys_answer(missing) end
 for _, nscmd in ipairs(order) do
   answer[#answer + 1] = nscmd
   answer[#answer + 1] = queued[nscmd]

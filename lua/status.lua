@@ -30,10 +30,8 @@ local prefix = string.match(meta, '^(.*):meta$')
 local ns = ARGV[1]
 local scan, top, seconds, ncmd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ask = ARGV[6] == 'ask'
-local declared = {}
-for _, key in ipairs(KEYS) do declared[key] = true end
 local function given(key)
-  if not declared[key] then error('status.lua: ' .. key .. ' is not in KEYS') end
+  if not declared(key) then error('status.lua: ' .. key .. ' is not in KEYS') end
   return key
 end
 local t = redis.call('TIME')
@@ -54,22 +52,22 @@ end
 -- Busiest resources of this namespace among the first `scan` ready ones. Only the `top`
 -- deepest are kept, by insertion into a short list (no sort of every queue seen): the script
 -- blocks Redis, so its cost is one ZCARD per queue looked at and little else.
-local members, missing, seen = {}, {'KEYS'}, 0
+local members, missing, seen = {}, {}, 0
 local queue_prefix, lease_prefix = prefix .. ':q:', prefix .. ':lease:res:'
 for i = 1, ncmd do
   if seen >= scan then break end
   local page = redis.call('ZRANGE', given(prefix .. ':rq:' .. ns .. ':' .. ARGV[6 + i]), 0, scan - seen - 1)
   seen = seen + #page
   for _, suffix in ipairs(page) do
-    if declared[queue_prefix .. suffix] and declared[lease_prefix .. suffix] then
+    if declared(queue_prefix .. suffix) and declared(lease_prefix .. suffix) then
       members[#members + 1] = suffix
     else
-      missing[#missing + 1] = queue_prefix .. suffix
-      missing[#missing + 1] = lease_prefix .. suffix
+      ask_for(queue_prefix .. suffix, missing)
+      ask_for(lease_prefix .. suffix, missing)
     end
   end
 end
-if ask and #missing > 1 then return missing end
+if ask and #missing > 0 then return keys_answer(missing) end
 local call = redis.call
 local mine, deepest = 0, {}
 -- Deeper first; equal depths by name, so the board does not shuffle between reads.

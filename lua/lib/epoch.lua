@@ -106,27 +106,11 @@ end
 -- declared: a proxy or a store that routes or locks by KEYS would refuse it. Instead the caller
 -- passes the permits it expects after the script's own keys (it derives them from the command's
 -- row: its application, command, resource and limit keys), and the script checks every `held`
--- list it reads against KEYS before it touches a lease or writes anything. A lease it was not
--- given is answered {'KEYS', key, ...}: nothing was done, and the caller calls again with
--- them (durable/src/projection/asked_keys.rs). Extra keys cost nothing.
-local declared = nil
+-- list it reads against KEYS before it touches a lease or writes anything, asking for the rest
+-- (lib/asked_keys.lua, prepended before this prelude). Extra keys cost nothing.
 -- Adds to `missing` every lease of the `held` JSON list (false or nil: none) not in KEYS.
 local function undeclared_held(held, missing)
   if not held then return missing end
-  if not declared then
-    declared = {}
-    for _, key in ipairs(KEYS) do declared[key] = true end
-  end
-  for _, lease in ipairs(cjson.decode(held)) do
-    if not declared[lease] then
-      declared[lease] = true
-      missing[#missing + 1] = lease
-    end
-  end
-  return missing
-end
--- The answer that asks for the leases in `missing` (after nothing was written).
-local function keys_answer(missing)
-  table.insert(missing, 1, 'KEYS')
+  for _, lease in ipairs(cjson.decode(held)) do ask_for(lease, missing) end
   return missing
 end

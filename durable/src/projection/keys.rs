@@ -110,25 +110,11 @@ impl AppKeys {
         format!("{}:lease:res:{queue_suffix}", self.prefix)
     }
 
-    /// The permits a command of this resource may hold, its limit keys' aside: the lease zsets
-    /// of the application, its command and its resource queue, which admit.lua records in the
-    /// command's `held` field. A script that releases or extends them is given them in `KEYS`
-    /// (lib/epoch.lua's declared permits); it asks for a limit key's when the command holds one.
-    pub fn permits(
-        &self,
-        namespace_id: NamespaceId,
-        command: &str,
-        resource_key: &str,
-    ) -> [String; 3] {
-        [
-            self.application_leases(),
-            self.command_leases(namespace_id, command),
-            self.resource_leases(&Self::queue_suffix(namespace_id, command, resource_key)),
-        ]
-    }
-
-    /// [`Self::permits`] and its limit keys' lease zsets: every permit a command of this
-    /// resource with these rendered limit keys (`[[template, key], ...]`) may hold.
+    /// Every permit a command of this resource with these rendered limit keys (`[[template,
+    /// key], ...]`) may hold: the lease zsets of the application, its command, its resource
+    /// queue and each limit key, which admit.lua records in the command's `held` field. A script
+    /// that releases or extends them is given them in `KEYS` (lib/epoch.lua's declared permits);
+    /// a caller without the row's limit keys passes none, and the script asks for them.
     pub fn command_permits(
         &self,
         namespace_id: NamespaceId,
@@ -136,7 +122,11 @@ impl AppKeys {
         resource_key: &str,
         limit_keys: &[[String; 2]],
     ) -> Vec<String> {
-        let mut permits: Vec<String> = self.permits(namespace_id, command, resource_key).into();
+        let mut permits = vec![
+            self.application_leases(),
+            self.command_leases(namespace_id, command),
+            self.resource_leases(&Self::queue_suffix(namespace_id, command, resource_key)),
+        ];
         permits.extend(
             limit_keys
                 .iter()

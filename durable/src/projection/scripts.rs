@@ -42,13 +42,29 @@ pub struct Scripts {
     pub origin_permit: NamedScript,
 }
 
-/// A life-cycle script: `lua/lib/epoch.lua` followed by `lua/<name>`.
+/// A life-cycle script: `lua/lib/asked_keys.lua` and `lua/lib/epoch.lua` (whose declared
+/// permits ask through the first) followed by `lua/<name>`.
 macro_rules! fenced {
     ($name:literal) => {
         NamedScript::new(
             $name,
             concat!(
+                include_str!("../../../lua/lib/asked_keys.lua"),
                 include_str!("../../../lua/lib/epoch.lua"),
+                include_str!(concat!("../../../lua/", $name))
+            ),
+        )
+    };
+}
+
+/// A script that reads, and asks for the keys it learns by reading (`lua/lib/asked_keys.lua`
+/// followed by `lua/<name>`).
+macro_rules! asking {
+    ($name:literal) => {
+        NamedScript::new(
+            $name,
+            concat!(
+                include_str!("../../../lua/lib/asked_keys.lua"),
                 include_str!(concat!("../../../lua/", $name))
             ),
         )
@@ -177,18 +193,18 @@ impl Scripts {
             renew: fenced!("renew.lua"),
             mark: fenced!("mark.lua"),
             retake: fenced!("retake.lua"),
-            ticket: plain!("ticket.lua"),
+            ticket: asking!("ticket.lua"),
             waiting: plain!("waiting.lua"),
-            holders: plain!("holders.lua"),
+            holders: asking!("holders.lua"),
             holding: fenced!("holding.lua"),
             ready: plain!("ready.lua"),
             rebuild: plain!("rebuild.lua"),
             app_limits: plain!("app_limits.lua"),
             usage: plain!("usage.lua"),
             projected: plain!("projected.lua"),
-            metrics: plain!("metrics.lua"),
+            metrics: asking!("metrics.lua"),
             control: plain!("control.lua"),
-            status: plain!("status.lua"),
+            status: asking!("status.lua"),
             cache_read: plain!("cache_read.lua"),
             cache_fill: plain!("cache_fill.lua"),
             cache_invalidate: plain!("cache_invalidate.lua"),

@@ -7,6 +7,7 @@ use crate::DurableError;
 use crate::ids::CommandId;
 use crate::lifecycle::CommandStatus;
 use crate::projection::Projection;
+use crate::projection::asked_keys::call_asking;
 use crate::projection::start_rate::StartRecord;
 
 /// The projected state of one command, as `ticket.lua` returns it.
@@ -45,31 +46,23 @@ pub async fn read_status(
     command_id: CommandId,
     queue_suffix: Option<&str>,
 ) -> Result<ProjectedStatus, DurableError> {
-    let mut queue = queue_suffix.map(|suffix| keys.queue_by_suffix(suffix));
-    // The second call's key is the one the first named; a third is needed only when the
-    // command moved to another queue in between (it cannot: a command's queue is fixed).
-    for _ in 0..3 {
-        let mut script_keys = vec![keys.meta(), keys.command(command_id), keys.starts()];
-        script_keys.extend(queue.clone());
-        let answer: Vec<Value> = redis.ticket(script_keys, vec![]).await?;
-        if answer.len() != 14 {
-            return Err(DurableError::script(
-                "ticket.lua",
-                format!("{} elements", answer.len()),
-            ));
-        }
-        match answer[13].as_string() {
-            Some(asked) if queue.as_deref() != Some(asked.as_str()) => queue = Some(asked),
-            _ => return Ok(projected(&answer)),
-        }
+    let mut script_keys = vec![keys.meta(), keys.command(command_id), keys.starts()];
+    script_keys.extend(queue_suffix.map(|suffix| keys.queue_by_suffix(suffix)));
+    let answer = call_asking("ticket.lua", script_keys, |script_keys| {
+        redis.ticket(script_keys, vec![])
+    })
+    .await?;
+    match answer {
+        Value::Array(items) if items.len() == 13 => Ok(projected(&items)),
+        Value::Array(items) => Err(DurableError::script(
+            "ticket.lua",
+            format!("{} elements", items.len()),
+        )),
+        _ => Err(DurableError::script("ticket.lua", "not a list")),
     }
-    Err(DurableError::script(
-        "ticket.lua",
-        "named another queue on every call",
-    ))
 }
 
-/// The status of a 14-element `ticket.lua` answer.
+/// The status of a 13-element `ticket.lua` answer.
 fn projected(answer: &[Value]) -> ProjectedStatus {
     let text = |i: usize| answer[i].as_string();
     let observed_at_ms = answer[10].as_i64().unwrap_or_default();

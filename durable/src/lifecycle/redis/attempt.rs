@@ -52,7 +52,12 @@ pub async fn requeue(
         keys.ready(),
         keys.turn(),
     ];
-    script_keys.extend(keys.permits(back.namespace_id, back.command, back.resource_key));
+    script_keys.extend(keys.command_permits(
+        back.namespace_id,
+        back.command,
+        back.resource_key,
+        &[],
+    ));
     let args: Vec<Value> = vec![
         back.command_id.to_string().into(),
         back.attempt
