@@ -232,7 +232,8 @@ impl Stack {
 
     /// Writes each gateway's `/metrics` as the run left it to `gateway-<i>.metrics` in `dir`:
     /// the phases of its acceptances, its batches, its refusals, to read after the run. A
-    /// gateway whose admin listener this stack does not know (an external one) is skipped.
+    /// gateway whose admin listener this stack does not know (`dev` and an external one are
+    /// probed on their public port, which serves no `/metrics`) is skipped.
     pub async fn save_metrics(&self, client: &HttpClient, dir: &Path) {
         for (i, ready) in self.ready_urls.iter().enumerate() {
             let Some(admin) = ready.strip_suffix("/readyz") else {

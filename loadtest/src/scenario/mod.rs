@@ -192,9 +192,7 @@ async fn drive(
             .await
         }
     };
-    if stack.kind != StackKind::External {
-        stack.save_metrics(&client, dir).await;
-    }
+    stack.save_metrics(&client, dir).await;
     let stopped = stack.stop().await;
     let mut report = result?;
     if let Err(e) = stopped {
