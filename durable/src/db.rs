@@ -101,8 +101,10 @@ async fn warn_without_timeouts(pool: &PgPool) -> Result<(), DurableError> {
     Ok(())
 }
 
-/// Idempotent: applies only the migrations that are missing.
+/// Idempotent: applies only the migrations that are missing, then makes the days of `commands`
+/// around today (a database migrated days ago and not served since has none for today).
 pub async fn run_migrations(pool: &PgPool) -> Result<(), DurableError> {
     MIGRATOR.run(pool).await?;
+    crate::outbox::days::ensure_days(pool).await?;
     Ok(())
 }

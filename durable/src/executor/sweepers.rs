@@ -8,6 +8,7 @@ use super::config::ExecutorConfig;
 use crate::ids::ApplicationId;
 use crate::lifecycle::Stores;
 use crate::lifecycle::repair::{self, AppCommands, Cursor};
+use crate::lifecycle::retention;
 use crate::lifecycle::sweep::{self, SweepSide};
 
 pub async fn round(
@@ -37,8 +38,16 @@ pub async fn round(
         crate::quotas::expiry::expire_overdue(stores.pg, stores.redis).await,
     );
     report(
+        "making days of commands",
+        crate::outbox::days::ensure_days(stores.pg)
+            .await
+            .map(|made| made as usize),
+    );
+    report(
         "retention",
-        sweep::prune(stores.pg, stores.redis, config.retention_seconds).await,
+        retention::prune(stores.pg, stores.redis, config.retention_seconds)
+            .await
+            .map(|pruned| pruned.keys_forgotten + pruned.days_dropped.len()),
     );
     let ids: Vec<ApplicationId> = apps.iter().map(|app| app.id).collect();
     report(

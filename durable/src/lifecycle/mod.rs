@@ -29,7 +29,8 @@
 //! - [`claim`]: admit and claim (the executor's start of work).
 //! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
 //! - [`end`]: land, cancel, complete: every way a command ends.
-//! - [`sweep`]: rescue, expire, prune (PostgreSQL's clock).
+//! - [`sweep`]: rescue and expire (PostgreSQL's clock).
+//! - [`retention`]: prune, by whole days of `commands`.
 //! - [`repair`]: the Redis sides that were missed, found from what Redis shows.
 
 pub mod attempt;
@@ -40,6 +41,7 @@ pub mod held;
 pub mod intake_batcher;
 pub mod redis;
 pub mod repair;
+pub mod retention;
 pub mod status;
 pub mod sweep;
 pub mod table;

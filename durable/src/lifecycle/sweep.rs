@@ -7,7 +7,8 @@
 //!   attempt is over, so it can never land.
 //! - `expire`: a waiting row past its `max_wait` or deadline ends; a running row past its
 //!   deadline becomes `needs_review`.
-//! - `prune`: final rows past the retention period are deleted.
+//!
+//! (`prune`, retention by whole days, is [`super::retention`].)
 
 use std::time::Duration;
 
@@ -26,15 +27,13 @@ use super::redis::holding;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
-use crate::projection::Projection;
-use crate::projection::{AppKeys, request_key_field};
+use crate::projection::AppKeys;
 
 /// Rows per sweep round; the next round continues.
 const BATCH: i64 = 500;
 
 const LOCK_LEASES: i64 = 0x51_1CE0_0001;
 const LOCK_WAITING: i64 = 0x51_1CE0_0002;
-const LOCK_RETENTION: i64 = 0x51_1CE0_0003;
 const LOCK_RUNNING: i64 = 0x51_1CE0_0005;
 
 /// How a sweep's Redis side is made.
@@ -206,43 +205,4 @@ pub async fn expire_waiting(stores: Stores<'_>, side: SweepSide) -> Result<usize
         return Ok(0);
     };
     Ok(project_all(stores, side, &rows).await)
-}
-
-/// `prune`: deletes final rows older than the retention period and forgets their request keys.
-pub async fn prune(
-    pg: &PgPool,
-    redis: &Projection,
-    retention_seconds: i64,
-) -> Result<usize, DurableError> {
-    let mut tx = pg.begin().await?;
-    let got: bool = sqlx::query_scalar!(
-        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
-        LOCK_RETENTION
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if !got {
-        return Ok(0);
-    }
-    // Final rows past the retention period (transition `prune`).
-    let rows = sqlx::query_file!("queries/prune.sql", BATCH, retention_seconds as f64)
-        .fetch_all(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    for row in &rows {
-        let keys = AppKeys::new(row.application_id);
-        let field = request_key_field(&row.subject, &row.request_key);
-        let result: Result<i64, _> = fred::interfaces::HashesInterface::hdel(
-            redis.pool().next(),
-            keys.request_keys(row.namespace_id, &row.command),
-            field,
-        )
-        .await;
-        if let Err(error) = result {
-            let error = DurableError::from(error);
-            crate::metrics::storage_error(&error);
-            tracing::warn!(%error, "pruned request key not forgotten in Redis");
-        }
-    }
-    Ok(rows.len())
 }

@@ -190,7 +190,7 @@ async fn commit(pool: &PgPool, batch: Vec<Job>, number: u64, stats: &GroupCommit
         .commands
         .fetch_add(commands.len() as u64, Ordering::Relaxed);
     crate::metrics::group_commit_batch(commands.len());
-    match commit_batch(pool, &commands).await {
+    match commit_making_days(pool, &commands).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 // A caller that went away still had its command committed; nothing to undo.
@@ -206,6 +206,33 @@ async fn commit(pool: &PgPool, batch: Vec<Job>, number: u64, stats: &GroupCommit
                 let _ = reply.send((Err(DurableError::CommitFailed(message.clone())), batch));
             }
         }
+    }
+}
+
+/// Commits a batch; one that met a day of `commands` not made yet (the executors that make days
+/// ahead were all down, or this is the first acceptance of a fresh database's day) makes the days
+/// around today and is tried once more, so intake never depends on an executor running. A batch
+/// whose ids are outside those days (this gateway's clock is days off) still fails, and says why.
+async fn commit_making_days(
+    pool: &PgPool,
+    commands: &[NewCommand],
+) -> Result<Vec<InsertOutcome>, DurableError> {
+    match commit_batch(pool, commands).await {
+        Err(error) if super::days::is_missing_day(&error) => {
+            super::days::ensure_days(pool).await?;
+            commit_batch(pool, commands).await.map_err(|error| {
+                if super::days::is_missing_day(&error) {
+                    DurableError::CommitFailed(format!(
+                        "{error}: a command id's day is outside the days PostgreSQL keeps ready \
+                         (yesterday to {} days ahead); is this gateway's clock right?",
+                        super::days::DAYS_AHEAD
+                    ))
+                } else {
+                    error
+                }
+            })
+        }
+        other => other,
     }
 }
 

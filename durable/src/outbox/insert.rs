@@ -1,7 +1,8 @@
-//! One batch of acceptances as one statement: `INSERT … SELECT FROM unnest(…) ON CONFLICT DO
-//! NOTHING` (transition `commit`), with the pause state re-checked in the same statement, so a
-//! pause recorded in PostgreSQL holds even if Redis lost its copy of the flag, and the epoch
-//! checked, so a reservation made before a rebuild never commits after the rebuild's snapshot.
+//! One batch of acceptances as one statement (transition `commit`): each request key claimed in
+//! `request_keys` (`ON CONFLICT DO NOTHING`) and the commands of the keys it claimed inserted,
+//! with the pause state re-checked in the same statement, so a pause recorded in PostgreSQL
+//! holds even if Redis lost its copy of the flag, and the epoch checked, so a reservation made
+//! before a rebuild never commits after the rebuild's snapshot.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,7 @@ use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 
-/// What makes two enqueues the same intent: the unique key of `commands`. A second enqueue with
+/// What makes two enqueues the same intent: the primary key of `request_keys`. A second enqueue with
 /// the same key is a replay (or a conflict when its content differs), never a second command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey {
@@ -196,10 +197,11 @@ async fn find_existing(
                   c.command, c.subject, c.request_key, c.content_sha256,
                   c.status AS "status: CommandStatus", c.accepted_at, c.deadline_at,
                   c.resource_key
-             FROM commands c
-             JOIN unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
-               ON c.namespace_id = k.ns AND c.command = k.cmd AND c.subject = k.sub
-              AND c.request_key = k.rk"#,
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
+             JOIN request_keys held
+               ON held.namespace_id = k.ns AND held.command = k.cmd AND held.subject = k.sub
+              AND held.request_key = k.rk
+             JOIN commands c ON c.id = held.command_id"#,
         &namespaces as _,
         &commands as _,
         &subjects as _,

@@ -1,12 +1,14 @@
 //! The outbox: the `commands` table. A command exists once its row is committed here.
 //!
 //! - [`insert`]: the multi-row insert of one batch (idempotent by request key, pause re-checked).
+//! - [`days`]: the table's partitions, one per UTC day of acceptance.
 //! - [`group_commit`]: batches concurrent enqueues into one transaction each.
 //! - [`row`]: a command's row as every reader sees it.
 //! - [`queries`]: the reads the API needs.
 //!
 //! (Every change of a command after its commit is a transition of [`crate::lifecycle`].)
 
+pub mod days;
 pub mod group_commit;
 pub mod insert;
 pub mod queries;

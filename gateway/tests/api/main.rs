@@ -43,6 +43,7 @@ mod readme_tokens;
 mod reads;
 mod reconcile;
 mod redis_outage;
+mod retention;
 mod rooms;
 mod shutdown;
 mod sluice_process;

@@ -49,12 +49,13 @@ async fn hold_commits(stack: &Stack) -> Transaction<'static, Postgres> {
     lock
 }
 
-/// Group-commit INSERTs waiting on the test's lock.
+/// Group-commit INSERTs waiting on the test's lock (found by their first INSERT, which comes
+/// within the 1,024 characters `pg_stat_activity` keeps of a statement).
 async fn commits_waiting(stack: &Stack) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
           WHERE datname = current_database() AND wait_event_type = 'Lock'
-            AND query LIKE 'INSERT INTO commands%'",
+            AND query LIKE '%INSERT INTO request_keys%'",
     )
     .fetch_one(&stack.pg)
     .await

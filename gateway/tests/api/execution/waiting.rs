@@ -1,4 +1,4 @@
-//! Waiting commands: max_wait, deadlines, ETAs, retention.
+//! Waiting commands: max_wait, deadlines, ETAs, how long an ended one stays readable.
 
 use super::*;
 
@@ -264,49 +264,6 @@ async fn first_etas_predict_when_a_paced_drain_starts_each_command() {
         (0.8..1.25).contains(&median_ratio),
         "told / actual: median {median_ratio:.2}"
     );
-}
-
-/// Retention: terminal rows older than the retention are pruned with their request keys; waiting
-/// ones are never touched.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_prunes_old_terminal_rows_only() {
-    let stack = Stack::start().await;
-    let offer = offer();
-    let done_key = key();
-    let done = stack.enqueue("u-done", &done_key, &offer).await;
-    let cancelled = cancel(&stack, &id_of(&done)).await;
-    assert_eq!(cancelled.data()["status"], "cancelled");
-    let waiting = stack.enqueue("u-wait", &key(), &offer).await;
-    assert_eq!(waiting.status, StatusCode::ACCEPTED);
-
-    let kept = sluice_durable::lifecycle::sweep::prune(&stack.pg, &stack.redis, 3_600)
-        .await
-        .expect("prune");
-    assert_eq!(kept, 0, "nothing is older than an hour");
-    let pruned = eventually(Duration::from_secs(5), || async {
-        sluice_durable::lifecycle::sweep::prune(&stack.pg, &stack.redis, 0)
-            .await
-            .expect("prune")
-            == 1
-    })
-    .await;
-    assert!(
-        pruned,
-        "the finished row goes once it is older than the retention"
-    );
-    assert_eq!(stack.count_rows().await, 1, "the waiting command stays");
-    assert_eq!(
-        record(&stack, &id_of(&waiting)).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        record(&stack, &id_of(&done)).await.status,
-        StatusCode::NOT_FOUND
-    );
-    // The pruned key is forgotten: the same key is a new intent now.
-    let again = stack.enqueue("u-done", &done_key, &offer).await;
-    assert_eq!(again.status, StatusCode::ACCEPTED, "{:?}", again.body);
-    assert_ne!(id_of(&again), id_of(&done));
 }
 
 /// A command that ends while waiting (cancelled, expired) keeps its status hash in Redis for
