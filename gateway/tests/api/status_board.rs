@@ -946,13 +946,13 @@ async fn a_million_rows_are_counted_without_scanning_commands() {
             .await
             .expect("drop constraint");
     }
-    // A row a second, the newest now: a million rows span twelve days of `commands`, each
-    // row's id a UUID v7 of its acceptance (the day it is in).
+    // Twelve days of rows, the newest now (a row a second at a million), each row's id a UUID
+    // v7 of its acceptance (the day it is in).
     sqlx::query(
         "SELECT sluice_ensure_command_days(((now() - make_interval(secs => $1)) AT TIME ZONE 'UTC')::date,
                                            (now() AT TIME ZONE 'UTC')::date)",
     )
-    .bind(rows() as f64)
+    .bind(1_036_800.0)
     .execute(&mut *tx)
     .await
     .expect("the days of the rows");
@@ -971,7 +971,7 @@ async fn a_million_rows_are_counted_without_scanning_commands() {
                      THEN jsonb_build_array(jsonb_build_array('acct:{a}', 'acct:' || (i % 7)))
                      ELSE '[]'::jsonb END
            FROM generate_series(1, $3) AS i,
-                LATERAL (SELECT now() - make_interval(secs => $3 - i) AS at) AS t,
+                LATERAL (SELECT now() - make_interval(secs => ($3 - i) * 1036800.0 / $3) AS at) AS t,
                 LATERAL (SELECT CASE
                     WHEN i <= $3 - $4 THEN
                         (ARRAY['succeeded', 'rejected', 'failed', 'expired', 'cancelled'])[i % 5 + 1]

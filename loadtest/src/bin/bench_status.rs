@@ -94,16 +94,29 @@ async fn insert_rows(
     ] {
         sqlx::query(setting).execute(&mut *tx).await?;
     }
+    // A row a second, the newest an hour ago, each id a UUID v7 of its acceptance: the rows are
+    // in the days of `commands` they would be in live (made here first).
+    sqlx::query(
+        "SELECT sluice_ensure_command_days(
+                    ((now() - make_interval(secs => $2 - $1 + 3600)) AT TIME ZONE 'UTC')::date,
+                    (now() AT TIME ZONE 'UTC')::date)",
+    )
+    .bind(from as f64)
+    .bind((from + n - 1) as f64)
+    .execute(&mut *tx)
+    .await?;
     // The expressions are this file's constants, never input.
     let sql = format!(
         "INSERT INTO commands (id, application_id, namespace_id, command, subject, request_key,
                 content_sha256, input, resource_key, queue_seq, status, accepted_at, deadline_at,
                 max_wait_at, updated_at, finished_at, limit_keys)
-         SELECT gen_random_uuid(), $1, $2, 'claim', 'h' || i, 'h' || i, '\\x00'::bytea,
-                '{{}}'::jsonb, 'r' || (i % 5000), i, {status},
-                now() - make_interval(secs => $4 - i + 3600), now() + interval '1 hour',
+         SELECT (lpad(to_hex((extract(epoch FROM t.at) * 1000)::bigint), 12, '0') || '7'
+                 || lpad(to_hex(i), 19, '0'))::uuid, $1, $2, 'claim', 'h' || i, 'h' || i,
+                '\\x00'::bytea, '{{}}'::jsonb, 'r' || (i % 5000), i, {status},
+                t.at, now() + interval '1 hour',
                 now() + interval '1 hour', now(), {extra}
-           FROM generate_series($3::bigint, $4::bigint) AS i"
+           FROM generate_series($3::bigint, $4::bigint) AS i,
+                LATERAL (SELECT now() - make_interval(secs => $4 - i + 3600) AS at) AS t"
     );
     sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(tenant.creds.application_id)
