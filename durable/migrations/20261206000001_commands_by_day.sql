@@ -89,9 +89,14 @@ DROP TABLE commands_before_days;
 
 -- The indexes of before, on every partition (built after the copy, as a bulk load should), less
 -- the request keys' unique constraint.
+--
+-- The foreign keys to `applications` and `namespaces` are not made again: dropping a day that
+-- has them drops their triggers on those two tables, under an ACCESS EXCLUSIVE lock of each,
+-- which stops every acceptance (and deadlocks with one that already checked a key) for as long
+-- as the drop waits. Applications and namespaces are never deleted, and every command's ids
+-- come from a credential the gateway has just read, so the keys guarded against nothing that
+-- can happen.
 ALTER TABLE commands ADD PRIMARY KEY (id);
-ALTER TABLE commands ADD FOREIGN KEY (application_id) REFERENCES applications (id);
-ALTER TABLE commands ADD FOREIGN KEY (namespace_id) REFERENCES namespaces (id);
 CREATE INDEX commands_subject_newest ON commands (namespace_id, command, subject, id DESC);
 CREATE INDEX commands_unfinished ON commands (application_id, status, queue_seq)
     WHERE status IN ('accepted', 'executing', 'running', 'retry_wait', 'needs_review');

@@ -154,7 +154,9 @@ async fn held(pg: &PgPool, day: Day, cutoff: DateTime<Utc>) -> Result<bool, Dura
 
 /// Forgets one page of the request keys of `day`'s commands that ended before `cutoff`: deleted
 /// from `request_keys` (committed first: from then on PostgreSQL takes the key as new), then from
-/// Redis. None when another executor holds retention.
+/// Redis. None when another executor holds retention. Under that lock no other session deletes
+/// or changes these rows (keys are only ever inserted or forgotten), so the page is deleted by
+/// its rows' addresses, without row locks of its own.
 async fn forget_keys(
     pg: &PgPool,
     redis: &Projection,
@@ -172,18 +174,14 @@ async fn forget_keys(
         return Ok(None);
     }
     let keys = sqlx::query!(
-        r#"WITH page AS (
-               SELECT k.namespace_id, k.command, k.subject, k.request_key
-                 FROM request_keys k JOIN commands c ON c.id = k.command_id
+        r#"DELETE FROM request_keys WHERE ctid = ANY(ARRAY(
+               SELECT k.ctid FROM request_keys k JOIN commands c ON c.id = k.command_id
                 WHERE k.command_id >= $1 AND k.command_id < $2
                   AND c.id >= $1 AND c.id < $2 AND c.finished_at < $3
-                LIMIT $4 FOR UPDATE OF k SKIP LOCKED)
-           DELETE FROM request_keys k USING page p
-            WHERE k.namespace_id = p.namespace_id AND k.command = p.command
-              AND k.subject = p.subject AND k.request_key = p.request_key
-           RETURNING k.application_id AS "application_id: ApplicationId",
-                     k.namespace_id AS "namespace_id: NamespaceId", k.command, k.subject,
-                     k.request_key"#,
+                LIMIT $4))
+           RETURNING application_id AS "application_id: ApplicationId",
+                     namespace_id AS "namespace_id: NamespaceId", command, subject,
+                     request_key"#,
         day.first_id(),
         day.end_id(),
         cutoff,

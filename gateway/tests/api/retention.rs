@@ -3,6 +3,8 @@
 //! and in Redis first; a day found in use after its detach is attached again. Witnesses are
 //! PostgreSQL's catalog and rows and Redis's hashes, never the retention's own report alone.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use fred::interfaces::HashesInterface;
 use hyper::StatusCode;
@@ -359,12 +361,20 @@ async fn a_day_drops_while_intake_goes_on() {
     .await
     .expect("an old day's commands");
 
+    // Callers enqueue without pause from before the drop until after it.
     let offer = offer();
-    let enqueues: Vec<_> = (0..100)
-        .map(|i| {
-            let stack = stack.clone();
-            let offer = offer.clone();
-            tokio::spawn(async move { stack.enqueue(&format!("new-{i}"), &key(), &offer).await })
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let callers: Vec<_> = (0..64)
+        .map(|caller| {
+            let (stack, offer, done) = (stack.clone(), offer.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut replies = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::SeqCst) || replies.len() < 5 {
+                    let subject = format!("new-{caller}-{}", replies.len());
+                    replies.push(stack.enqueue(&subject, &key(), &offer).await);
+                }
+                replies
+            })
         })
         .collect();
     let mut dropped = false;
@@ -375,11 +385,13 @@ async fn a_day_drops_while_intake_goes_on() {
             break;
         }
     }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut accepted = Vec::new();
-    for enqueue in enqueues {
-        let reply = enqueue.await.expect("an enqueue");
-        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
-        accepted.push(uuid::Uuid::parse_str(&id_of(&reply)).expect("an id"));
+    for caller in callers {
+        for reply in caller.await.expect("a caller") {
+            assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+            accepted.push(uuid::Uuid::parse_str(&id_of(&reply)).expect("an id"));
+        }
     }
     assert!(dropped, "the old day was dropped");
     assert_eq!(day_table(&stack, old).await, (false, false));
@@ -388,11 +400,47 @@ async fn a_day_drops_while_intake_goes_on() {
         .fetch_one(&stack.pg)
         .await
         .expect("accepted rows");
-    assert_eq!(landed, 100, "every accepted command is in PostgreSQL");
-    assert_eq!(stack.count_rows().await, 100);
+    let accepted = accepted.len() as i64;
+    assert_eq!(landed, accepted, "every accepted command is in PostgreSQL");
+    assert_eq!(stack.count_rows().await, accepted);
     assert_eq!(
         request_keys_rows(&stack).await,
-        100,
+        accepted,
         "only the new keys are held"
     );
+}
+
+/// Dropping a day locks nothing an acceptance or an authentication reads: with a transaction
+/// open that read `applications` and `namespaces` (as every request's credential lookup and any
+/// check of a command's application do), an old day is still detached and dropped, at once.
+/// (A foreign key from `commands` to either would make the drop wait for that reader under an
+/// ACCESS EXCLUSIVE lock, stopping every reader queued behind it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_drops_beside_readers_of_applications_and_namespaces() {
+    let stack = Stack::start().await;
+    let today = Day::of(db_now(&stack).await);
+    let old = Day::of(today.end() - chrono::Duration::days(3));
+    sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
+        .bind(old.date())
+        .execute(&stack.pg)
+        .await
+        .expect("an old day");
+    let mut reader = stack.pg.begin().await.expect("begin");
+    let read: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM applications) + (SELECT count(*) FROM namespaces)",
+    )
+    .fetch_one(&mut *reader)
+    .await
+    .expect("a reader");
+    assert!(read >= 2);
+    let pruned = tokio::time::timeout(
+        Duration::from_secs(3),
+        prune(&stack.pg, &stack.redis, 86_400),
+    )
+    .await
+    .expect("the drop waited for a reader of applications or namespaces")
+    .expect("prune");
+    assert!(pruned.days_dropped.contains(&old), "{pruned:?}");
+    assert_eq!(day_table(&stack, old).await, (false, false));
+    reader.rollback().await.expect("rollback");
 }
