@@ -133,6 +133,17 @@ async fn day_tables(pg: &PgPool) -> Result<Vec<DayTable>, DurableError> {
     Ok(tables)
 }
 
+/// Takes the retention's advisory lock for the transaction, if no other executor holds it.
+async fn retention_lock(tx: &mut sqlx::PgConnection) -> Result<bool, DurableError> {
+    let got = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
+        LOCK_RETENTION
+    )
+    .fetch_one(tx)
+    .await?;
+    Ok(got)
+}
+
 /// Whether a command of `day` is unfinished or ended at or after `cutoff` (two probes of partial
 /// indexes of the day's partition).
 async fn held(pg: &PgPool, day: Day, cutoff: DateTime<Utc>) -> Result<bool, DurableError> {
@@ -164,13 +175,7 @@ async fn forget_keys(
     cutoff: DateTime<Utc>,
 ) -> Result<Option<usize>, DurableError> {
     let mut tx = pg.begin().await?;
-    let got: bool = sqlx::query_scalar!(
-        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
-        LOCK_RETENTION
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if !got {
+    if !retention_lock(&mut tx).await? {
         return Ok(None);
     }
     let keys = sqlx::query!(
@@ -247,12 +252,7 @@ async fn detach(pg: &PgPool, table: &DayTable) -> Result<(), DurableError> {
 async fn drop_detached(pg: &PgPool, day: Day, cutoff: DateTime<Utc>) -> Result<bool, DurableError> {
     let name = day.partition();
     let mut tx = pg.begin().await?;
-    let got: bool = sqlx::query_scalar!(
-        r#"SELECT pg_try_advisory_xact_lock($1) AS "got!""#,
-        LOCK_RETENTION
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    let got = retention_lock(&mut tx).await?;
     let detached = sqlx::query_scalar!(
         r#"SELECT NOT relispartition AS "detached!" FROM pg_class
             WHERE relname = $1 AND relkind = 'r'

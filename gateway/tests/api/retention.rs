@@ -33,6 +33,18 @@ async fn day_table(stack: &Stack, day: Day) -> (bool, bool) {
     (attached.is_some(), attached == Some(true))
 }
 
+/// The day three days ago, made (empty) in `stack`'s database.
+async fn old_day(stack: &Stack) -> Day {
+    let today = Day::of(db_now(stack).await);
+    let old = Day::of(today.end() - chrono::Duration::days(3));
+    sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
+        .bind(old.date())
+        .execute(&stack.pg)
+        .await
+        .expect("an old day");
+    old
+}
+
 async fn request_keys_rows(stack: &Stack) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM request_keys")
         .fetch_one(&stack.pg)
@@ -331,13 +343,7 @@ async fn the_migration_moves_every_command_into_its_day() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_drops_while_intake_goes_on() {
     let stack = std::sync::Arc::new(Stack::start().await);
-    let today = Day::of(db_now(&stack).await);
-    let old = Day::of(today.end() - chrono::Duration::days(3));
-    sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
-        .bind(old.date())
-        .execute(&stack.pg)
-        .await
-        .expect("an old day");
+    let old = old_day(&stack).await;
     // 500 commands of that day, ended then, their keys held.
     sqlx::query(
         "WITH made AS (
@@ -418,13 +424,7 @@ async fn a_day_drops_while_intake_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_drops_beside_readers_of_applications_and_namespaces() {
     let stack = Stack::start().await;
-    let today = Day::of(db_now(&stack).await);
-    let old = Day::of(today.end() - chrono::Duration::days(3));
-    sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
-        .bind(old.date())
-        .execute(&stack.pg)
-        .await
-        .expect("an old day");
+    let old = old_day(&stack).await;
     let mut reader = stack.pg.begin().await.expect("begin");
     let read: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM applications) + (SELECT count(*) FROM namespaces)",
