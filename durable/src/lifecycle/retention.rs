@@ -63,6 +63,20 @@ pub async fn prune_before(
     redis: &Projection,
     cutoff: DateTime<Utc>,
 ) -> Result<Pruned, DurableError> {
+    let pruned = round(pg, redis, cutoff).await?;
+    crate::metrics::retention_round(
+        pruned.keys_forgotten,
+        pruned.days_dropped.len(),
+        pruned.days_held.len(),
+    );
+    Ok(pruned)
+}
+
+async fn round(
+    pg: &PgPool,
+    redis: &Projection,
+    cutoff: DateTime<Utc>,
+) -> Result<Pruned, DurableError> {
     let mut pruned = Pruned::default();
     for table in day_tables(pg).await? {
         if table.day.end() > cutoff {

@@ -25,6 +25,7 @@ use std::time::Duration;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
@@ -116,6 +117,9 @@ struct Families {
     lease_rescues: Family<Label, Counter>,
     attempts_stopped: Counter,
     reservations_expired: Counter,
+    retention_days_dropped: Counter,
+    retention_keys_forgotten: Counter,
+    retention_days_held: Gauge,
     storage_errors: Family<Label, Counter>,
     ticket_polls: Family<Label, Counter>,
 }
@@ -138,6 +142,9 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
         lease_rescues: Family::default(),
         attempts_stopped: Counter::default(),
         reservations_expired: Counter::default(),
+        retention_days_dropped: Counter::default(),
+        retention_keys_forgotten: Counter::default(),
+        retention_days_held: Gauge::default(),
         storage_errors: Family::default(),
         ticket_polls: Family::default(),
     };
@@ -348,6 +355,17 @@ pub fn reservations_expired(count: usize) {
     FAMILIES.reservations_expired.inc_by(count as u64);
 }
 
+/// One round of retention: the request keys it forgot, the days it dropped, and how many days
+/// past the retention it found held by a command that is unfinished or ended too recently (set,
+/// not added: the state of `commands` as this round saw it).
+pub fn retention_round(keys_forgotten: usize, days_dropped: usize, days_held: usize) {
+    let f = &*FAMILIES;
+    f.retention_keys_forgotten.inc_by(keys_forgotten as u64);
+    f.retention_days_dropped.inc_by(days_dropped as u64);
+    f.retention_days_held
+        .set(i64::try_from(days_held).unwrap_or(i64::MAX));
+}
+
 /// Counts a failure of Redis or PostgreSQL (other errors are not storage failures and are not
 /// counted). Call it once where a failure is handled: where it becomes an API error, or where
 /// the executor logs it and carries on.
@@ -468,6 +486,21 @@ pub fn executor_text() -> String {
         "sluice_reservations_expired",
         "Quota reservations this executor expired (its sweeper, or its quota handler before counting a pool's free units) because the database's clock passed their expires_at",
         f.reservations_expired.clone(),
+    );
+    registry.register(
+        "sluice_retention_days_dropped",
+        "Days of commands this executor dropped whole because every command of them ended more than retention_seconds ago",
+        f.retention_days_dropped.clone(),
+    );
+    registry.register(
+        "sluice_retention_keys_forgotten",
+        "Request keys of such days this executor forgot (in PostgreSQL, then in Redis) before dropping them",
+        f.retention_keys_forgotten.clone(),
+    );
+    registry.register(
+        "sluice_retention_days_held",
+        "Days past the retention that this executor's last retention round found held by an unfinished command or one that ended within the retention",
+        f.retention_days_held.clone(),
     );
     encode(&registry)
 }

@@ -45,6 +45,17 @@ async fn old_day(stack: &Stack) -> Day {
     old
 }
 
+/// A counter of this process's executor metrics.
+fn executor_counter(name: &str) -> f64 {
+    let text = sluice_durable::metrics::executor_text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in\n{text}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
 async fn request_keys_rows(stack: &Stack) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM request_keys")
         .fetch_one(&stack.pg)
@@ -107,10 +118,18 @@ async fn a_day_goes_whole_once_every_command_of_it_ended() {
         cancel(&stack, &id_of(&waiting)).await.data()["status"],
         "cancelled"
     );
+    let dropped_before = executor_counter("sluice_retention_days_dropped_total");
+    let forgotten_before = executor_counter("sluice_retention_keys_forgotten_total");
     let pruned = prune_before(&stack.pg, &stack.redis, today.end())
         .await
         .expect("prune");
     assert_eq!(pruned.keys_forgotten, 2, "{pruned:?}");
+    // The executor's metrics count them (other tests of this process only add to them).
+    assert!(
+        executor_counter("sluice_retention_days_dropped_total")
+            >= dropped_before + pruned.days_dropped.len() as f64
+    );
+    assert!(executor_counter("sluice_retention_keys_forgotten_total") >= forgotten_before + 2.0);
     assert!(pruned.days_dropped.contains(&today), "{pruned:?}");
     assert_eq!(day_table(&stack, today).await, (false, false), "dropped");
     assert_eq!(request_keys_rows(&stack).await, 0);
