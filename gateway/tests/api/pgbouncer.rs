@@ -345,3 +345,93 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
         assert!(errors.is_empty(), "the {name} logged errors: {errors:#?}");
     }
 }
+
+/// Retention through a transaction-mode PgBouncer (2 server connections): the days are made,
+/// an old day whose commands all ended has its keys forgotten and is detached (`CONCURRENTLY`,
+/// a statement that commits inside itself) and dropped, and a day with a waiting command stays:
+/// read from the catalog directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_a_day_through_pgbouncer_in_transaction_mode() {
+    use sluice_durable::lifecycle::retention::prune;
+    use sluice_durable::outbox::days::{Day, ensure_days};
+
+    let postgres = shared_postgres();
+    let stack = Stack::start().await;
+    let database = stack
+        .database_url
+        .rsplit('/')
+        .next()
+        .expect("database name")
+        .to_string();
+    let bouncer = PgBouncer::start_with_connect_query(
+        postgres.port(),
+        PoolMode::Transaction,
+        2,
+        Some(TIMEOUTS_QUERY),
+    );
+    let pool = db::connect_in(&bouncer.url(&database), 8, db::PoolMode::Transaction)
+        .await
+        .expect("Sluice's pool through PgBouncer");
+    ensure_days(&pool)
+        .await
+        .expect("days made through PgBouncer");
+
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&stack.pg)
+        .await
+        .expect("now");
+    let (ended, waiting) = (
+        Day::of(now - chrono::Duration::days(4)),
+        Day::of(now - chrono::Duration::days(3)),
+    );
+    for (day, status, finished) in [(ended, "succeeded", true), (waiting, "accepted", false)] {
+        sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
+            .bind(day.date())
+            .execute(&stack.pg)
+            .await
+            .expect("an old day");
+        sqlx::query(
+            "WITH made AS (
+                 INSERT INTO commands (id, application_id, namespace_id, command, subject,
+                        request_key, content_sha256, input, resource_key, queue_seq, status,
+                        accepted_at, deadline_at, max_wait_at, updated_at, finished_at)
+                 SELECT (substr(replace($3::uuid::text, '-', ''), 1, 12) || '7'
+                         || lpad(to_hex(i), 19, '0'))::uuid, $1, $2, 'claim', $4 || i,
+                        'k' || i, '\\x00'::bytea, '{}'::jsonb, 'r', i, $4, $5, $5, $5, $5,
+                        CASE WHEN $6 THEN $5 END
+                   FROM generate_series(1, 20) AS i
+                 RETURNING id, application_id, namespace_id, command, subject, request_key)
+             INSERT INTO request_keys (namespace_id, command, subject, request_key,
+                                       command_id, application_id)
+             SELECT namespace_id, command, subject, request_key, id, application_id FROM made",
+        )
+        .bind(stack.creds.application_id)
+        .bind(stack.creds.namespace_id)
+        .bind(day.first_id())
+        .bind(status)
+        .bind(day.end() - chrono::Duration::hours(1))
+        .bind(finished)
+        .execute(&stack.pg)
+        .await
+        .expect("an old day's commands");
+    }
+
+    let pruned = prune(&pool, &stack.redis, 86_400)
+        .await
+        .expect("retention through PgBouncer");
+    assert!(pruned.days_dropped.contains(&ended), "{pruned:?}");
+    assert!(pruned.days_held.contains(&waiting), "{pruned:?}");
+    assert_eq!(pruned.keys_forgotten, 20);
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT relname::text FROM pg_class WHERE relname = ANY($1) ORDER BY 1")
+            .bind(vec![ended.partition(), waiting.partition()])
+            .fetch_all(&stack.pg)
+            .await
+            .expect("the catalog");
+    assert_eq!(tables, vec![waiting.partition()]);
+    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM request_keys")
+        .fetch_one(&stack.pg)
+        .await
+        .expect("keys");
+    assert_eq!(keys, 20, "the waiting day's keys stay");
+}
