@@ -20,6 +20,16 @@ async fn a_small_sale_lands_one_result_per_command() {
         all_terminal(&stack, Duration::from_secs(30)).await,
         "every command lands"
     );
+    // Redis's side of each landing (`land.lua`: the status and the counts in one script)
+    // follows PostgreSQL's commit; the polls below are answered from Redis.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            stack.counters().await.get("unfinished").copied() == Some(0)
+        })
+        .await,
+        "Redis saw every landing: {:?}",
+        stack.counters().await
+    );
     let mut succeeded = 0;
     let mut allocations = HashSet::new();
     for ticket in &tickets {
