@@ -43,6 +43,24 @@ fn bouncer_stat(bouncer: &PgBouncer, database: &str, column: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// A transaction-mode PgBouncer with `server_connections` in front of the shared PostgreSQL,
+/// its timeouts from `connect_query`, and the name of `stack`'s database in it.
+fn transaction_bouncer(stack: &Stack, server_connections: u32) -> (PgBouncer, String) {
+    let bouncer = PgBouncer::start_with_connect_query(
+        shared_postgres().port(),
+        PoolMode::Transaction,
+        server_connections,
+        Some(TIMEOUTS_QUERY),
+    );
+    let database = stack
+        .database_url
+        .rsplit('/')
+        .next()
+        .expect("database name")
+        .to_string();
+    (bouncer, database)
+}
+
 /// The stack's commands that landed `succeeded`, read through `direct`: a pool to PostgreSQL
 /// itself, not through PgBouncer.
 async fn succeeded(direct: &PgPool, stack: &Stack) -> i64 {
@@ -229,20 +247,8 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     use crate::executor_processes::ExecutorProcess;
     use crate::gateway_process::GatewayProcess;
 
-    let postgres = shared_postgres();
     let stack = Stack::start().await;
-    let database = stack
-        .database_url
-        .rsplit('/')
-        .next()
-        .expect("database name")
-        .to_string();
-    let bouncer = PgBouncer::start_with_connect_query(
-        postgres.port(),
-        PoolMode::Transaction,
-        3,
-        Some(TIMEOUTS_QUERY),
-    );
+    let (bouncer, database) = transaction_bouncer(&stack, 3);
     let through = bouncer.url(&database);
     // `sluice migrate` takes its session lock on the session URL: run through the pooler's
     // settings, it succeeds (the stack's database is migrated; applying nothing is the point).
@@ -355,20 +361,8 @@ async fn retention_drops_a_day_through_pgbouncer_in_transaction_mode() {
     use sluice_durable::lifecycle::retention::prune;
     use sluice_durable::outbox::days::{Day, ensure_days};
 
-    let postgres = shared_postgres();
     let stack = Stack::start().await;
-    let database = stack
-        .database_url
-        .rsplit('/')
-        .next()
-        .expect("database name")
-        .to_string();
-    let bouncer = PgBouncer::start_with_connect_query(
-        postgres.port(),
-        PoolMode::Transaction,
-        2,
-        Some(TIMEOUTS_QUERY),
-    );
+    let (bouncer, database) = transaction_bouncer(&stack, 2);
     let pool = db::connect_in(&bouncer.url(&database), 8, db::PoolMode::Transaction)
         .await
         .expect("Sluice's pool through PgBouncer");
@@ -376,45 +370,13 @@ async fn retention_drops_a_day_through_pgbouncer_in_transaction_mode() {
         .await
         .expect("days made through PgBouncer");
 
-    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&stack.pg)
-        .await
-        .expect("now");
+    let now = crate::retention::db_now(&stack).await;
     let (ended, waiting) = (
         Day::of(now - chrono::Duration::days(4)),
         Day::of(now - chrono::Duration::days(3)),
     );
-    for (day, status, finished) in [(ended, "succeeded", true), (waiting, "accepted", false)] {
-        sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
-            .bind(day.date())
-            .execute(&stack.pg)
-            .await
-            .expect("an old day");
-        sqlx::query(
-            "WITH made AS (
-                 INSERT INTO commands (id, application_id, namespace_id, command, subject,
-                        request_key, content_sha256, input, resource_key, queue_seq, status,
-                        accepted_at, deadline_at, max_wait_at, updated_at, finished_at)
-                 SELECT (substr(replace($3::uuid::text, '-', ''), 1, 12) || '7'
-                         || lpad(to_hex(i), 19, '0'))::uuid, $1, $2, 'claim', $4 || i,
-                        'k' || i, '\\x00'::bytea, '{}'::jsonb, 'r', i, $4, $5, $5, $5, $5,
-                        CASE WHEN $6 THEN $5 END
-                   FROM generate_series(1, 20) AS i
-                 RETURNING id, application_id, namespace_id, command, subject, request_key)
-             INSERT INTO request_keys (namespace_id, command, subject, request_key,
-                                       command_id, application_id)
-             SELECT namespace_id, command, subject, request_key, id, application_id FROM made",
-        )
-        .bind(stack.creds.application_id)
-        .bind(stack.creds.namespace_id)
-        .bind(day.first_id())
-        .bind(status)
-        .bind(day.end() - chrono::Duration::hours(1))
-        .bind(finished)
-        .execute(&stack.pg)
-        .await
-        .expect("an old day's commands");
-    }
+    crate::retention::fill_day(&stack, ended, 20, "succeeded").await;
+    crate::retention::fill_day(&stack, waiting, 20, "accepted").await;
 
     let pruned = prune(&pool, &stack.redis, 86_400)
         .await

@@ -15,7 +15,7 @@ use sluice_durable::projection::request_key_field;
 use crate::execution::{cancel, id_of, record};
 use crate::support::*;
 
-async fn db_now(stack: &Stack) -> DateTime<Utc> {
+pub(crate) async fn db_now(stack: &Stack) -> DateTime<Utc> {
     sqlx::query_scalar("SELECT now()")
         .fetch_one(&stack.pg)
         .await
@@ -37,12 +37,48 @@ async fn day_table(stack: &Stack, day: Day) -> (bool, bool) {
 async fn old_day(stack: &Stack) -> Day {
     let today = Day::of(db_now(stack).await);
     let old = Day::of(today.end() - chrono::Duration::days(3));
+    make_day(stack, old).await;
+    old
+}
+
+async fn make_day(stack: &Stack, day: Day) {
     sqlx::query("SELECT sluice_ensure_command_days($1, $1)")
-        .bind(old.date())
+        .bind(day.date())
         .execute(&stack.pg)
         .await
-        .expect("an old day");
-    old
+        .expect("a day of commands");
+}
+
+/// Makes `day` and writes `rows` commands of it with `status`, accepted an hour before its end
+/// (and ended then, if `status` is final), each with its request key held: subjects
+/// `<status>-<i>`, keys `k<i>`.
+pub(crate) async fn fill_day(stack: &Stack, day: Day, rows: i64, status: &str) {
+    make_day(stack, day).await;
+    sqlx::query(
+        "WITH made AS (
+             INSERT INTO commands (id, application_id, namespace_id, command, subject,
+                    request_key, content_sha256, input, resource_key, queue_seq, status,
+                    accepted_at, deadline_at, max_wait_at, updated_at, finished_at)
+             SELECT (substr(replace($3::uuid::text, '-', ''), 1, 12) || '7'
+                     || lpad(to_hex(i), 19, '0'))::uuid, $1, $2, 'claim', $4 || '-' || i,
+                    'k' || i, '\\x00'::bytea, '{}'::jsonb, 'r', i, $4, $5, $5, $5, $5,
+                    CASE WHEN $4 IN ('succeeded', 'rejected', 'failed', 'expired', 'cancelled')
+                         THEN $5 END
+               FROM generate_series(1, $6) AS i
+             RETURNING id, application_id, namespace_id, command, subject, request_key)
+         INSERT INTO request_keys (namespace_id, command, subject, request_key, command_id,
+                                   application_id)
+         SELECT namespace_id, command, subject, request_key, id, application_id FROM made",
+    )
+    .bind(stack.creds.application_id)
+    .bind(stack.creds.namespace_id)
+    .bind(day.first_id())
+    .bind(status)
+    .bind(day.end() - chrono::Duration::hours(1))
+    .bind(rows)
+    .execute(&stack.pg)
+    .await
+    .expect("a day's commands");
 }
 
 /// A counter of this process's executor metrics.
@@ -364,27 +400,7 @@ async fn a_day_drops_while_intake_goes_on() {
     let stack = std::sync::Arc::new(Stack::start().await);
     let old = old_day(&stack).await;
     // 500 commands of that day, ended then, their keys held.
-    sqlx::query(
-        "WITH made AS (
-             INSERT INTO commands (id, application_id, namespace_id, command, subject,
-                    request_key, content_sha256, input, resource_key, queue_seq, status,
-                    accepted_at, deadline_at, max_wait_at, updated_at, finished_at)
-             SELECT (substr(replace($3::uuid::text, '-', ''), 1, 12) || '7'
-                     || lpad(to_hex(i), 19, '0'))::uuid, $1, $2, 'claim', 'old-' || i, 'k' || i,
-                    '\\x00'::bytea, '{}'::jsonb, 'r', i, 'succeeded', $4, $4, $4, $4, $4
-               FROM generate_series(1, 500) AS i
-             RETURNING id, application_id, namespace_id, command, subject, request_key)
-         INSERT INTO request_keys (namespace_id, command, subject, request_key, command_id,
-                                   application_id)
-         SELECT namespace_id, command, subject, request_key, id, application_id FROM made",
-    )
-    .bind(stack.creds.application_id)
-    .bind(stack.creds.namespace_id)
-    .bind(old.first_id())
-    .bind(old.end() - chrono::Duration::hours(1))
-    .execute(&stack.pg)
-    .await
-    .expect("an old day's commands");
+    fill_day(&stack, old, 500, "succeeded").await;
 
     // Callers enqueue without pause from before the drop until after it.
     let offer = offer();
