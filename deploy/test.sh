@@ -46,9 +46,8 @@ ALONE=(
 )
 SKIP_ALONE=()
 for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done
-# Every script not listed in durable/src/projection/scripts.rs (UNDECLARED_KEYS) runs behind
-# lua/lib/strict_keys.lua in every test below, gateway and executor processes included: a call on
-# a key that is not in the script's KEYS fails it.
+# Every script runs behind lua/lib/strict_keys.lua in every test below, gateway and executor
+# processes included: a call on a key that is not in the script's KEYS fails it.
 export SLUICE_STRICT_SCRIPT_KEYS=1
 cargo test --workspace --locked -- --test-threads 3 "${SKIP_ALONE[@]}" 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}

@@ -11,14 +11,35 @@
 -- KEYS[7] started (hash: queue suffix -> the highest sequence started from the queue, for
 --         gateways answering waiting polls from memory; see "Waiting polls" in lua/README.md)
 -- KEYS[8] seq (the application's queue sequence)  KEYS[9] gone (lib/epoch.lua)
+-- KEYS[10] the application's executing permits  KEYS[11] its start bucket
+-- KEYS[12 ..] the keys the caller expects this call to touch (see "Declared keys" below)
 -- ARGV: 1 min_generation  2 max_heads  3 scan_limit  4 lease_ms  5 lookahead
 --       6 .. 5 + max_heads: one attempt token per command this call may start
 --
--- Returns {"NOT_READY"} or {"OK", generation, now_ms, id, suffix, seq, attempt, id, suffix, seq,
--- ...}: the generation is the epoch of the admission (the claim in PostgreSQL is fenced on it),
--- now_ms the Redis time of the admission (the claim records it as the commands' `started_at`:
--- the instant their turn came, on the clock their tickets' positions were observed on), the
--- attempt the token the claim records and every later step of that attempt is fenced on.
+-- Returns {"NOT_READY"} or {"OK", generation, now_ms, n, id, suffix, seq, attempt (n times),
+-- asked, done, <done keys>, <next keys>}: the generation is the epoch of the admission (the claim
+-- in PostgreSQL is fenced on it), now_ms the Redis time of the admission (the claim records it
+-- as the commands' `started_at`: the instant their turn came, on the clock their tickets'
+-- positions were observed on), the attempt the token the claim records and every later step of
+-- that attempt is fenced on. `asked` counts the keys it stopped at (0: it did all it could),
+-- `done` the keys no call needs again (the status hashes of the commands it started or found
+-- gone), and the next keys are those it touched or asked for, with the status hashes further
+-- down the queues it started from: what the caller passes next time.
+--
+-- Declared keys. Which queues, status hashes and limit keys an admission touches depends on what
+-- it reads (the turn order, each queue's first entries, each head's limit keys), so a caller
+-- cannot derive them all, yet a proxy or a store that routes or locks by KEYS refuses a script
+-- that touches any other. So the caller passes what the last call of this application named
+-- (durable/src/projection/admission_keys.rs), and this script checks every key against KEYS
+-- before it reads or writes it. At the first it lacks, it stops: it starts nothing further (so
+-- no command of a resource is started before a head it could not look at), ends the turns of
+-- what it did look at as usual, and asks for the key, with every other key that level will
+-- need. A command of the window it lacks stops it before it writes anything (the window
+-- decides each command's share of the visits), asking for every such key at once. A queue,
+-- status hash or limit key it lacks only stops that resource: it starts nothing of it in this
+-- call (so no command is started before a head it could not look at), leaves it where it is in
+-- the turn order, asks for the entry and the few after it (`ASK_AHEAD`), and goes on with the
+-- other resources. The caller calls again at once with what was asked for.
 --
 -- Fairness, by construction. Two round-robin levels: commands of every namespace in `ready`,
 -- and each command's resources with waiting work in `{a:ID}:rq:<ns>:<cmd>`. Everything looked
@@ -62,6 +83,22 @@ local lookahead = tonumber(ARGV[5])
 local prefix = string.sub(meta, 1, #meta - 5)  -- "{a:ID}" from "{a:ID}:meta"
 local m = redis.call('HMGET', meta, 'app:max_concurrency', 'app:rate_per_second')
 
+-- The keys of this call beyond the application's own: those the next call should be given (in
+-- the order first met), those asked for (lib/asked_keys.lua), those no call needs again.
+local next_keys, next_set, missing, done = {}, {}, {}, {}
+local function want(key)
+  if next_set[key] == nil then next_keys[#next_keys + 1] = key end
+  next_set[key] = true
+end
+-- Whether `key` may be touched; when not, it is asked for.
+local function need(key)
+  want(key)
+  if declared(key) then return true end
+  ask_for(key, missing)
+  return false
+end
+local UNKNOWN = {}
+
 local function numbers(spec)
   local f = {}
   for w in string.gmatch(spec, '%S+') do f[#f + 1] = tonumber(w) end
@@ -78,7 +115,8 @@ local function live(lease)
   return redis.call('ZCOUNT', lease, '(' .. now, '+inf')
 end
 
--- Per-command state for this call: limits, live permit count, start tokens.
+-- Per-command state for this call: limits, live permit count, start tokens. False: no `cfg`
+-- entry; UNKNOWN: its permits or bucket are not in KEYS (asked for).
 local commands = {}
 local function command_state(nscmd)
   local st = commands[nscmd]
@@ -91,6 +129,12 @@ local function command_state(nscmd)
   local f = numbers(spec)
   local lease = prefix .. ':lease:cmd:' .. nscmd
   local bucket = prefix .. ':bucket:start:' .. nscmd
+  local known = need(lease)
+  known = need(bucket) and known
+  if not known then
+    commands[nscmd] = UNKNOWN
+    return UNKNOWN
+  end
   st = {max = f[1], rate = f[2], burst = f[3], per_resource = f[4], lease = lease,
         bucket = bucket, held = live(lease), tokens = tokens_now(bucket, f[2], f[3]), took = false}
   commands[nscmd] = st
@@ -101,7 +145,8 @@ local function has_room(st)
   return st.held < st.max and st.tokens >= 1
 end
 
--- Per limit key state for this call. A template no longer declared limits nothing.
+-- Per limit key state for this call. A template no longer declared limits nothing (false);
+-- UNKNOWN: its permits or bucket are not in KEYS (asked for).
 local limits = {}
 local function limit_state(ns, template, key)
   local id = ns .. ':' .. key
@@ -115,6 +160,13 @@ local function limit_state(ns, template, key)
   local f = numbers(spec)
   st = {max = f[1], rate = f[2], burst = f[3], lease = prefix .. ':lease:lim:' .. id,
         bucket = prefix .. ':bucket:lim:' .. id, took = false, held = 0, tokens = 0}
+  local known = true
+  if st.max > 0 then known = need(st.lease) end
+  if st.rate > 0 then known = need(st.bucket) and known end
+  if not known then
+    limits[id] = UNKNOWN
+    return UNKNOWN
+  end
   if st.max > 0 then
     -- Members lapsed for an hour belong to commands whose status hash is gone (nothing else
     -- could release them); every other lapsed member is also in its command's lease zset,
@@ -127,21 +179,26 @@ local function limit_state(ns, template, key)
   return st
 end
 
--- The limit states a waiting command needs, or nil when one of its keys has no room now.
+-- The limit states a waiting command needs, nil when one of its keys has no room now, or
+-- UNKNOWN when one of them is not in KEYS (every such key of the command is asked for).
 local function free_limits(ns, lim)
   local states = {}
   if not lim or lim == '' then return states end
-  local seen = {}
+  local seen, full, unknown = {}, false, false
   for _, pair in ipairs(cjson.decode(lim)) do
     local st = limit_state(ns, pair[1], pair[2])
-    if st and not seen[st.lease] then
+    if st == UNKNOWN then
+      unknown = true
+    elseif st and not seen[st.lease] then
       seen[st.lease] = true
       if (st.max > 0 and st.held >= st.max) or (st.rate > 0 and st.tokens < 1) then
-        return nil
+        full = true
       end
       states[#states + 1] = st
     end
   end
+  if unknown then return UNKNOWN end
+  if full then return nil end
   return states
 end
 
@@ -149,7 +206,7 @@ end
 -- stored by app_limits.lua (a rebuild, the configure call, every executor's catalog refresh).
 -- A projection that has none yet (built before they existed) limits at the command level only.
 local app = {max = tonumber(m[1] or '1e15'), rate = tonumber(m[2] or '1e15'),
-             lease = prefix .. ':lease:app', bucket = prefix .. ':bucket:app', took = false}
+             lease = KEYS[10], bucket = KEYS[11], took = false}
 app.burst = app.rate
 app.held = live(app.lease)
 app.tokens = tokens_now(app.bucket, app.rate, app.burst)
@@ -157,8 +214,27 @@ local function app_room()
   return app.held < app.max and app.tokens >= 1
 end
 
-local answer = {'OK', generation, now}
-if not app_room() then return answer end
+local taken = 0
+local heads = {}
+-- The answer: verdict, heads, what was asked, and the keys for the next call.
+local function answer()
+  local out = {'OK', generation, now, taken}
+  for _, v in ipairs(heads) do out[#out + 1] = v end
+  out[#out + 1] = #missing
+  out[#out + 1] = #done
+  for _, key in ipairs(done) do out[#out + 1] = key end
+  for _, key in ipairs(next_keys) do
+    if next_set[key] then out[#out + 1] = key end
+  end
+  return out
+end
+-- `key` (a started or gone command's status hash, an emptied queue) is needed by no later call.
+local function finished_with(key)
+  done[#done + 1] = key
+  next_set[key] = false
+end
+
+if not app_room() then return answer() end
 
 local last_turn = tonumber(redis.call('GET', turn) or '0')
 local function to_back(set, member)
@@ -166,7 +242,6 @@ local function to_back(set, member)
   redis.call('ZADD', set, last_turn, member)
 end
 
-local taken = 0
 -- Starts of this call per resource, in the order the resources first started something:
 -- {suffix, count, cap} (the command's declared per_second).
 local started_in, started_order = {}, {}
@@ -204,14 +279,15 @@ local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq
   redis.call('HINCRBY', count, 'queued:' .. nscmd, -1)
   redis.call('HSET', cmdkey, 'status', 'executing', 'updated_at', now, 'held', cjson.encode(held),
     'attempt', attempt)
-  answer[#answer + 1] = id
-  answer[#answer + 1] = suffix
-  answer[#answer + 1] = seq
-  answer[#answer + 1] = attempt
+  finished_with(cmdkey)
+  heads[#heads + 1] = id
+  heads[#heads + 1] = suffix
+  heads[#heads + 1] = seq
+  heads[#heads + 1] = attempt
   taken = taken + 1
   local s = started_in[suffix]
   if not s then
-    s = {suffix = suffix, count = 0, max_seq = 0}
+    s = {suffix = suffix, q = q, count = 0, max_seq = 0}
     started_in[suffix] = s
     started_order[#started_order + 1] = s
   end
@@ -220,17 +296,40 @@ local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq
   s.cap = st.rate
 end
 
+-- Status hashes asked for from a head a visit lacked: it and the few after it that the visit
+-- reads next if the head is held back by its limit keys.
+local ASK_AHEAD = 4
+
+-- Asks for the status hashes of `entries` (ZRANGE … WITHSCORES) from the one at `i`: a few
+-- from the head, and all the rest once the visit looks past a head (held back by its limit
+-- keys, it will look at all of them until one can start).
+local function ask_from(entries, i)
+  local last = #entries
+  if i == 1 then last = math.min(last, 2 * ASK_AHEAD) end
+  for j = i, last, 2 do need(prefix .. ':cmd:' .. entries[j]) end
+end
+
 -- One visit of a resource: starts at most one command. Returns 'taken', 'empty' (no waiting
--- work left: the resource leaves its command's ready set) or 'blocked'.
+-- work left: the resource leaves its command's ready set), 'blocked', or 'unknown' (its queue or
+-- permits, an entry it had to look at, or one of the entry's limit keys is not in KEYS: asked
+-- for, with the status hashes of the entries after it; nothing of the resource starts in this
+-- call).
 local function visit(st, ns, nscmd, suffix)
   local q = prefix .. ':q:' .. suffix
   local res_lease = prefix .. ':lease:res:' .. suffix
+  local known = need(q)
+  if st.per_resource > 0 then known = need(res_lease) and known end
+  if not known then return 'unknown' end
   if st.per_resource > 0 and live(res_lease) >= st.per_resource then return 'blocked' end
   local entries = redis.call('ZRANGE', q, 0, lookahead - 1, 'WITHSCORES')
   if #entries == 0 then return 'empty' end
   for i = 1, #entries, 2 do
     local id, seq = entries[i], entries[i + 1]
     local cmdkey = prefix .. ':cmd:' .. id
+    if not need(cmdkey) then
+      ask_from(entries, i)
+      return 'unknown'
+    end
     local h = redis.call('HMGET', cmdkey, 'status', 'lim')
     if h[1] and h[1] ~= 'accepted' and h[1] ~= 'retry_wait' then
       -- Not waiting any more (it ended, or started elsewhere): out of the queue, counted out,
@@ -239,8 +338,13 @@ local function visit(st, ns, nscmd, suffix)
       gone_add(gone, id, seq)
       redis.call('HINCRBY', count, 'waiting:' .. ns, -1)
       redis.call('HINCRBY', count, 'queued:' .. nscmd, -1)
+      finished_with(cmdkey)
     else
       local keyed = free_limits(ns, h[2])
+      if keyed == UNKNOWN then
+        ask_from(entries, i + 2)
+        return 'unknown'
+      end
       if keyed then
         start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq)
         return 'taken'
@@ -262,16 +366,19 @@ local function rotate(set, members, served)
   for _, member in ipairs(later) do to_back(set, member) end
 end
 
--- 1. Commands in turn order; one that can start nothing now costs this one check.
+-- 1. Commands in turn order; one that can start nothing now costs this one check. Every
+--    command of the window must be known before any starts: the window decides the shares.
 local window = redis.call('ZRANGE', ready, 0, scan_limit - 1)
 local plans = {}
 for _, nscmd in ipairs(window) do
+  local rq = prefix .. ':rq:' .. nscmd
   local st = command_state(nscmd)
-  if st and has_room(st) then
-    plans[#plans + 1] = {nscmd = nscmd, st = st, ns = string.sub(nscmd, 1, 36),
-                         rq = prefix .. ':rq:' .. nscmd, emptied = {}, looked = {}, served = {}}
+  if need(rq) and st ~= UNKNOWN and st and has_room(st) then
+    plans[#plans + 1] = {nscmd = nscmd, st = st, ns = string.sub(nscmd, 1, 36), rq = rq,
+                         emptied = {}, looked = {}, served = {}}
   end
 end
+if #missing > 0 then return answer() end
 
 -- 2. The resource visits of this call, shared evenly by the commands that can start work. A
 --    pass visits every command, and each of its resources once; passes repeat while they
@@ -291,8 +398,9 @@ while progress and taken < max_heads and app_room() do
     local still = {}
     for _, suffix in ipairs(plan.active) do
       if taken >= max_heads or not app_room() or not has_room(plan.st) then break end
-      plan.looked[#plan.looked + 1] = suffix
       local outcome = visit(plan.st, plan.ns, plan.nscmd, suffix)
+      -- A resource it could not look at keeps its turn and is not visited again this call.
+      if outcome ~= 'unknown' then plan.looked[#plan.looked + 1] = suffix end
       if outcome == 'taken' then
         step = step + 1
         plan.served[suffix] = step
@@ -317,6 +425,7 @@ for _, plan in ipairs(plans) do
       seen[suffix] = true
       if plan.emptied[suffix] then
         redis.call('ZREM', plan.rq, suffix)
+        finished_with(prefix .. ':q:' .. suffix)
       else
         looked[#looked + 1] = suffix
       end
@@ -381,10 +490,60 @@ local function persist(st)
   redis.call('PEXPIRE', st.bucket, math.ceil((st.burst - st.tokens) * 1000 / st.rate) + 1000)
 end
 for _, st in pairs(commands) do
-  if st and st.took then persist(st) end
+  if st and st ~= UNKNOWN and st.took then persist(st) end
 end
 for _, st in pairs(limits) do
-  if st and st.took then persist(st) end
+  if st and st ~= UNKNOWN and st.took then persist(st) end
 end
 if app.took and m[2] then persist(app) end
-return answer
+
+-- The next calls' keys, further on than this call went, so that a call seldom lacks one, and
+-- sized by what this call did, so that a call is not given thousands of keys it will not use:
+-- - the commands now at the front of `ready` name their permits, bucket and resources;
+-- - the next resources in each command's turn order, twice as many as it visited (and a few
+--   more, up to two calls' worth), name their queues and permits, and those of them whose
+--   queue this call may read name their first entries' status hashes (the queue was named by
+--   the call before);
+-- - among those, a queue that started something here names the status hashes of twice as
+--   many entries as it started, and a few more (a queue keeps its pace from call to call), and
+--   one whose head waits on a limit key this call found full names the first `lookahead` (its
+--   visit will look past the head).
+for _, nscmd in ipairs(redis.call('ZRANGE', ready, 0, scan_limit - 1)) do
+  if commands[nscmd] ~= false then
+    want(prefix .. ':lease:cmd:' .. nscmd)
+    want(prefix .. ':bucket:start:' .. nscmd)
+  end
+  want(prefix .. ':rq:' .. nscmd)
+end
+-- Whether the head of queue `q` waits on a limit key this call found full (read only if its
+-- status hash is in KEYS; a limit key this call did not look at counts as free).
+local function held_back(ns, q)
+  local head = redis.call('ZRANGE', q, 0, 0)[1]
+  if not head or not declared(prefix .. ':cmd:' .. head) then return false end
+  local lim = redis.call('HGET', prefix .. ':cmd:' .. head, 'lim')
+  if not lim or lim == '' then return false end
+  for _, pair in ipairs(cjson.decode(lim)) do
+    local st = limits[ns .. ':' .. pair[2]]
+    if st and st ~= UNKNOWN and ((st.max > 0 and st.held >= st.max) or (st.rate > 0 and st.tokens < 1)) then
+      return true
+    end
+  end
+  return false
+end
+for _, plan in ipairs(plans) do
+  local ahead = math.min(2 * budget, 2 * #plan.looked + ASK_AHEAD)
+  for _, suffix in ipairs(redis.call('ZRANGE', plan.rq, 0, ahead - 1)) do
+    local q = prefix .. ':q:' .. suffix
+    want(q)
+    if plan.st.per_resource > 0 then want(prefix .. ':lease:res:' .. suffix) end
+    if declared(q) then
+      local s = started_in[suffix]
+      local depth = s and 2 * s.count + ASK_AHEAD or 2
+      if not s and held_back(plan.ns, q) then depth = lookahead end
+      for _, id in ipairs(redis.call('ZRANGE', q, 0, depth - 1)) do
+        want(prefix .. ':cmd:' .. id)
+      end
+    end
+  end
+end
+return answer()

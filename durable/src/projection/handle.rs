@@ -7,12 +7,14 @@ use std::sync::Arc;
 use fred::prelude::*;
 
 use super::Scripts;
+use super::admission_keys::AdmissionKeys;
 use crate::DurableError;
 
 #[derive(Clone)]
 pub struct Projection {
     pool: Pool,
     scripts: Arc<Scripts>,
+    admission_keys: Arc<AdmissionKeys>,
 }
 
 /// `pub async fn <script>(keys, args)`: `EVALSHA` of `lua/<script>.lua` on a connected client
@@ -36,7 +38,13 @@ impl Projection {
         Self {
             pool,
             scripts: Arc::new(Scripts::new()),
+            admission_keys: Arc::default(),
         }
+    }
+
+    /// What each application's last admissions named, for the next one's `KEYS`.
+    pub fn admission_keys(&self) -> &AdmissionKeys {
+        &self.admission_keys
     }
 
     /// The pool, for the plain commands (`HGET`, `ZADD`, `SCAN`, pub/sub) that are no script.

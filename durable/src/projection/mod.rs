@@ -8,6 +8,7 @@
 //! trusted for an admission.
 
 pub mod admission_config;
+pub mod admission_keys;
 pub mod asked_keys;
 pub mod cache;
 pub mod connect;
@@ -24,5 +25,5 @@ pub mod waiting;
 pub use connect::connect_redis;
 pub use handle::Projection;
 pub use keys::{AppKeys, request_key_field};
+pub use scripts::STRICT_KEYS_VARIABLE;
 use scripts::Scripts;
-pub use scripts::{STRICT_KEYS_VARIABLE, UNDECLARED_KEYS};

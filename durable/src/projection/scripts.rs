@@ -71,19 +71,11 @@ macro_rules! asking {
     };
 }
 
-/// Set in a test run, every script not in [`UNDECLARED_KEYS`] (every script, when set to
-/// `all`) runs behind `lua/lib/strict_keys.lua`, which fails a call on a key it was not given
-/// in `KEYS`: what a proxy or a store that routes or locks by declared keys would refuse. Off
-/// otherwise.
+/// Set in a test run, every script runs behind `lua/lib/strict_keys.lua`, which fails a call on
+/// a key it was not given in `KEYS`: what a proxy or a store that routes or locks by declared
+/// keys would refuse. `deploy/test.sh` sets it for every test, so no script can start touching
+/// an undeclared key unnoticed. Off otherwise.
 pub const STRICT_KEYS_VARIABLE: &str = "SLUICE_STRICT_SCRIPT_KEYS";
-
-/// The scripts that still touch keys they derive from what they read, with what they read:
-/// the step that issue 22's "every key in `KEYS`" has left. `deploy/test.sh` runs every test
-/// under the guard, so a script off this list cannot start doing it unnoticed.
-pub const UNDECLARED_KEYS: &[(&str, &str)] = &[(
-    "admit.lua",
-    "the queues, permits and limit keys of the work it chooses",
-)];
 
 /// A script that reads, or writes only what needs no trusted projection.
 macro_rules! plain {
@@ -105,11 +97,7 @@ pub struct NamedScript {
 
 impl NamedScript {
     fn new(name: &'static str, lua: &'static str) -> Self {
-        let strict = match std::env::var(STRICT_KEYS_VARIABLE) {
-            Err(_) => false,
-            Ok(value) if value == "all" => true,
-            Ok(_) => !UNDECLARED_KEYS.iter().any(|(script, _)| *script == name),
-        };
+        let strict = std::env::var_os(STRICT_KEYS_VARIABLE).is_some();
         let script = if strict {
             Script::from_lua(format!(
                 "local strict_keys_script = '{name}'\n{}{lua}",

@@ -3,6 +3,7 @@
 
 mod asked_keys;
 mod lua_admit;
+mod lua_admit_keys;
 mod lua_epoch;
 mod lua_fixture;
 mod lua_intake_batch;

@@ -44,75 +44,155 @@ pub struct AdmitLimits {
     pub lookahead: u32,
 }
 
+/// Calls of `admit.lua` one admission makes at most: a call that lacked keys asked for them, and
+/// the next goes on with them. From nothing known (a new executor), the levels are the window's
+/// commands, their queues, the queues' heads and the heads' limit keys; once warm, one call.
+const ADMIT_CALLS: usize = 6;
+
 /// `admit.lua`: starts up to `max_heads` commands, each under a fresh attempt token.
+///
+/// The script is given every key it may touch: the application's own, and those the last
+/// answers named ([`crate::projection::admission_keys`]). When it lacked some, it admitted what
+/// it could without them and asked; it is called again at once with them for the rest of the
+/// batch.
 pub async fn admit(
     redis: &Projection,
     keys: &AppKeys,
     limits: AdmitLimits,
 ) -> Result<Admission, DurableError> {
-    let script_keys = vec![
-        keys.meta(),
-        keys.ready(),
-        keys.admission_config(),
-        keys.count(),
-        keys.turn(),
-        keys.starts(),
-        keys.started(),
-        keys.seq(),
-        keys.gone(),
-    ];
-    let mut args: Vec<Value> = vec![
-        limits.min_generation.into(),
-        i64::from(limits.max_heads).into(),
-        i64::from(limits.scan_limit.max(1)).into(),
-        clamp_i64(limits.lease_ms).into(),
-        i64::from(limits.lookahead.max(1)).into(),
-    ];
-    args.extend((0..limits.max_heads).map(|_| Value::from(AttemptId::mint().to_string())));
-    let answer: Vec<Value> = redis.admit(script_keys, args).await?;
+    let memory = keys.meta();
+    let mut admitted: Option<(i64, i64, Vec<AdmittedHead>)> = None;
+    for _ in 0..ADMIT_CALLS {
+        let taken = admitted.as_ref().map_or(0, |(_, _, heads)| heads.len());
+        let room = limits.max_heads.saturating_sub(taken as u32);
+        let mut script_keys = vec![
+            keys.meta(),
+            keys.ready(),
+            keys.admission_config(),
+            keys.count(),
+            keys.turn(),
+            keys.starts(),
+            keys.started(),
+            keys.seq(),
+            keys.gone(),
+            keys.application_leases(),
+            keys.application_bucket(),
+        ];
+        script_keys.extend(redis.admission_keys().keys(&memory));
+        let mut args: Vec<Value> = vec![
+            limits.min_generation.into(),
+            i64::from(room).into(),
+            i64::from(limits.scan_limit.max(1)).into(),
+            clamp_i64(limits.lease_ms).into(),
+            i64::from(limits.lookahead.max(1)).into(),
+        ];
+        args.extend((0..room).map(|_| Value::from(AttemptId::mint().to_string())));
+        let answer: Vec<Value> = redis.admit(script_keys, args).await?;
+        let Some(call) = parse_answer(&answer)? else {
+            // Not trusted (any more): heads admitted by an earlier call of this admission were
+            // under a projection a rebuild has replaced, so their claim could not be fenced.
+            return Ok(Admission::NotReady);
+        };
+        redis
+            .admission_keys()
+            .learn(&memory, &call.done, call.named);
+        admitted = Some(match admitted {
+            // The time of the admission is the first call that started something: the turn of
+            // a later call's heads came a moment later, on the same clock.
+            Some((generation, at_ms, mut heads))
+                if generation == call.generation && !heads.is_empty() =>
+            {
+                heads.extend(call.heads);
+                (generation, at_ms, heads)
+            }
+            // A rebuild between two calls: the earlier heads belong to the projection it
+            // replaced (where their commands wait again), so only the later ones are admitted.
+            _ => (call.generation, call.at_ms, call.heads),
+        });
+        let taken = admitted.as_ref().map_or(0, |(_, _, heads)| heads.len());
+        if call.asked == 0 || taken >= limits.max_heads as usize {
+            break;
+        }
+    }
+    let (generation, at_ms, heads) = admitted.unwrap_or_default();
+    Ok(Admission::Heads {
+        generation,
+        at_ms,
+        heads,
+    })
+}
+
+/// One `{"OK", …}` answer of `admit.lua`.
+struct AdmitCall {
+    generation: i64,
+    at_ms: i64,
+    heads: Vec<AdmittedHead>,
+    /// Keys it lacked (and named).
+    asked: i64,
+    done: Vec<String>,
+    named: Vec<String>,
+}
+
+/// The answer of one call; None for `NOT_READY`.
+fn parse_answer(answer: &[Value]) -> Result<Option<AdmitCall>, DurableError> {
     let bad = |detail: &str| DurableError::script("admit.lua", detail.to_string());
     match answer.first().and_then(Value::as_str).as_deref() {
-        Some("NOT_READY") => Ok(Admission::NotReady),
-        Some("OK") => {
-            let generation = answer
-                .get(1)
-                .and_then(Value::as_i64)
-                .ok_or_else(|| bad("generation"))?;
-            let at_ms = answer
-                .get(2)
-                .and_then(Value::as_i64)
-                .ok_or_else(|| bad("time"))?;
-            let rest = &answer[3..];
-            if !rest.len().is_multiple_of(4) {
-                return Err(bad("heads are not quadruples"));
-            }
-            let heads = rest
-                .chunks(4)
-                .map(|head| {
-                    let id = head[0].as_string().ok_or_else(|| bad("id"))?;
-                    let attempt = head[3].as_string().ok_or_else(|| bad("attempt"))?;
-                    Ok(AdmittedHead {
-                        command_id: str::parse::<CommandId>(&id)
-                            .map_err(|_| bad("id is not a uuid"))?,
-                        queue_suffix: head[1].as_string().ok_or_else(|| bad("suffix"))?,
-                        queue_seq: head[2]
-                            .as_string()
-                            .and_then(|s| s.parse::<f64>().ok())
-                            .map(|f| f as i64)
-                            .ok_or_else(|| bad("seq"))?,
-                        attempt: AttemptId::parse(&attempt)
-                            .ok_or_else(|| bad("attempt is not a uuid"))?,
-                    })
-                })
-                .collect::<Result<Vec<_>, DurableError>>()?;
-            Ok(Admission::Heads {
-                generation,
-                at_ms,
-                heads,
-            })
-        }
-        _ => Err(bad("unknown verdict")),
+        Some("NOT_READY") => return Ok(None),
+        Some("OK") => {}
+        _ => return Err(bad("unknown verdict")),
     }
+    let number = |at: usize, what: &str| {
+        answer
+            .get(at)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| bad(what))
+    };
+    let generation = number(1, "generation")?;
+    let at_ms = number(2, "time")?;
+    let count = usize::try_from(number(3, "head count")?).map_err(|_| bad("head count"))?;
+    let heads_end = 4 + 4 * count;
+    let head_fields = answer.get(4..heads_end).ok_or_else(|| bad("heads"))?;
+    let heads = head_fields
+        .chunks(4)
+        .map(|head| {
+            let id = head[0].as_string().ok_or_else(|| bad("id"))?;
+            let attempt = head[3].as_string().ok_or_else(|| bad("attempt"))?;
+            Ok(AdmittedHead {
+                command_id: str::parse::<CommandId>(&id).map_err(|_| bad("id is not a uuid"))?,
+                queue_suffix: head[1].as_string().ok_or_else(|| bad("suffix"))?,
+                queue_seq: head[2]
+                    .as_string()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .map(|f| f as i64)
+                    .ok_or_else(|| bad("seq"))?,
+                attempt: AttemptId::parse(&attempt).ok_or_else(|| bad("attempt is not a uuid"))?,
+            })
+        })
+        .collect::<Result<Vec<_>, DurableError>>()?;
+    let asked = number(heads_end, "asked")?;
+    let done_count =
+        usize::try_from(number(heads_end + 1, "done count")?).map_err(|_| bad("done count"))?;
+    let keys_at = heads_end + 2;
+    let strings = |values: &[Value]| -> Result<Vec<String>, DurableError> {
+        values
+            .iter()
+            .map(|v| v.as_string().ok_or_else(|| bad("a key")))
+            .collect()
+    };
+    let done = strings(
+        answer
+            .get(keys_at..keys_at + done_count)
+            .ok_or_else(|| bad("done keys"))?,
+    )?;
+    let named = strings(&answer[keys_at + done_count..])?;
+    Ok(Some(AdmitCall {
+        generation,
+        at_ms,
+        heads,
+        asked,
+        done,
+        named,
+    }))
 }
 
 /// A command holding (or having held) a permit of its command's lease zset.

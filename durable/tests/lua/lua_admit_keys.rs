@@ -1,0 +1,333 @@
+//! `admit.lua` touches only the keys it is given: the keys of the work it chooses come from what
+//! earlier answers named (`durable/src/projection/admission_keys.rs`), and a key it lacks is asked
+//! for, never touched. These tests call it with chosen keys and check what it wrote, asked and
+//! started; the whole suite runs it behind `lua/lib/strict_keys.lua` besides.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fred::prelude::*;
+use serde_json::json;
+use sluice_durable::ids::CommandId;
+use sluice_durable::lifecycle::redis::{Admission, admit};
+use sluice_durable::projection::{Projection, connect_redis};
+use sluice_testkit::test_redis_url;
+use tokio::sync::mpsc;
+
+use crate::lua_fixture::{self, admit_limits};
+
+enum AdmitKeys {}
+
+type Bench = lua_fixture::Bench<AdmitKeys>;
+
+/// One raw call's answer: the heads started, how many keys it asked for, the keys it named.
+struct Answer {
+    started: Vec<CommandId>,
+    asked: i64,
+    named: HashSet<String>,
+}
+
+impl Bench {
+    /// The application's own keys, which every call is given.
+    fn own_keys(&self) -> Vec<String> {
+        vec![
+            self.keys.meta(),
+            self.keys.ready(),
+            self.keys.admission_config(),
+            self.keys.count(),
+            self.keys.turn(),
+            self.keys.starts(),
+            self.keys.started(),
+            self.keys.seq(),
+            self.keys.gone(),
+            self.keys.application_leases(),
+            self.keys.application_bucket(),
+        ]
+    }
+
+    /// The keys of `command` a call needs to look at it: permits, start bucket, resources.
+    fn command_keys(&self, command: &str) -> Vec<String> {
+        vec![
+            self.keys.command_leases(self.namespace, command),
+            self.command_bucket(command),
+            self.keys.resource_ready(self.namespace, command),
+        ]
+    }
+
+    /// One `admit.lua` call with exactly `extra` besides the application's own keys.
+    async fn call_with(&self, extra: Vec<String>, max_heads: u32) -> Answer {
+        let mut keys = self.own_keys();
+        keys.extend(extra);
+        let mut args: Vec<Value> = vec![
+            1.into(),
+            i64::from(max_heads).into(),
+            256.into(),
+            60_000.into(),
+            16.into(),
+        ];
+        args.extend(
+            (0..max_heads).map(|i| Value::from(format!("00000000-0000-7000-8000-{i:012}"))),
+        );
+        let answer: Vec<Value> = self.redis.admit(keys, args).await.expect("admit.lua");
+        assert_eq!(answer[0].as_str().as_deref(), Some("OK"), "{answer:?}");
+        let count = answer[3].as_i64().expect("a head count") as usize;
+        let started = (0..count)
+            .map(|i| {
+                let id = answer[4 + 4 * i].as_string().expect("an id");
+                id.parse().expect("a command id")
+            })
+            .collect();
+        let rest = 4 + 4 * count;
+        let asked = answer[rest].as_i64().expect("asked");
+        let done = answer[rest + 1].as_i64().expect("done") as usize;
+        let named = answer[rest + 2 + done..]
+            .iter()
+            .map(|v| v.as_string().expect("a key"))
+            .collect();
+        Answer {
+            started,
+            asked,
+            named,
+        }
+    }
+
+    /// Queues one accepted command, with `lim` as its limit keys.
+    async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> CommandId {
+        let mut fields = vec![("status".to_string(), "accepted".to_string())];
+        if !lim.is_empty() {
+            let pairs: Vec<[&str; 2]> = lim.iter().map(|(t, k)| [*t, *k]).collect();
+            fields.push(("lim".to_string(), json!(pairs).to_string()));
+        }
+        let seq = self.next_seq();
+        self.queue_command(
+            command,
+            resource,
+            seq,
+            fields,
+            vec![
+                format!("waiting:{}", self.namespace),
+                format!("queued:{}", self.nscmd(command)),
+            ],
+        )
+        .await
+    }
+
+    async fn started_through(&self, redis: &Projection, max_heads: u32) -> Vec<CommandId> {
+        match admit(redis, &self.keys, admit_limits(max_heads))
+            .await
+            .expect("admit")
+        {
+            Admission::Heads { heads, .. } => heads.into_iter().map(|h| h.command_id).collect(),
+            Admission::NotReady => panic!("the projection is ready"),
+        }
+    }
+}
+
+/// Given only the application's own keys, a call writes nothing and asks for the keys of every
+/// command in its window; its caller then goes on with them and starts the queue in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_knows_no_command_writes_nothing_and_asks_for_the_window() {
+    let bench = Bench::new().await;
+    bench
+        .configure(
+            &[("claim", "10 1000 1000 0"), ("other", "10 1000 1000 0")],
+            &[],
+        )
+        .await;
+    let claims = vec![
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+    ];
+    let other = bench.push("other", "r1", &[]).await;
+
+    let before = bench.snapshot().await;
+    let answer = bench.call_with(Vec::new(), 10).await;
+    assert!(answer.started.is_empty());
+    assert_eq!(bench.snapshot().await, before, "nothing written");
+    let mut window = bench.command_keys("claim");
+    window.extend(bench.command_keys("other"));
+    assert_eq!(answer.asked, window.len() as i64);
+    for key in &window {
+        assert!(answer.named.contains(key), "{key} asked for");
+    }
+
+    // Through its caller: the levels are asked for and the calls go on within one admission.
+    bench.redis.admission_keys().forget(&bench.keys.meta());
+    let mut started = bench.started_through(&bench.redis, 10).await;
+    assert_eq!(started.len(), 4, "{started:?}");
+    started.retain(|id| *id != other);
+    assert_eq!(started, claims, "the queue's order");
+}
+
+/// A head whose status hash the call was not given holds its resource back (nothing of it
+/// starts, not the commands behind it either, whose keys it has), while another resource of the
+/// same command starts; the next call, given the head, starts that resource in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_not_given_holds_its_own_resource_back_and_no_other() {
+    let bench = Bench::new().await;
+    bench.configure(&[("claim", "10 1000 1000 0")], &[]).await;
+    let r1 = vec![
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+    ];
+    let r2 = bench.push("claim", "r2", &[]).await;
+    let mut given = bench.command_keys("claim");
+    given.push(bench.keys.queue(bench.namespace, "claim", "r1"));
+    given.push(bench.keys.queue(bench.namespace, "claim", "r2"));
+    given.push(bench.keys.command(r1[1]));
+    given.push(bench.keys.command(r1[2]));
+    given.push(bench.keys.command(r2));
+
+    let answer = bench.call_with(given.clone(), 10).await;
+    assert_eq!(answer.started, vec![r2], "only the other resource starts");
+    assert_eq!(answer.asked, 1);
+    assert!(answer.named.contains(&bench.keys.command(r1[0])));
+    for id in &r1 {
+        assert_eq!(bench.status(*id).await.as_deref(), Some("accepted"));
+    }
+    let queued: Vec<String> = bench
+        .zmembers(&bench.keys.queue(bench.namespace, "claim", "r1"))
+        .await;
+    assert_eq!(
+        queued,
+        r1.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+
+    given.push(bench.keys.command(r1[0]));
+    let answer = bench.call_with(given, 10).await;
+    assert_eq!(answer.asked, 0);
+    let mut started = answer.started;
+    started.sort_by_key(|id| r1.iter().position(|x| x == id));
+    assert_eq!(started, r1);
+}
+
+/// A head whose limit key's permits the call was not given waits, with the commands behind it,
+/// even those of other keys it was given: the lookahead past a head held back by its own keys
+/// applies only to a head known to be held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_key_not_given_holds_the_head_and_the_lookahead_behind_it() {
+    let bench = Bench::new().await;
+    let template = "account:{account}";
+    bench
+        .configure(&[("sync", "100 1000 1000 0")], &[(template, "1 0 0")])
+        .await;
+    let head = bench.push("sync", "r", &[(template, "account:a")]).await;
+    let behind = bench.push("sync", "r", &[(template, "account:b")]).await;
+    let mut given = bench.command_keys("sync");
+    given.push(bench.keys.queue(bench.namespace, "sync", "r"));
+    given.push(bench.keys.command(head));
+    given.push(bench.keys.command(behind));
+    given.push(bench.keys.limit_leases(bench.namespace, "account:b"));
+
+    let answer = bench.call_with(given.clone(), 10).await;
+    assert!(answer.started.is_empty(), "{:?}", answer.started);
+    assert!(answer.asked >= 1);
+    let lease_a = bench.keys.limit_leases(bench.namespace, "account:a");
+    assert!(answer.named.contains(&lease_a));
+    assert!(bench.zmembers(&lease_a).await.is_empty());
+
+    given.push(lease_a);
+    let answer = bench.call_with(given, 10).await;
+    assert_eq!(answer.asked, 0);
+    assert_eq!(answer.started, vec![head, behind]);
+}
+
+/// Executors that each remember different keys (each its own handle, so its own memory) admit
+/// from many resources sharing a limit key: every command starts exactly once, and the count the
+/// test keeps itself of commands admitted and not yet ended never exceeds the key's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_with_their_own_memories_keep_a_limit_key_and_start_each_once() {
+    const RESOURCES: usize = 40;
+    const PER_RESOURCE: usize = 3;
+    const LIMIT: i64 = 3;
+    const ACCOUNTS: usize = 4;
+    let total = RESOURCES * PER_RESOURCE;
+    let bench = Bench::new().await;
+    let template = "account:{account}";
+    bench
+        .configure(
+            &[("sync", "100000 1000000 1000000 0")],
+            &[(template, "3 0 0")],
+        )
+        .await;
+    let mut resource_of = HashMap::new();
+    for round in 0..PER_RESOURCE {
+        for r in 0..RESOURCES {
+            let resource = format!("r{r}");
+            let account = (r + round) % ACCOUNTS;
+            let key = format!("account:{account}");
+            let id = bench.push("sync", &resource, &[(template, &key)]).await;
+            resource_of.insert(id, (resource, account));
+        }
+    }
+    let resource_of = Arc::new(resource_of);
+    // Per account: commands admitted whose release has not begun, and the most at once.
+    let in_flight: Arc<Vec<AtomicI64>> =
+        Arc::new((0..ACCOUNTS).map(|_| AtomicI64::new(0)).collect());
+    let peak: Arc<Vec<AtomicI64>> = Arc::new((0..ACCOUNTS).map(|_| AtomicI64::new(0)).collect());
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let (sender, mut receiver) = mpsc::unbounded_channel::<CommandId>();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let redis = connect_redis(&test_redis_url(), 1).await.expect("redis");
+        let (bench, sender, resource_of) = (bench.clone(), sender.clone(), resource_of.clone());
+        let (in_flight, peak, admitted) = (in_flight.clone(), peak.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut mine = Vec::new();
+            while admitted.load(Ordering::SeqCst) < total {
+                assert!(tokio::time::Instant::now() < deadline, "stalled");
+                for id in bench.started_through(&redis, 4).await {
+                    let account = resource_of[&id].1;
+                    let now = in_flight[account].fetch_add(1, Ordering::SeqCst) + 1;
+                    peak[account].fetch_max(now, Ordering::SeqCst);
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    sender.send(id).expect("send");
+                    mine.push(id);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            mine
+        }));
+    }
+    drop(sender);
+    let releaser = {
+        let (bench, resource_of, in_flight) =
+            (bench.clone(), resource_of.clone(), in_flight.clone());
+        tokio::spawn(async move {
+            let mut released = 0;
+            while let Some(id) = receiver.recv().await {
+                let (resource, account) = &resource_of[&id];
+                in_flight[*account].fetch_sub(1, Ordering::SeqCst);
+                assert_eq!(
+                    bench.land("sync", resource, id, "succeeded").await,
+                    Some(true),
+                    "counted out once"
+                );
+                released += 1;
+            }
+            released
+        })
+    };
+    let mut started = Vec::new();
+    for task in tasks {
+        started.extend(task.await.expect("an admitting task"));
+    }
+    assert_eq!(releaser.await.expect("releaser"), total);
+    let unique: HashSet<CommandId> = started.iter().copied().collect();
+    assert_eq!(started.len(), total, "every command started");
+    assert_eq!(unique.len(), total, "none twice");
+    let peaks: Vec<i64> = peak.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+    assert!(
+        peaks.iter().all(|p| *p <= LIMIT),
+        "in flight at once per account: {peaks:?}"
+    );
+    assert!(peaks.contains(&LIMIT), "the limit was reached: {peaks:?}");
+    for id in resource_of.keys() {
+        assert_eq!(bench.status(*id).await.as_deref(), Some("succeeded"));
+    }
+}
