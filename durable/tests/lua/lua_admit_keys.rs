@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use serde_json::json;
 use sluice_durable::ids::CommandId;
-use sluice_durable::lifecycle::redis::{Admission, admit};
+use sluice_durable::lifecycle::redis::{Admission, admit, own_keys};
 use sluice_durable::projection::{Projection, connect_redis};
 use sluice_testkit::test_redis_url;
 use tokio::sync::mpsc;
@@ -30,23 +29,6 @@ struct Answer {
 }
 
 impl Bench {
-    /// The application's own keys, which every call is given.
-    fn own_keys(&self) -> Vec<String> {
-        vec![
-            self.keys.meta(),
-            self.keys.ready(),
-            self.keys.admission_config(),
-            self.keys.count(),
-            self.keys.turn(),
-            self.keys.starts(),
-            self.keys.started(),
-            self.keys.seq(),
-            self.keys.gone(),
-            self.keys.application_leases(),
-            self.keys.application_bucket(),
-        ]
-    }
-
     /// The keys of `command` a call needs to look at it: permits, start bucket, resources.
     fn command_keys(&self, command: &str) -> Vec<String> {
         vec![
@@ -58,7 +40,7 @@ impl Bench {
 
     /// One `admit.lua` call with exactly `extra` besides the application's own keys.
     async fn call_with(&self, extra: Vec<String>, max_heads: u32) -> Answer {
-        let mut keys = self.own_keys();
+        let mut keys = own_keys(&self.keys);
         keys.extend(extra);
         let mut args: Vec<Value> = vec![
             1.into(),
@@ -93,25 +75,8 @@ impl Bench {
         }
     }
 
-    /// Queues one accepted command, with `lim` as its limit keys.
     async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> CommandId {
-        let mut fields = vec![("status".to_string(), "accepted".to_string())];
-        if !lim.is_empty() {
-            let pairs: Vec<[&str; 2]> = lim.iter().map(|(t, k)| [*t, *k]).collect();
-            fields.push(("lim".to_string(), json!(pairs).to_string()));
-        }
-        let seq = self.next_seq();
-        self.queue_command(
-            command,
-            resource,
-            seq,
-            fields,
-            vec![
-                format!("waiting:{}", self.namespace),
-                format!("queued:{}", self.nscmd(command)),
-            ],
-        )
-        .await
+        self.queue_limited(command, resource, lim).await
     }
 
     async fn started_through(&self, redis: &Projection, max_heads: u32) -> Vec<CommandId> {

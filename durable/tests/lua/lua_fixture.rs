@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use fred::prelude::*;
+use serde_json::json;
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, Ending, admit, land};
 use sluice_durable::projection::admission_config::write_admission_config;
@@ -129,6 +130,37 @@ impl LuaFixture {
             seq,
             vec![("status".to_string(), "accepted".to_string())],
             vec![
+                format!("waiting:{}", self.namespace),
+                format!("queued:{}", self.nscmd(command)),
+            ],
+        )
+        .await
+    }
+
+    /// Queues one command the way `accept.lua` leaves it: queue entry, ready set, status hash
+    /// with its rendered limit keys in `lim`, and the counters.
+    pub(crate) async fn queue_limited(
+        &self,
+        command: &str,
+        resource: &str,
+        lim: &[(&str, &str)],
+    ) -> CommandId {
+        let seq = self.next_seq();
+        let mut fields = vec![
+            ("status".to_string(), "accepted".to_string()),
+            ("seq".to_string(), seq.to_string()),
+        ];
+        if !lim.is_empty() {
+            let pairs: Vec<[&str; 2]> = lim.iter().map(|(t, k)| [*t, *k]).collect();
+            fields.push(("lim".to_string(), json!(pairs).to_string()));
+        }
+        self.queue_command(
+            command,
+            resource,
+            seq,
+            fields,
+            vec![
+                "unfinished".to_string(),
                 format!("waiting:{}", self.namespace),
                 format!("queued:{}", self.nscmd(command)),
             ],

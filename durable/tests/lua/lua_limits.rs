@@ -35,30 +35,8 @@ enum LimitKeys {}
 type Bench = lua_fixture::Bench<LimitKeys>;
 
 impl Bench {
-    /// Queues one command the way `accept.lua` leaves it: queue entry, ready set, status hash
-    /// with its rendered limit keys in `lim`, and the counters.
     async fn push(&self, command: &str, resource: &str, lim: &[(&str, &str)]) -> CommandId {
-        let seq = self.next_seq();
-        let mut fields = vec![
-            ("status".to_string(), "accepted".to_string()),
-            ("seq".to_string(), seq.to_string()),
-        ];
-        if !lim.is_empty() {
-            let pairs: Vec<[&str; 2]> = lim.iter().map(|(t, k)| [*t, *k]).collect();
-            fields.push(("lim".to_string(), json!(pairs).to_string()));
-        }
-        self.queue_command(
-            command,
-            resource,
-            seq,
-            fields,
-            vec![
-                "unfinished".to_string(),
-                format!("waiting:{}", self.namespace),
-                format!("queued:{}", self.nscmd(command)),
-            ],
-        )
-        .await
+        self.queue_limited(command, resource, lim).await
     }
 
     async fn admit_with(&self, max_heads: u32, lookahead: u32) -> Vec<AdmittedHead> {

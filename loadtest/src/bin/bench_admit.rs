@@ -22,7 +22,7 @@ use clap::Parser;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit};
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit, own_keys};
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Projection, connect_redis};
@@ -183,7 +183,7 @@ async fn drain(
         drain.admissions += 1;
         let started = match baseline {
             Some(script) => {
-                let fixed = fixed_keys(&keys)[..9].to_vec();
+                let fixed = own_keys(&keys)[..9].to_vec();
                 drain.keys_sent += fixed.len() as u64;
                 let args = admit_args(&limits);
                 let at = Instant::now();
@@ -216,22 +216,6 @@ async fn drain(
     drain.redis_usec = after.1 - before.1;
     cleanup(redis, &keys).await?;
     Ok(drain)
-}
-
-fn fixed_keys(keys: &AppKeys) -> Vec<String> {
-    vec![
-        keys.meta(),
-        keys.ready(),
-        keys.admission_config(),
-        keys.count(),
-        keys.turn(),
-        keys.starts(),
-        keys.started(),
-        keys.seq(),
-        keys.gone(),
-        keys.application_leases(),
-        keys.application_bucket(),
-    ]
 }
 
 fn admit_args(limits: &AdmitLimits) -> Vec<Value> {

@@ -65,19 +65,7 @@ pub async fn admit(
     for _ in 0..ADMIT_CALLS {
         let taken = admitted.as_ref().map_or(0, |(_, _, heads)| heads.len());
         let room = limits.max_heads.saturating_sub(taken as u32);
-        let mut script_keys = vec![
-            keys.meta(),
-            keys.ready(),
-            keys.admission_config(),
-            keys.count(),
-            keys.turn(),
-            keys.starts(),
-            keys.started(),
-            keys.seq(),
-            keys.gone(),
-            keys.application_leases(),
-            keys.application_bucket(),
-        ];
+        let mut script_keys = own_keys(keys);
         script_keys.extend(redis.admission_keys().keys(&memory));
         let mut args: Vec<Value> = vec![
             limits.min_generation.into(),
@@ -120,6 +108,24 @@ pub async fn admit(
         at_ms,
         heads,
     })
+}
+
+/// The application's own keys, `KEYS[1..11]` of every `admit.lua` call (the rest are those the
+/// last answers named).
+pub fn own_keys(keys: &AppKeys) -> Vec<String> {
+    vec![
+        keys.meta(),
+        keys.ready(),
+        keys.admission_config(),
+        keys.count(),
+        keys.turn(),
+        keys.starts(),
+        keys.started(),
+        keys.seq(),
+        keys.gone(),
+        keys.application_leases(),
+        keys.application_bucket(),
+    ]
 }
 
 /// One `{"OK", …}` answer of `admit.lua`.
