@@ -23,23 +23,21 @@
 -- positions were observed on), the attempt the token the claim records and every later step of
 -- that attempt is fenced on. `asked` counts the keys it stopped at (0: it did all it could),
 -- `done` the keys no call needs again (the status hashes of the commands it started or found
--- gone), and the next keys are those it touched or asked for, with the status hashes further
--- down the queues it started from: what the caller passes next time.
+-- gone), and the next keys are those it touched or asked for, with those the next call will
+-- likely need (the end of this script says which): what the caller passes next time.
 --
 -- Declared keys. Which queues, status hashes and limit keys an admission touches depends on what
 -- it reads (the turn order, each queue's first entries, each head's limit keys), so a caller
 -- cannot derive them all, yet a proxy or a store that routes or locks by KEYS refuses a script
 -- that touches any other. So the caller passes what the last call of this application named
 -- (durable/src/projection/admission_keys.rs), and this script checks every key against KEYS
--- before it reads or writes it. At the first it lacks, it stops: it starts nothing further (so
--- no command of a resource is started before a head it could not look at), ends the turns of
--- what it did look at as usual, and asks for the key, with every other key that level will
--- need. A command of the window it lacks stops it before it writes anything (the window
--- decides each command's share of the visits), asking for every such key at once. A queue,
--- status hash or limit key it lacks only stops that resource: it starts nothing of it in this
--- call (so no command is started before a head it could not look at), leaves it where it is in
--- the turn order, asks for the entry and the few after it (`ASK_AHEAD`), and goes on with the
--- other resources. The caller calls again at once with what was asked for.
+-- before it reads or writes it, and asks for those it lacks (lib/asked_keys.lua). A command of
+-- the window it lacks stops it before it writes anything (the window decides each command's
+-- share of the visits), asking for every such key at once. A queue, status hash or limit key it
+-- lacks only stops that resource: it starts nothing of it in this call (so no command is
+-- started before a head it could not look at), leaves it where it is in the turn order, asks
+-- for the entry and the ones after it the visit would read next (`ask_from`), and goes on with
+-- the other resources. The caller calls again at once with what was asked for.
 --
 -- Fairness, by construction. Two round-robin levels: commands of every namespace in `ready`,
 -- and each command's resources with waiting work in `{a:ID}:rq:<ns>:<cmd>`. Everything looked
@@ -145,6 +143,11 @@ local function has_room(st)
   return st.held < st.max and st.tokens >= 1
 end
 
+-- Whether a limit key's state leaves no room now (its permits all held, or its bucket empty).
+local function limit_full(st)
+  return (st.max > 0 and st.held >= st.max) or (st.rate > 0 and st.tokens < 1)
+end
+
 -- Per limit key state for this call. A template no longer declared limits nothing (false);
 -- UNKNOWN: its permits or bucket are not in KEYS (asked for).
 local limits = {}
@@ -191,9 +194,7 @@ local function free_limits(ns, lim)
       unknown = true
     elseif st and not seen[st.lease] then
       seen[st.lease] = true
-      if (st.max > 0 and st.held >= st.max) or (st.rate > 0 and st.tokens < 1) then
-        full = true
-      end
+      if limit_full(st) then full = true end
       states[#states + 1] = st
     end
   end
@@ -287,7 +288,7 @@ local function start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq
   taken = taken + 1
   local s = started_in[suffix]
   if not s then
-    s = {suffix = suffix, q = q, count = 0, max_seq = 0}
+    s = {suffix = suffix, count = 0, max_seq = 0}
     started_in[suffix] = s
     started_order[#started_order + 1] = s
   end
@@ -524,9 +525,7 @@ local function held_back(ns, q)
   if not lim or lim == '' then return false end
   for _, pair in ipairs(cjson.decode(lim)) do
     local st = limits[ns .. ':' .. pair[2]]
-    if st and st ~= UNKNOWN and ((st.max > 0 and st.held >= st.max) or (st.rate > 0 and st.tokens < 1)) then
-      return true
-    end
+    if st and st ~= UNKNOWN and limit_full(st) then return true end
   end
   return false
 end

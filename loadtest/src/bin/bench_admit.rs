@@ -22,7 +22,7 @@ use clap::Parser;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit, own_keys};
+use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit, own_keys, script_args};
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Projection, connect_redis};
@@ -185,7 +185,7 @@ async fn drain(
             Some(script) => {
                 let fixed = own_keys(&keys)[..9].to_vec();
                 drain.keys_sent += fixed.len() as u64;
-                let args = admit_args(&limits);
+                let args = script_args(&limits, limits.max_heads);
                 let at = Instant::now();
                 let answer: Vec<Value> = script
                     .evalsha_with_reload(redis.pool().next(), fixed, args)
@@ -216,18 +216,6 @@ async fn drain(
     drain.redis_usec = after.1 - before.1;
     cleanup(redis, &keys).await?;
     Ok(drain)
-}
-
-fn admit_args(limits: &AdmitLimits) -> Vec<Value> {
-    let mut args: Vec<Value> = vec![
-        limits.min_generation.into(),
-        i64::from(limits.max_heads).into(),
-        i64::from(limits.scan_limit).into(),
-        (limits.lease_ms as i64).into(),
-        i64::from(limits.lookahead).into(),
-    ];
-    args.extend((0..limits.max_heads).map(|_| Value::from(uuid::Uuid::now_v7().to_string())));
-    args
 }
 
 /// `EVALSHA` calls and microseconds so far, from `INFO commandstats`.

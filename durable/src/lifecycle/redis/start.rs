@@ -67,15 +67,7 @@ pub async fn admit(
         let room = limits.max_heads.saturating_sub(taken as u32);
         let mut script_keys = own_keys(keys);
         script_keys.extend(redis.admission_keys().keys(&memory));
-        let mut args: Vec<Value> = vec![
-            limits.min_generation.into(),
-            i64::from(room).into(),
-            i64::from(limits.scan_limit.max(1)).into(),
-            clamp_i64(limits.lease_ms).into(),
-            i64::from(limits.lookahead.max(1)).into(),
-        ];
-        args.extend((0..room).map(|_| Value::from(AttemptId::mint().to_string())));
-        let answer: Vec<Value> = redis.admit(script_keys, args).await?;
+        let answer: Vec<Value> = redis.admit(script_keys, script_args(&limits, room)).await?;
         let Some(call) = parse_answer(&answer)? else {
             // Not trusted (any more): heads admitted by an earlier call of this admission were
             // under a projection a rebuild has replaced, so their claim could not be fenced.
@@ -126,6 +118,20 @@ pub fn own_keys(keys: &AppKeys) -> Vec<String> {
         keys.application_leases(),
         keys.application_bucket(),
     ]
+}
+
+/// `ARGV` of one `admit.lua` call starting up to `room` commands: the limits, and a fresh attempt
+/// token for each command it may start.
+pub fn script_args(limits: &AdmitLimits, room: u32) -> Vec<Value> {
+    let mut args: Vec<Value> = vec![
+        limits.min_generation.into(),
+        i64::from(room).into(),
+        i64::from(limits.scan_limit.max(1)).into(),
+        clamp_i64(limits.lease_ms).into(),
+        i64::from(limits.lookahead.max(1)).into(),
+    ];
+    args.extend((0..room).map(|_| Value::from(AttemptId::mint().to_string())));
+    args
 }
 
 /// One `{"OK", …}` answer of `admit.lua`.
