@@ -55,8 +55,9 @@
 --
 -- Within a resource the head goes first; a head held back only by its own limit keys (field
 -- `lim` of its status hash, `[[template, key], ...]`) lets the next of the first `lookahead`
--- commands with other keys go, so a saturated provider account never blocks another account's
--- work. Commands with the same keys keep their order.
+-- commands that share none of its keys go, so a saturated provider account never blocks another
+-- account's work. A command held back keeps all of its keys, the free ones too, from the commands
+-- behind it: two commands of a resource that share a limit key start in their order.
 --
 -- The application's budgets come first: when its executing permits (`max_concurrency`, every
 -- namespace together) or its starts per second are used up, nothing starts at all.
@@ -182,11 +183,13 @@ local function limit_state(ns, template, key)
   return st
 end
 
--- The limit states a waiting command needs, nil when one of its keys has no room now, or
--- UNKNOWN when one of them is not in KEYS (every such key of the command is asked for).
-local function free_limits(ns, lim)
+-- The limit states a waiting command needs, nil when one of its keys has no room now or is
+-- promised to a command ahead of it (`promised`, see `visit`), or UNKNOWN when one of them is
+-- not in KEYS (every such key of the command is asked for). The second value lists the leases
+-- of its keys that limit something.
+local function free_limits(ns, lim, promised)
   local states = {}
-  if not lim or lim == '' then return states end
+  if not lim or lim == '' then return states, states end
   local seen, full, unknown = {}, false, false
   for _, pair in ipairs(cjson.decode(lim)) do
     local st = limit_state(ns, pair[1], pair[2])
@@ -194,13 +197,13 @@ local function free_limits(ns, lim)
       unknown = true
     elseif st and not seen[st.lease] then
       seen[st.lease] = true
-      if limit_full(st) then full = true end
+      if limit_full(st) or promised[st.lease] then full = true end
       states[#states + 1] = st
     end
   end
-  if unknown then return UNKNOWN end
-  if full then return nil end
-  return states
+  if unknown then return UNKNOWN, states end
+  if full then return nil, states end
+  return states, states
 end
 
 -- The application's shared budgets (all namespaces): executing permits and starts per second,
@@ -324,6 +327,11 @@ local function visit(st, ns, nscmd, suffix)
   if st.per_resource > 0 and live(res_lease) >= st.per_resource then return 'blocked' end
   local entries = redis.call('ZRANGE', q, 0, lookahead - 1, 'WITHSCORES')
   if #entries == 0 then return 'empty' end
+  -- The limit keys of the commands held back so far in this visit: promised to them, so no
+  -- command behind takes one (it would let a head needing several keys wait while those behind
+  -- it take each key as it frees). Within a resource a command therefore starts before an
+  -- earlier waiting one only when the two share no limit key.
+  local promised = {}
   for i = 1, #entries, 2 do
     local id, seq = entries[i], entries[i + 1]
     local cmdkey = prefix .. ':cmd:' .. id
@@ -341,7 +349,7 @@ local function visit(st, ns, nscmd, suffix)
       redis.call('HINCRBY', count, 'queued:' .. nscmd, -1)
       finished_with(cmdkey)
     else
-      local keyed = free_limits(ns, h[2])
+      local keyed, needs = free_limits(ns, h[2], promised)
       if keyed == UNKNOWN then
         ask_from(entries, i + 2)
         return 'unknown'
@@ -350,6 +358,7 @@ local function visit(st, ns, nscmd, suffix)
         start(st, keyed, ns, nscmd, suffix, q, res_lease, cmdkey, id, seq)
         return 'taken'
       end
+      for _, ls in ipairs(needs) do promised[ls.lease] = true end
     end
   end
   if redis.call('EXISTS', q) == 0 then return 'empty' end

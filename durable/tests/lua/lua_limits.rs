@@ -498,6 +498,51 @@ async fn commands_with_the_same_key_keep_their_order() {
     assert_eq!(ids(&bench.admit(10).await), vec![second]);
 }
 
+/// A head held back by one of its two keys keeps the other from the commands behind it: a
+/// follower needing only the free key waits (taking it would let the head wait as long as
+/// followers keep taking each key as it frees), a follower sharing no key with the head goes.
+/// Released, the head takes both keys, then the follower its one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_back_head_keeps_its_free_keys_from_those_behind_it() {
+    let (bench, holder) = holding_acct_sat().await;
+    let region = ("region:{r}", "region:eu");
+    bench
+        .configure(
+            &[("ocr", OPEN)],
+            &[("acct:{a}", "1 0 0"), ("region:{r}", "1 0 0")],
+        )
+        .await;
+    let head = bench.push("ocr", "r", &[SAT, region]).await;
+    let follower = bench.push("ocr", "r", &[region]).await;
+    let unrelated = bench.push("ocr", "r", &[("acct:{a}", "acct:free")]).await;
+    assert_eq!(
+        ids(&bench.admit(10).await),
+        vec![unrelated],
+        "only the command sharing no key with the head"
+    );
+    assert!(
+        bench
+            .members(&bench.limit_leases("region:eu"))
+            .await
+            .is_empty(),
+        "region:eu is kept for the head"
+    );
+    assert!(bench.admit(10).await.is_empty(), "still held back");
+
+    assert!(bench.finish("ocr", "elsewhere", holder, "succeeded").await);
+    assert_eq!(
+        ids(&bench.admit(10).await),
+        vec![head],
+        "the head, both keys"
+    );
+    assert!(
+        bench.admit(10).await.is_empty(),
+        "region:eu is the head's now"
+    );
+    assert!(bench.finish("ocr", "r", head, "succeeded").await);
+    assert_eq!(ids(&bench.admit(10).await), vec![follower]);
+}
+
 /// Only the first `lookahead` commands are looked at: with lookahead 1 a held-back head blocks
 /// its queue; a free command third in line goes with lookahead 3, not 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
