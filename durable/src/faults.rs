@@ -24,6 +24,10 @@ pub enum Point {
     AfterCommit,
     /// Executor: after `admit.lua` took permits, before the claim (scope: application).
     AfterAdmit,
+    /// Executor: a further `admit.lua` call of one admission, after an earlier call of it started
+    /// commands (scope: application). Armed to crash, that call fails as a call on a reset
+    /// connection or past its timeout would, before it reaches Redis.
+    LaterAdmitCall,
     /// Rebuild: after the projection was fenced and the epoch advanced, before the snapshot
     /// (scope: application).
     RebuildBeforeSnapshot,

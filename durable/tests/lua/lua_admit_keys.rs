@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
+use sluice_durable::faults::{self, Point};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, admit, own_keys};
 use sluice_durable::projection::{Projection, connect_redis};
@@ -295,4 +296,42 @@ async fn executors_with_their_own_memories_keep_a_limit_key_and_start_each_once(
     for id in resource_of.keys() {
         assert_eq!(bench.status(*id).await.as_deref(), Some("succeeded"));
     }
+}
+
+/// An admission whose later call fails (a reset connection, a timeout) still hands over the heads
+/// its earlier calls started: Redis shows them `executing` with their permits, so a caller that
+/// dropped them would leave them to lapse while the commands behind them started first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_later_call_keeps_the_heads_earlier_calls_started() {
+    let bench = Bench::new().await;
+    bench.configure(&[("claim", "10 1000 1000 0")], &[]).await;
+    let r1 = vec![
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+    ];
+    // Warm: r1's queue and the heads after its first are known to the next call.
+    assert_eq!(bench.started_through(&bench.redis, 1).await, r1[..1]);
+    // A resource the next call does not know: it starts r1's heads, then asks for r2's keys.
+    let r2 = bench.push("claim", "r2", &[]).await;
+    let application = bench.keys.application_id();
+    faults::arm(Point::LaterAdmitCall, application, true);
+    let admitted = admit(&bench.redis, &bench.keys, admit_limits(10)).await;
+    faults::arm(Point::LaterAdmitCall, application, false);
+    let heads: Vec<CommandId> = match admitted {
+        Ok(Admission::Heads { heads, .. }) => heads.into_iter().map(|h| h.command_id).collect(),
+        other => panic!("the heads the first call started, not {other:?}"),
+    };
+    let mut executing = Vec::new();
+    for id in r1[1..].iter().chain([&r2]) {
+        if bench.status(*id).await.as_deref() == Some("executing") {
+            executing.push(*id);
+        }
+    }
+    assert_eq!(
+        executing,
+        r1[1..],
+        "the first call started r1's heads, not r2's"
+    );
+    assert_eq!(heads, executing, "every head Redis started is handed over");
 }

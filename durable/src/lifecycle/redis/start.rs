@@ -4,6 +4,7 @@ use fred::prelude::*;
 
 use super::clamp_i64;
 use crate::DurableError;
+use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
@@ -67,8 +68,19 @@ pub async fn admit(
         let room = limits.max_heads.saturating_sub(taken as u32);
         let mut script_keys = own_keys(keys);
         script_keys.extend(redis.admission_keys().keys(&memory));
-        let answer: Vec<Value> = redis.admit(script_keys, script_args(&limits, room)).await?;
-        let Some(call) = parse_answer(&answer)? else {
+        let call = match later_call(redis, keys, script_keys, &limits, room, taken).await {
+            Ok(call) => call,
+            // A later call failed (a timeout, a reset connection, a failover): the heads earlier
+            // calls started hold their permits and show `executing` in Redis, so they are claimed
+            // now. Dropped, they would wait for their leases to lapse while the commands behind
+            // them in their queues started first.
+            Err(error) if taken > 0 => {
+                tracing::warn!(%error, heads = taken, "a later admit.lua call failed; the heads started before it are claimed");
+                break;
+            }
+            Err(error) => return Err(error),
+        };
+        let Some(call) = call else {
             // Not trusted (any more): heads admitted by an earlier call of this admission were
             // under a projection a rebuild has replaced, so their claim could not be fenced.
             return Ok(Admission::NotReady);
@@ -100,6 +112,23 @@ pub async fn admit(
         at_ms,
         heads,
     })
+}
+
+/// One `admit.lua` call of an admission that has started `taken` heads so far; None for
+/// `NOT_READY`.
+async fn later_call(
+    redis: &Projection,
+    keys: &AppKeys,
+    script_keys: Vec<String>,
+    limits: &AdmitLimits,
+    room: u32,
+    taken: usize,
+) -> Result<Option<AdmitCall>, DurableError> {
+    if taken > 0 {
+        faults::pass(Point::LaterAdmitCall, keys.application_id()).await?;
+    }
+    let answer: Vec<Value> = redis.admit(script_keys, script_args(limits, room)).await?;
+    parse_answer(&answer)
 }
 
 /// The application's own keys, `KEYS[1..11]` of every `admit.lua` call (the rest are those the
