@@ -305,7 +305,7 @@ async fn executors_with_their_own_memories_keep_a_limit_key_and_start_each_once(
 async fn a_failed_later_call_keeps_the_heads_earlier_calls_started() {
     let bench = Bench::new().await;
     bench.configure(&[("claim", "10 1000 1000 0")], &[]).await;
-    let r1 = vec![
+    let r1 = [
         bench.push("claim", "r1", &[]).await,
         bench.push("claim", "r1", &[]).await,
         bench.push("claim", "r1", &[]).await,
