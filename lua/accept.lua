@@ -9,7 +9,7 @@
 --   deadline_at, lim (its rendered limit keys as JSON `[[template, key], ...]`, or "")
 --
 -- Returns {"NOT_READY"}, {"STALE"} or {now_ms, rank_1, …, rank_n} (each command's 0-based
--- queue position, false when it is not waiting in its queue).
+-- queue position once the whole batch is queued, false when it is not waiting in its queue).
 --
 -- STALE: the projection was rebuilt since the reservations. Their commits were fenced on that
 -- generation, so they committed before the rebuild's snapshot, which projected them: nothing is
@@ -58,6 +58,11 @@ for i = 0, n - 1 do
     redis.call('HINCRBY', count, 'queued:' .. ns .. ':' .. cmd, delta)
   end
   redis.call('HSET', rk, field, id .. ' ' .. digest .. ' c')
-  answer[#answer + 1] = redis.call('ZRANK', q, id) or false
+end
+-- Positions once every command of the batch is queued: a command of the batch with a lower
+-- sequence queued after another stands ahead of it, and the answer is the rank at `now`, after
+-- the whole call (what a poll at that instant would read).
+for i = 0, n - 1 do
+  answer[#answer + 1] = redis.call('ZRANK', KEYS[7 + 5 * i], ARGV[2 + 9 * i]) or false
 end
 return answer

@@ -6,7 +6,8 @@ use fred::prelude::*;
 use sluice_durable::declaration::{IntakeBudget, SubjectRate};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
-    IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
+    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Limit, Release, accept, release,
+    reserve as intake,
 };
 use uuid::Uuid;
 
@@ -495,4 +496,49 @@ async fn rebuild_writes_only_under_their_own_fence() {
     assert_eq!(clear(current).await, "FENCED", "after the open");
     let seq: Option<i64> = client.get(keys.seq()).await.expect("GET");
     assert_eq!(seq, Some(8));
+}
+
+/// `accept.lua` answers each command's position once the whole batch is queued: a command of the
+/// batch with a lower sequence, queued after another, stands ahead of it at the answer's instant
+/// (the rank read mid-batch told the later command one place too few).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_positions_count_the_whole_batch() {
+    let bench = Bench::new().await;
+    let committed = |seq: i64| Accepted {
+        command_id: CommandId::new_v7(),
+        namespace_id: bench.namespace,
+        command: "claim".into(),
+        resource_key: "r1".into(),
+        request_key_field: format!("3:sub{}", Uuid::new_v4()),
+        content_sha256_hex: "a".repeat(64),
+        queue_seq: seq,
+        accepted_at: "2026-12-01T00:00:00.000Z".into(),
+        deadline_at: "2026-12-02T00:00:00.000Z".into(),
+        limit_keys: String::new(),
+    };
+    // In the batch's order: sequences 20, 10, 30 of one queue.
+    let batch = [committed(20), committed(10), committed(30)];
+    let Acceptance::Projected(answer) = accept(&bench.redis, &bench.keys, 1, &batch)
+        .await
+        .expect("accept.lua")
+    else {
+        panic!("the projection is ready");
+    };
+    let queue = bench.keys.queue(bench.namespace, "claim", "r1");
+    let mut truth = Vec::new();
+    for a in &batch {
+        let rank: Option<u64> = bench
+            .redis
+            .pool()
+            .next()
+            .zrank(&queue, a.command_id.to_string(), false)
+            .await
+            .expect("ZRANK");
+        truth.push(rank);
+    }
+    assert_eq!(truth, [Some(1), Some(0), Some(2)], "the queue's order");
+    assert_eq!(
+        answer.positions, truth,
+        "the positions told are the ranks after the call"
+    );
 }
