@@ -1,0 +1,139 @@
+//! What a run observed, as it happened: every answer the checker got, every fault it made, and
+//! when (this machine's clock, the one Redis and PostgreSQL read too). The checks read it after
+//! the run together with PostgreSQL's rows and the witnesses' own records.
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::plan::FaultKind;
+
+#[derive(Default)]
+pub struct Journal {
+    inner: Mutex<Records>,
+}
+
+#[derive(Default, Clone)]
+pub struct Records {
+    pub enqueues: Vec<EnqueueRecord>,
+    pub polls: Vec<PollRecord>,
+    pub cancels: Vec<CancelRecord>,
+    pub completes: Vec<CompleteRecord>,
+    pub reservations: Vec<ReservationRecord>,
+    pub faults: Vec<FaultRecord>,
+    pub rooms: Vec<RoomRecord>,
+    pub applies: Vec<ApplyRecord>,
+    /// Answers no check expects at all (a `500`, a body that is not the contract's shape).
+    pub strays: Vec<String>,
+}
+
+/// One enqueue request (an intent may take several: unknown outcomes are sent again).
+#[derive(Debug, Clone)]
+pub struct EnqueueRecord {
+    pub n: u32,
+    pub replay: bool,
+    pub other_input: bool,
+    pub sent_ms: i64,
+    pub answered_ms: i64,
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    pub retry_after: Option<String>,
+    pub command_id: Option<String>,
+    pub deduplicated: Option<bool>,
+    pub position: Option<u64>,
+    pub observed_ms: Option<i64>,
+    pub resource_key: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct PollRecord {
+    pub n: u32,
+    pub command_id: String,
+    pub sent_ms: i64,
+    pub answered_ms: i64,
+    pub status: Option<u16>,
+    /// The command's status in the answer.
+    pub state: Option<String>,
+    pub position: Option<u64>,
+    pub observed_ms: Option<i64>,
+    pub generation: Option<String>,
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CancelRecord {
+    pub n: u32,
+    pub sent_ms: i64,
+    pub answered_ms: i64,
+    pub status: Option<u16>,
+    pub state: Option<String>,
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompleteRecord {
+    pub n: u32,
+    pub command_id: String,
+    pub succeeded: bool,
+    /// A second, conflicting `:complete` sent after the command ended.
+    pub late: bool,
+    pub sent_ms: i64,
+    pub status: Option<u16>,
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReservationRecord {
+    pub n: u32,
+    pub allocation_id: String,
+    pub action: String,
+    pub sent_ms: i64,
+    pub status: Option<u16>,
+    pub state: Option<String>,
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    pub kind: FaultKind,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+}
+
+/// A pass a person received, verified by the origin witness.
+#[derive(Debug, Clone)]
+pub struct RoomRecord {
+    pub person: u32,
+    pub room: String,
+    pub place: String,
+    pub iat: i64,
+    pub exp: i64,
+    pub verified: bool,
+    pub received_ms: i64,
+    /// When the person left (`:leave` answered), if they did.
+    pub left_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApplyRecord {
+    pub refused: bool,
+    pub output: String,
+    /// The refusals the model predicted for this declaration (fields).
+    pub expected_fields: Vec<String>,
+}
+
+impl Journal {
+    pub fn with<R>(&self, f: impl FnOnce(&mut Records) -> R) -> R {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut inner)
+    }
+
+    pub fn snapshot(&self) -> Records {
+        self.with(|r| r.clone())
+    }
+
+    pub fn stray(&self, text: String) {
+        self.with(|r| r.strays.push(text));
+    }
+}

@@ -1,0 +1,139 @@
+//! The checks: every promise judged against the model, from the witnesses' records (the
+//! backend's deliveries, the queue recorder's samples, PostgreSQL's rows, the origin's verified
+//! passes) and the answers the checker got, never from Sluice's own books.
+//!
+//! | promise | judged by |
+//! | --- | --- |
+//! | a declaration with templates that render one key with other numbers is refused | the model's overlap decision ([`answers`]) |
+//! | every answer is explicit and of the contract's shape | each answer ([`answers`]) |
+//! | nothing accepted is lost, nothing appears unasked, each command ends once | PostgreSQL rows, polls ([`lifecycle`]) |
+//! | a decided command ends as the backend decided | the backend's decisions, PostgreSQL ([`lifecycle`]) |
+//! | no limit exceeded: keys, commands, resources, the application | the backend's own intervals, PostgreSQL's start times ([`limits`]) |
+//! | FIFO within a resource, except the documented lookahead | the recorder's queues, PostgreSQL's start times ([`order`]) |
+//! | a told position is the rank at its `observed_at`, and never grows without an arrival ahead | the recorder's samples ([`positions`]) |
+//! | quota units: never over capacity, one per subject, reserved units end as their holders said | PostgreSQL's allocations ([`quota`]) |
+//! | a room's `max_active` at the origin | passes verified by the origin ([`rooms`]) |
+
+use std::collections::HashMap;
+
+use crate::backend::{Decision, Delivery};
+use crate::journal::Records;
+use crate::plan::{Declaration, Enqueue, OpKind, Plan};
+use crate::recorder::Span;
+use crate::rows::{AllocationRow, CommandRow};
+
+mod answers;
+mod lifecycle;
+mod limits;
+mod order;
+mod positions;
+mod quota;
+mod rooms;
+
+/// One broken promise.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Violation {
+    /// A stable name of the promise (what shrinking keeps failing on).
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Violation {
+    pub fn new(kind: &str, detail: impl Into<String>) -> Self {
+        Violation {
+            kind: kind.to_string(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// How much each check judged (a check that judged nothing proves nothing).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Stats {
+    pub intents: usize,
+    pub accepted: usize,
+    pub deliveries: usize,
+    pub positions_judged: usize,
+    pub positions_unjudged: usize,
+    pub positions_exact: usize,
+    pub position_pairs: usize,
+    pub order_pairs: usize,
+    pub order_excused: usize,
+    pub limit_checks: usize,
+    pub peak_concurrency: usize,
+    pub passes: usize,
+    pub faults: usize,
+    pub allocations: usize,
+}
+
+pub struct Evidence<'a> {
+    pub plan: &'a Plan,
+    pub decl: &'a Declaration,
+    pub records: &'a Records,
+    pub deliveries: Vec<Delivery>,
+    pub decisions: HashMap<u32, (Decision, i64)>,
+    pub spans: Vec<Span>,
+    /// (command, resource) → the recorder's queue index.
+    pub queue_index: HashMap<(String, String), usize>,
+    pub rows: Vec<CommandRow>,
+    pub allocations: Vec<AllocationRow>,
+    pub drained: bool,
+    pub exited: Vec<String>,
+}
+
+impl Evidence<'_> {
+    pub fn intent(&self, n: u32) -> Option<&Enqueue> {
+        self.plan.ops.iter().find_map(|op| match &op.kind {
+            OpKind::Enqueue(e) if e.n == n => Some(e),
+            _ => None,
+        })
+    }
+
+    /// The intent a row belongs to (its request key is `intent-<n>`).
+    pub fn intent_of(row: &CommandRow) -> Option<u32> {
+        row.request_key.strip_prefix("intent-")?.parse().ok()
+    }
+
+    /// Whether a fault of the run that may strand admitted work was active within `slack_ms`
+    /// of the interval.
+    pub fn strand_excuse(&self, from_ms: i64, to_ms: i64) -> bool {
+        let slack = self.plan.timing.lease_ms as i64
+            + self.plan.timing.sweep_interval_ms as i64 * 2
+            + 2_000;
+        self.records.faults.iter().any(|f| {
+            f.kind.may_strand_work() && f.started_ms - 500 <= to_ms && f.ended_ms + slack >= from_ms
+        })
+    }
+
+    /// Whether any fault was active within `slack_ms` of the interval.
+    pub fn any_fault(&self, from_ms: i64, to_ms: i64, slack_ms: i64) -> bool {
+        self.records
+            .faults
+            .iter()
+            .any(|f| f.started_ms - slack_ms <= to_ms && f.ended_ms + slack_ms >= from_ms)
+    }
+}
+
+pub fn judge(evidence: &Evidence<'_>) -> (Vec<Violation>, Stats) {
+    let mut violations = Vec::new();
+    let mut stats = Stats {
+        faults: evidence.records.faults.len(),
+        deliveries: evidence.deliveries.len(),
+        allocations: evidence.allocations.len(),
+        ..Stats::default()
+    };
+    for text in &evidence.records.strays {
+        violations.push(Violation::new("stray-answer", text.clone()));
+    }
+    for text in &evidence.exited {
+        violations.push(Violation::new("process-exited", text.clone()));
+    }
+    answers::check(evidence, &mut violations, &mut stats);
+    lifecycle::check(evidence, &mut violations, &mut stats);
+    limits::check(evidence, &mut violations, &mut stats);
+    order::check(evidence, &mut violations, &mut stats);
+    positions::check(evidence, &mut violations, &mut stats);
+    quota::check(evidence, &mut violations, &mut stats);
+    rooms::check(evidence, &mut violations, &mut stats);
+    (violations, stats)
+}
