@@ -14,6 +14,7 @@ mod limits;
 mod model;
 mod names;
 mod namespace;
+mod overlap;
 mod params;
 mod read;
 mod room;
@@ -55,6 +56,7 @@ pub fn parse(text: &str) -> Result<Declaration, FieldError> {
     let quota_pools = namespace::parse_pools(&root)?;
     let commands = command::parse_commands(&root, &quota_pools)?;
     limits::check_shared_limits(&commands)?;
+    overlap::check_limit_keys(&commands)?;
     let reads = read::parse_reads(&root)?;
     let rooms = room::parse_rooms(&root)?;
     Ok(Declaration {
