@@ -83,6 +83,14 @@ impl Declaration {
     pub fn read(&self, name: &str) -> Option<&ReadDecl> {
         self.reads.iter().find(|r| r.name == name)
     }
+
+    /// Two limits whose templates can render one key with other numbers, as [`parse`] refuses
+    /// them. Never for a declaration parsed today; one stored before that rule keeps running
+    /// as stored (the template `admit.lua` reads first sets the shared key's numbers), and an
+    /// executor says so.
+    pub fn limit_key_conflict(&self) -> Option<FieldError> {
+        overlap::check_limit_keys(&self.commands).err()
+    }
 }
 
 /// Parses TOML syntax; a syntax error is reported on field `toml` with its line and column.

@@ -296,3 +296,28 @@ fn two_limits_of_one_command_may_not_render_one_key_with_other_numbers() {
         "can render the same key as \"x:{a}\" (command[0].limits[0].key), \"x:\" for one",
     );
 }
+
+/// A declaration stored before the rule loads as it was; `limit_key_conflict` names what the
+/// next apply will refuse, for the executor to warn of.
+#[test]
+fn a_stored_declaration_reports_its_conflict() {
+    let apart = two_commands(
+        (
+            REGION,
+            r#"[{ key = "region:{region}", max_in_flight = 10 }]"#,
+        ),
+        (
+            ACCOUNT,
+            r#"[{ key = "account:{account}", max_in_flight = 1 }]"#,
+        ),
+    );
+    let mut stored = match parse(&apart) {
+        Ok(declaration) => declaration,
+        Err(error) => panic!("apart: {error}"),
+    };
+    assert_eq!(stored.limit_key_conflict(), None);
+    stored.commands[0].limits[0].key = "{region}".into();
+    stored.commands[1].limits[0].key = "{account}".into();
+    let conflict = stored.limit_key_conflict().map(|e| e.field);
+    assert_eq!(conflict.as_deref(), Some("command[1].limits[0].key"));
+}
