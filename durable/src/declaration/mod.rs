@@ -14,6 +14,7 @@ mod limits;
 mod model;
 mod names;
 mod namespace;
+mod overlap;
 mod params;
 mod read;
 mod room;
@@ -55,6 +56,7 @@ pub fn parse(text: &str) -> Result<Declaration, FieldError> {
     let quota_pools = namespace::parse_pools(&root)?;
     let commands = command::parse_commands(&root, &quota_pools)?;
     limits::check_shared_limits(&commands)?;
+    overlap::check_limit_keys(&commands)?;
     let reads = read::parse_reads(&root)?;
     let rooms = room::parse_rooms(&root)?;
     Ok(Declaration {
@@ -80,6 +82,14 @@ impl Declaration {
     /// The read named `name`, if declared.
     pub fn read(&self, name: &str) -> Option<&ReadDecl> {
         self.reads.iter().find(|r| r.name == name)
+    }
+
+    /// Two limits whose templates can render one key with other numbers, as [`parse`] refuses
+    /// them. Never for a declaration parsed today; one stored before that rule keeps running
+    /// as stored (the template `admit.lua` reads first sets the shared key's numbers), and an
+    /// executor says so.
+    pub fn limit_key_conflict(&self) -> Option<FieldError> {
+        overlap::check_limit_keys(&self.commands).err()
     }
 }
 

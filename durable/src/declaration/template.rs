@@ -51,7 +51,7 @@ pub(crate) fn split_template(template: &str) -> Option<Vec<Piece<'_>>> {
 
 /// Whether `byte` is in RFC 3986's unreserved set: the bytes an escaped value is made of
 /// (with `%` and hex digits).
-fn is_unreserved(byte: u8) -> bool {
+pub(crate) const fn is_unreserved(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
 }
 

@@ -4,6 +4,8 @@
 //! shared budgets in Redis.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
 
 use sqlx::PgPool;
 
@@ -82,6 +84,7 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
         let Some(document) = row.document else {
             continue;
         };
+        let fingerprint = fingerprint(&document);
         let declaration: Declaration = match serde_json::from_value(document) {
             Ok(declaration) => declaration,
             Err(error) => {
@@ -89,6 +92,7 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
                 continue;
             }
         };
+        warn_of_shared_keys(namespace_id, fingerprint, &declaration);
         for command in declaration.commands {
             app.commands
                 .insert((namespace_id, command.code.clone()), command);
@@ -107,4 +111,39 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
         crate::projection::settings::refresh(pg, redis, app.id).await?;
     }
     Ok(apps)
+}
+
+/// The stored declaration each namespace was last checked at, by fingerprint: the check runs
+/// once per stored document, not on every refresh.
+static CHECKED: Mutex<Option<HashMap<NamespaceId, u64>>> = Mutex::new(None);
+
+fn fingerprint(document: &serde_json::Value) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    document.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// `apply` refuses limit templates that can render one key with other numbers, but a
+/// declaration stored before that rule keeps running as stored: the template `admit.lua` reads
+/// first in a call sets the shared key's numbers. Said once per stored document, so that an
+/// operator knows the next apply must resolve it.
+fn warn_of_shared_keys(namespace_id: NamespaceId, fingerprint: u64, declaration: &Declaration) {
+    let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    if checked
+        .get_or_insert_with(HashMap::new)
+        .insert(namespace_id, fingerprint)
+        == Some(fingerprint)
+    {
+        return;
+    }
+    drop(checked);
+    if let Some(conflict) = declaration.limit_key_conflict() {
+        tracing::warn!(
+            %namespace_id,
+            field = %conflict.field,
+            "stored declaration: {}; it runs as stored (whichever template admit.lua reads first \
+             sets the shared key's numbers) and the next apply refuses it until resolved",
+            conflict.message
+        );
+    }
 }

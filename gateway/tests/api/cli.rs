@@ -176,6 +176,107 @@ async fn migrate_bootstrap_apply_from_the_command_line() {
     assert!(text(&bad_scope).contains("scope"), "{}", text(&bad_scope));
 }
 
+/// Two commands whose limit templates, `{region}` at 10 and `{account}` at 1, both render `eu`:
+/// in Redis a rendered key is one budget, whose numbers would be whichever template admit.lua
+/// read first. A declaration that can run like that is refused at apply.
+const ONE_KEY_TWO_BUDGETS: &str = r#"
+[[command]]
+code = "regional"
+parameters = { region = { type = "string", max_length = 16 } }
+resource_key = { from = "input", field = "region" }
+handler = { kind = "quota", pool = "stock", mode = "committed" }
+limits = [{ key = "{region}", max_in_flight = 10 }]
+
+[[command]]
+code = "billing"
+parameters = { account = { type = "string", max_length = 64 } }
+resource_key = { from = "input", field = "account" }
+handler = { kind = "quota", pool = "stock", mode = "committed" }
+limits = [{ key = "{account}", max_in_flight = 1 }]
+
+[[quota_pool]]
+code = "stock"
+capacity = 100
+"#;
+
+/// `sluice apply` (and the same apply as an API answer, `400 INVALID_ARGUMENT`) refuses limit
+/// templates that can render one key with other numbers, naming the later limit's key, and the
+/// revision in force does not move; distinct literal text applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_two_templates_that_render_one_key_with_other_numbers() {
+    let url = shared_postgres().fresh_database().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let migrate = sluice(&url, &["migrate"]);
+    assert!(migrate.status.success(), "{}", text(&migrate));
+    let creds = dir.path().join("creds.json");
+    let creds_arg = creds.to_str().expect("utf-8 path");
+    let bootstrap = sluice(
+        &url,
+        &[
+            "bootstrap",
+            "--application",
+            "shop",
+            "--namespace",
+            "prod",
+            "--output",
+            creds_arg,
+        ],
+    );
+    assert!(bootstrap.status.success(), "{}", text(&bootstrap));
+    let declaration = dir.path().join("sluice.toml");
+    let decl_arg = declaration.to_str().expect("utf-8 path");
+    std::fs::write(&declaration, crate::support::CLAIM_DECLARATION).expect("write toml");
+    let apply = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
+    assert!(apply.status.success(), "{}", text(&apply));
+
+    std::fs::write(&declaration, ONE_KEY_TWO_BUDGETS).expect("write toml");
+    let refused = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    for part in [
+        "command[1].limits[0].key",
+        "command[0].limits[0].key",
+        "region:{region}",
+    ] {
+        assert!(text(&refused).contains(part), "{part}: {}", text(&refused));
+    }
+
+    let pg = sluice_durable::db::connect(&url, 1).await.expect("connect");
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&creds).expect("read")).expect("json");
+    let namespace_id: sluice_durable::ids::NamespaceId =
+        serde_json::from_value(written["namespace_id"].clone()).expect("namespace id");
+    let error = sluice_durable::tenancy::apply_declaration(
+        &pg,
+        namespace_id,
+        ONE_KEY_TWO_BUDGETS,
+        "test",
+        None,
+    )
+    .await
+    .expect_err("refused");
+    let answer = sluice_gateway::error::ApiError::from(error);
+    assert_eq!(answer.status(), hyper::StatusCode::BAD_REQUEST);
+    assert_eq!(answer.code.as_str(), "INVALID_ARGUMENT");
+    assert_eq!(
+        answer.details.as_ref().and_then(|d| d.get("field")),
+        Some(&serde_json::json!("command[1].limits[0].key")),
+        "{answer:?}"
+    );
+    let revision: i64 = sqlx::query_scalar("SELECT max(revision) FROM declarations")
+        .fetch_one(&pg)
+        .await
+        .expect("revision");
+    assert_eq!(revision, 1, "nothing applied");
+
+    let apart = ONE_KEY_TWO_BUDGETS
+        .replace(r#"key = "{region}""#, r#"key = "region:{region}""#)
+        .replace(r#"key = "{account}""#, r#"key = "account:{account}""#);
+    std::fs::write(&declaration, apart).expect("write toml");
+    let applied = sluice(&url, &["apply", "--credentials", creds_arg, "-f", decl_arg]);
+    assert!(applied.status.success(), "{}", text(&applied));
+    assert!(text(&applied).contains("revision 2"), "{}", text(&applied));
+}
+
 /// `serve` refuses to start without ticket keys and says how to make one; keygen makes one.
 #[test]
 fn serve_needs_ticket_keys_and_keygen_makes_them() {
