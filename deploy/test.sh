@@ -56,6 +56,16 @@ if [ "$status" -eq 0 ]; then
     | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
+# The model checker's short run (loadtest/check/, docs/faults.md "The model checker"): two fixed
+# seeds of generated declarations, workloads and faults against real gateway and executor
+# processes, judged by the checker's own model and witnesses. A failure prints the seed, the
+# broken promises and a shortened plan to replay (`sluice-check replay <file>`).
+if [ "$status" -eq 0 ]; then
+  log "model checker (sluice-check ci)"
+  cargo build --locked -p sluice-check
+  "${CARGO_TARGET_DIR:-target}/debug/sluice-check" --shrink 4 ci 2>&1 | tee -a "$out"
+  status=${PIPESTATUS[0]}
+fi
 # The suites that must keep working on a Redis Cluster, again on a real one (three masters with a
 # replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild, reads,
 # control and the life-cycle races through the gateway. The failover test (`cluster::`) ran above.

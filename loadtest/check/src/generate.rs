@@ -350,7 +350,16 @@ fn faults(rng: &mut StdRng, timing: &Timing, profile: Profile) -> Vec<Op> {
         let link = Link { process, store };
         let roll = rng.random_range(0..100);
         let kind = match roll {
-            0..=11 => FaultKind::Link(link, LinkFault::Blackhole),
+            0..=5 => FaultKind::Link(link, LinkFault::Blackhole),
+            6..=11 => FaultKind::Link(
+                Link {
+                    process: Process::Executor(rng.random_range(0..timing.executors)),
+                    store: Store::Redis,
+                },
+                LinkFault::Flap {
+                    period_ms: rng.random_range(150..=400),
+                },
+            ),
             12..=21 => FaultKind::Link(link, LinkFault::Reset),
             22..=29 => FaultKind::Link(link, LinkFault::Stall),
             30..=39 => FaultKind::Link(link, LinkFault::Delay(rng.random_range(20..=400))),
@@ -367,6 +376,7 @@ fn faults(rng: &mut StdRng, timing: &Timing, profile: Profile) -> Vec<Op> {
                 rng.random_range(timing.lease_ms / 2..=timing.lease_ms * 2)
             }
             FaultKind::Link(_, LinkFault::Reset) | FaultKind::RedisFlush => 0,
+            FaultKind::Link(_, LinkFault::Flap { .. }) => rng.random_range(1_500..=4_000),
             _ => rng.random_range(200..=slot.clamp(300, 2_500)),
         };
         ops.push(Op {

@@ -50,12 +50,16 @@ enum Action {
         #[arg(long, value_enum, default_value = "ci")]
         profile: ProfileName,
     },
-    /// Fresh seeds for `minutes`.
+    /// Fresh seeds for `minutes`, stopping at the first failure.
     Soak {
         #[arg(long)]
         minutes: f64,
         #[arg(long, value_enum, default_value = "soak")]
         profile: ProfileName,
+        /// Stop only at a violation of this kind (others are reported and the soak goes on):
+        /// to hunt one defect on a branch that has several.
+        #[arg(long)]
+        stop_on: Option<String>,
     },
     /// A saved plan, `runs` times.
     Replay {
@@ -134,7 +138,15 @@ async fn async_main(cli: Cli) -> ExitCode {
             clean
         }
         Action::Run { seed, profile } => checker.seed(seed, profile.profile()).await,
-        Action::Soak { minutes, profile } => checker.soak(minutes, profile.profile()).await,
+        Action::Soak {
+            minutes,
+            profile,
+            stop_on,
+        } => {
+            checker
+                .soak(minutes, profile.profile(), stop_on.as_deref())
+                .await
+        }
         Action::Replay { file, runs } => match plan::load(&file) {
             Ok(plan) => {
                 let mut clean = true;
@@ -187,6 +199,11 @@ impl Checker {
 
     /// Runs `plan`, prints what it found; on a failure shrinks it and saves the shortened plan.
     async fn check(&self, plan: &Plan, name: &str) -> bool {
+        self.check_for(plan, name, None).await
+    }
+
+    /// [`Checker::check`], failing only on a violation of `only` when it is given.
+    async fn check_for(&self, plan: &Plan, name: &str, only: Option<&str>) -> bool {
         let ctx = self.context(name);
         let _ = std::fs::create_dir_all(&ctx.dir);
         let plan_path = ctx.dir.join("plan.json");
@@ -213,8 +230,16 @@ impl Checker {
             "   {:.1} s; judged: {stats}",
             started.elapsed().as_secs_f64()
         );
-        if outcome.violations.is_empty() {
-            println!("   no violation");
+        let counted: Vec<_> = outcome
+            .violations
+            .iter()
+            .filter(|v| only.is_none_or(|kind| v.kind == kind))
+            .collect();
+        if counted.is_empty() {
+            for v in &outcome.violations {
+                println!("   - (not counted) [{}] {}", v.kind, v.detail);
+            }
+            println!("   no violation{}", only.map(|k| format!(" of {k}")).unwrap_or_default());
             return true;
         }
         println!("   {} violation(s):", outcome.violations.len());
@@ -228,7 +253,7 @@ impl Checker {
             serde_json::to_string_pretty(&outcome.violations).unwrap_or_default(),
         );
         if self.shrink > 0 {
-            let kind = outcome.violations[0].kind.clone();
+            let kind = counted[0].kind.clone();
             println!("   shrinking on [{kind}] (at most {} runs)…", self.shrink);
             let (small, runs) = shrink(plan, &kind, &ctx, self.shrink, 2).await;
             let path = ctx.dir.join("shrunk-plan.json");
@@ -246,7 +271,8 @@ impl Checker {
         false
     }
 
-    async fn soak(&self, minutes: f64, profile: Profile) -> bool {
+    async fn soak(&self, minutes: f64, profile: Profile, only: Option<&str>) -> bool {
+        let started = Instant::now();
         let until = Instant::now() + std::time::Duration::from_secs_f64(minutes * 60.0);
         let mut runs = 0;
         let mut totals = std::collections::BTreeMap::<String, usize>::new();
@@ -257,8 +283,11 @@ impl Checker {
                 *totals.entry(what).or_default() += count;
             }
             runs += 1;
-            if !self.check(&plan, &format!("soak-{seed}")).await {
-                println!("soak: seed {seed} failed after {runs} runs");
+            if !self.check_for(&plan, &format!("soak-{seed}"), only).await {
+                println!(
+                    "soak: seed {seed} failed after {runs} runs, {:.1} minutes",
+                    started.elapsed().as_secs_f64() / 60.0
+                );
                 return false;
             }
         }

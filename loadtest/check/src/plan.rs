@@ -279,6 +279,10 @@ pub enum LinkFault {
     Blackhole,
     /// Every connection reset at once (an answer on its way is lost).
     Reset,
+    /// A flapping link: black holes of about a tenth of `period_ms` (each ended by a reset once
+    /// every answer came back, so none is lost), one per period, for the hold. A request caught
+    /// in one fails cleanly; what the caller does next is what it shows.
+    Flap { period_ms: u64 },
 }
 
 impl FaultKind {
@@ -295,7 +299,7 @@ impl FaultKind {
                         (Store::Postgres, _) => true,
                         (Store::Redis, LinkFault::Stall | LinkFault::Reset) => true,
                         (Store::Redis, LinkFault::Delay(ms)) => *ms >= 500,
-                        (Store::Redis, LinkFault::Blackhole) => false,
+                        (Store::Redis, LinkFault::Blackhole | LinkFault::Flap { .. }) => false,
                     }
             }
             FaultKind::RedisFlush | FaultKind::RedisRestart | FaultKind::RedisRollback => true,

@@ -5,8 +5,9 @@
 //! [`Mode`] before forwarding every chunk read. A reset closes every connection with `SO_LINGER`
 //! 0 (an RST, as a failed middlebox or a restarted node sends); the caller sees an error at once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -32,6 +33,9 @@ pub struct Proxy {
     /// Cancelled to reset every open connection; replaced by a fresh token after each reset.
     generation: Mutex<CancellationToken>,
     shutdown: CancellationToken,
+    /// When bytes last came back from the store, in milliseconds since `born`.
+    last_answer_ms: Arc<AtomicU64>,
+    born: Instant,
 }
 
 impl Proxy {
@@ -45,6 +49,8 @@ impl Proxy {
             mode,
             generation: Mutex::new(CancellationToken::new()),
             shutdown: CancellationToken::new(),
+            last_answer_ms: Arc::new(AtomicU64::new(0)),
+            born: Instant::now(),
         });
         let accepting = Arc::clone(&proxy);
         tokio::spawn(async move {
@@ -72,6 +78,22 @@ impl Proxy {
         *generation = CancellationToken::new();
     }
 
+    /// Resets every connection once no byte has come back from the store for `quiet` (at most
+    /// after `most`): under a black hole nothing new reaches the store, so every request that did
+    /// reach it has been answered by then and no answer is lost by the reset.
+    pub async fn reset_when_quiet(&self, quiet: Duration, most: Duration) {
+        let until = Instant::now() + most;
+        loop {
+            let now = self.born.elapsed().as_millis() as u64;
+            let last = self.last_answer_ms.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= quiet.as_millis() as u64 || Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.reset();
+    }
+
     pub fn stop(&self) {
         self.shutdown.cancel();
         self.reset();
@@ -93,8 +115,9 @@ impl Proxy {
         let _ = server.set_zero_linger();
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
-        let up = pump(client_read, server_write, self.mode.subscribe(), true);
-        let down = pump(server_read, client_write, self.mode.subscribe(), false);
+        let up = pump(client_read, server_write, self.mode.subscribe(), None);
+        let answers = (Arc::clone(&self.last_answer_ms), self.born);
+        let down = pump(server_read, client_write, self.mode.subscribe(), Some(answers));
         tokio::select! {
             _ = reset.cancelled() => {}
             _ = self.shutdown.cancelled() => {}
@@ -104,13 +127,15 @@ impl Proxy {
     }
 }
 
-/// Copies `from` to `to`, obeying the mode; `upstream` is the direction towards the store.
+/// Copies `from` to `to`, obeying the mode. Towards the store `answers` is None; back from it,
+/// it is where the time of the last byte is kept.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
-    upstream: bool,
+    answers: Option<(Arc<AtomicU64>, Instant)>,
 ) {
+    let upstream = answers.is_none();
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buffer).await {
@@ -120,6 +145,9 @@ async fn pump(
             }
             Ok(n) => n,
         };
+        if let Some((last, born)) = &answers {
+            last.store(born.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
         loop {
             let current = *mode.borrow_and_update();
             match current {

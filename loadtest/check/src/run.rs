@@ -23,8 +23,10 @@ use crate::journal::{
 use crate::judge::{self, Evidence, Violation};
 use crate::model;
 use crate::plan::{
+    FaultKind, LinkFault,
     Declaration, Enqueue, Fault, Handler, Op, OpKind, Plan, Reservation, RoomExit, Visit,
 };
+use crate::proxy::Mode;
 use crate::recorder::Recorder;
 use crate::rows;
 use crate::stack::Stack;
@@ -644,6 +646,20 @@ async fn cancel(shared: &Arc<Shared>, n: u32, first_gateway: usize) {
 
 async fn fault_op(shared: &Arc<Shared>, fault: &Fault) {
     let started_ms = now_ms();
+    if let FaultKind::Link(link, LinkFault::Flap { period_ms }) = fault.kind {
+        let proxy = shared.stack.lock().await.proxy(link);
+        if let Some(proxy) = proxy {
+            flap(&proxy, period_ms, fault.hold_ms).await;
+        }
+        shared.journal.with(|r| {
+            r.faults.push(FaultRecord {
+                kind: fault.kind,
+                started_ms,
+                ended_ms: now_ms(),
+            })
+        });
+        return;
+    }
     {
         let mut stack = shared.stack.lock().await;
         if let Err(error) = stack.begin_fault(fault.kind).await {
@@ -670,6 +686,20 @@ async fn fault_op(shared: &Arc<Shared>, fault: &Fault) {
             ended_ms,
         })
     });
+}
+
+/// Black holes of a tenth of each period, each ended by a reset once the store went quiet.
+async fn flap(proxy: &crate::proxy::Proxy, period_ms: u64, hold_ms: u64) {
+    let until = tokio::time::Instant::now() + Duration::from_millis(hold_ms);
+    while tokio::time::Instant::now() < until {
+        proxy.set(Mode::Blackhole);
+        tokio::time::sleep(Duration::from_millis((period_ms / 10).max(1))).await;
+        proxy
+            .reset_when_quiet(Duration::from_millis(100), Duration::from_secs(3))
+            .await;
+        proxy.set(Mode::Pass);
+        tokio::time::sleep(Duration::from_millis(period_ms)).await;
+    }
 }
 
 /// A person's visit: join, wait for the pass, verify it as an origin would, then heartbeat and

@@ -217,6 +217,8 @@ impl Stack {
                         LinkFault::Stall => proxy.set(Mode::Stall),
                         LinkFault::Blackhole => proxy.set(Mode::Blackhole),
                         LinkFault::Reset => proxy.reset(),
+                        // Carried out by the run while it holds (see `flap`).
+                        LinkFault::Flap { .. } => {}
                     }
                 }
             }
@@ -272,8 +274,11 @@ impl Stack {
                 if let Some(proxy) = self.proxy(link) {
                     if fault == LinkFault::Blackhole {
                         // Everything sent meanwhile was thrown away: the connections are reset
-                        // so their callers see an error instead of waiting for an answer.
-                        proxy.reset();
+                        // (once every answer of what did arrive came back) so their callers see
+                        // an error instead of waiting for an answer.
+                        proxy
+                            .reset_when_quiet(Duration::from_millis(100), Duration::from_secs(3))
+                            .await;
                     }
                     proxy.set(Mode::Pass);
                 }
@@ -282,7 +287,7 @@ impl Stack {
         Ok(())
     }
 
-    fn proxy(&self, link: Link) -> Option<Arc<Proxy>> {
+    pub fn proxy(&self, link: Link) -> Option<Arc<Proxy>> {
         let node = match link.process {
             Process::Gateway(i) => self.gateways.get(i),
             Process::Executor(i) => self.executors.get(i),
@@ -363,9 +368,15 @@ impl Node {
     }
 
     async fn spawn(&mut self, env: &Env, http: &Http) -> Result<(), StackError> {
+        // A process that cannot reach a store at start exits (a supervisor starts it again):
+        // tried for half a minute, as systemd's restart would.
         let mut last = String::new();
-        for attempt in 0..4 {
-            if attempt >= 2 {
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+        for attempt in 0.. {
+            if attempt > 0 && tokio::time::Instant::now() >= give_up {
+                break;
+            }
+            if attempt == 4 {
                 self.port = free_port();
                 self.health_port = free_port();
             }
@@ -438,10 +449,10 @@ impl Node {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             last = std::fs::read_to_string(&log).unwrap_or_default();
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Err(StackError::Start(format!(
-            "{} did not start in four attempts; its last log:\n{}",
+            "{} did not start within 30 s; its last log:\n{}",
             self.name,
             last.lines().rev().take(30).collect::<Vec<_>>().join("\n")
         )))

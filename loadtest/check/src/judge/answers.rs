@@ -134,7 +134,7 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
                 format!("{what}: {other} {}", e.body),
             )),
         }
-        if intent.invalid && e.status.is_some_and(|s| s != 400) && !e.replay {
+        if intent.invalid && e.status.is_some_and(|s| s != 400 && s != 503) && !e.replay {
             violations.push(Violation::new(
                 "invalid-not-refused",
                 format!(
@@ -224,7 +224,8 @@ fn check_applies(evidence: &Evidence<'_>, violations: &mut Vec<Violation>) {
     } else if !first
         .expected_fields
         .iter()
-        .any(|field| first.output.contains(field.as_str()))
+        // `command[i].limits[j]` or its `.key`: the limit is named either way.
+        .any(|field| first.output.contains(field.trim_end_matches(".key")))
     {
         violations.push(Violation::new(
             "refusal-names-no-field",
