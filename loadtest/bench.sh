@@ -10,7 +10,7 @@
 # changed), then sluice-bench-baselines (3 pairs x 3 rounds x 2 sides x 3 s, warm-ups and 3
 # pgbench runs: about 75 s with the defaults), then the drop scenario of 10,000 subjects, then
 # 10,000 idle keep-alive connections against a gateway and a bare hyper server (about a minute),
-# and last the efficiency table of issue 19 (sluice-bench-table) from those three reports.
+# and last the efficiency table (sluice-bench-table) from those three reports.
 # Arguments are passed to sluice-bench-baselines, e.g.
 #   loadtest/bench.sh --rounds 5 --seconds 5
 # (callers at once: SLUICE_BENCH_CONCURRENCY, default 256).
@@ -48,7 +48,7 @@ echo "== sluice-bench-connections --mode idle (10,000 keep-alive connections, ba
 target/release/sluice-bench-connections --mode idle --connections 10000 --json "$out/connections-idle.json"
 
 echo
-echo "== Issue 19's table: each figure beside its baseline from this run"
+echo "== The efficiency table: each figure beside its baseline from this run"
 target/release/sluice-bench-table --baselines "$out/baselines.json" --drop "$drop_report" \
   --connections "$out/connections-idle.json"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long chaos run of issues 6 and 15: a seeded random schedule of faults under a mixed load on a
+# The long chaos run: a seeded random schedule of faults under a mixed load on a
 # local stack, and the table of what they did.
 #
 # Usage: deploy/chaos/run.sh [--seed S] [--minutes M]

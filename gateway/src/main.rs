@@ -4,8 +4,8 @@ use clap::Parser;
 use sluice_gateway::cli::{Cli, run};
 
 /// jemalloc instead of glibc's allocator, for the gateway and the executor alike (one binary):
-/// - speed per request: glibc's allocator cost 5–7 µs of a refusal's 62 µs (issue 19, part 3:
-///   jemalloc through `LD_PRELOAD` cut it to 42 µs); jemalloc's thread caches and size classes
+/// - speed per request: glibc's allocator cost 5–7 µs of a refusal's 62 µs (measured with
+///   jemalloc through `LD_PRELOAD`, which cut it to 42 µs); jemalloc's thread caches and size classes
 ///   serve the many small allocations of a request without locks;
 /// - memory back after a spike: glibc kept the memory of 10,000 closed connections (a heap only
 ///   shrinks from its top), jemalloc returns freed pages to the kernel ([`MALLOC_CONF`]).

@@ -1,4 +1,4 @@
-//! Redis becomes unreachable under a running gateway and executor (issue 6, build item 3): ticket
+//! Redis becomes unreachable under a running gateway and executor: ticket
 //! polls reach PostgreSQL only through the per-process fallback budget and are otherwise `503`
 //! with `Retry-After`, nothing new is admitted or started, commands in hand keep landing in
 //! PostgreSQL, and everything resumes by itself once Redis is back (empty: the projection is

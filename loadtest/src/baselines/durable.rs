@@ -89,7 +89,7 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Durable, BoxError> {
              request)",
             sluice.clone(),
             naive,
-            // Issue 19: 10×, about 110 µs of CPU per acceptance in all.
+            // The goal: 10×, about 110 µs of CPU per acceptance in all.
             Some(10.0),
         ),
         sluice,

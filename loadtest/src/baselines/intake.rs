@@ -114,7 +114,7 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         "intake decisions/s (HTTP 429 RATE_LIMITED vs raw EVALSHA intake.lua)",
         sluice,
         ceiling,
-        // Issue 19: an HTTP decision as cheap as the raw script call it makes.
+        // The goal: an HTTP decision as cheap as the raw script call it makes.
         Some(1.0),
     ))
 }

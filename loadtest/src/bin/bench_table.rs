@@ -1,4 +1,4 @@
-//! `sluice-bench-table`: the efficiency table of issue 19, each figure beside the baseline
+//! `sluice-bench-table`: the efficiency table, each figure beside the baseline
 //! measured in the same run, read from the reports `loadtest/bench.sh` has just written:
 //! `sluice-bench-baselines --json` (intake decisions, polls, durable acceptances and the CPU each
 //! answer cost), the drop's `report.json` (enqueue p99, offer read p50) and

@@ -1,4 +1,4 @@
-//! The chaos suite (issues 6 and 15): a seeded random schedule of faults under a mixed load, on
+//! The chaos suite: a seeded random schedule of faults under a mixed load, on
 //! a local stack of real processes, judged from PostgreSQL and the backend's own records.
 //!
 //! A run starts its own Redis and PostgreSQL (`sluice_durable::testkit`), migrates and
