@@ -239,7 +239,10 @@ impl Checker {
             for v in &outcome.violations {
                 println!("   - (not counted) [{}] {}", v.kind, v.detail);
             }
-            println!("   no violation{}", only.map(|k| format!(" of {k}")).unwrap_or_default());
+            println!(
+                "   no violation{}",
+                only.map(|k| format!(" of {k}")).unwrap_or_default()
+            );
             return true;
         }
         println!("   {} violation(s):", outcome.violations.len());

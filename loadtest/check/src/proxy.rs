@@ -117,7 +117,12 @@ impl Proxy {
         let (server_read, server_write) = server.into_split();
         let up = pump(client_read, server_write, self.mode.subscribe(), None);
         let answers = (Arc::clone(&self.last_answer_ms), self.born);
-        let down = pump(server_read, client_write, self.mode.subscribe(), Some(answers));
+        let down = pump(
+            server_read,
+            client_write,
+            self.mode.subscribe(),
+            Some(answers),
+        );
         tokio::select! {
             _ = reset.cancelled() => {}
             _ = self.shutdown.cancelled() => {}

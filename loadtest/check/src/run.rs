@@ -23,8 +23,8 @@ use crate::journal::{
 use crate::judge::{self, Evidence, Violation};
 use crate::model;
 use crate::plan::{
-    FaultKind, LinkFault,
-    Declaration, Enqueue, Fault, Handler, Op, OpKind, Plan, Reservation, RoomExit, Visit,
+    Declaration, Enqueue, Fault, FaultKind, Handler, LinkFault, Op, OpKind, Plan, Reservation,
+    RoomExit, Visit,
 };
 use crate::proxy::Mode;
 use crate::recorder::Recorder;
