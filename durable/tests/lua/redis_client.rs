@@ -94,7 +94,10 @@ async fn following_an_ask_takes_no_other_commands_reply() {
             .starts_with("-ASK ")
     })
     .await;
-    assert!(asked, "the owner never answered ASK for the half-moved slot");
+    assert!(
+        asked,
+        "the owner never answered ASK for the half-moved slot"
+    );
     assert_eq!(
         first_line(to, &["CONFIG", "SET", "busy-reply-threshold", "10"]).await,
         "+OK"

@@ -62,8 +62,7 @@ async fn five_thousand_enqueues_from_two_hundred_tasks_over_fifty_resources() {
             StatusCode::ACCEPTED => {
                 let data = reply.data();
                 assert_eq!(data["deduplicated"], false);
-                let id =
-                    Uuid::parse_str(data["command_id"].as_str().expect("id")).expect("uuid");
+                let id = Uuid::parse_str(data["command_id"].as_str().expect("id")).expect("uuid");
                 let ticket = data["ticket"].as_str().expect("ticket").to_string();
                 assert!(
                     accepted.insert(id, (offer, ticket)).is_none(),

@@ -396,7 +396,9 @@ fn sample_lease_owners(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_executor_processes_hold_one_max_in_flight_at_the_backend() {
     use crate::webhook_backend::{Answer, Backend, handler};
-    use crate::webhooks::{each_succeeded_after_one_call, enqueue_ocr, ocr_declaration, stack_with};
+    use crate::webhooks::{
+        each_succeeded_after_one_call, enqueue_ocr, ocr_declaration, stack_with,
+    };
 
     const LIMIT: usize = 4;
     const COMMANDS: usize = 160;

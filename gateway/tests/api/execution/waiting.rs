@@ -195,18 +195,23 @@ async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
         "the drain ends"
     );
     shutdown.cancel();
-    let started_ms: std::collections::HashMap<String, f64> = sqlx::query_as::<_, (uuid::Uuid, f64)>(
-        "SELECT id, (extract(epoch FROM started_at) * 1000)::float8 FROM commands
+    let started_ms: std::collections::HashMap<String, f64> =
+        sqlx::query_as::<_, (uuid::Uuid, f64)>(
+            "SELECT id, (extract(epoch FROM started_at) * 1000)::float8 FROM commands
           WHERE application_id = $1",
-    )
-    .bind(stack.creds.application_id)
-    .fetch_all(&stack.pg)
-    .await
-    .expect("started_at of every command")
-    .into_iter()
-    .map(|(id, at)| (id.to_string(), at))
-    .collect();
-    assert!(told.len() >= 25, "{} of 40 waiters were told an ETA", told.len());
+        )
+        .bind(stack.creds.application_id)
+        .fetch_all(&stack.pg)
+        .await
+        .expect("started_at of every command")
+        .into_iter()
+        .map(|(id, at)| (id.to_string(), at))
+        .collect();
+    assert!(
+        told.len() >= 25,
+        "{} of 40 waiters were told an ETA",
+        told.len()
+    );
     let bound = eta_bound(PACE);
     let mut off = Vec::new();
     let mut worst = 0.0f64;
@@ -215,7 +220,9 @@ async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
         let error = *eta as f64 - actual;
         worst = worst.max(error.abs());
         if error.abs() > bound {
-            off.push(format!("position {position}: told {eta} s, started after {actual:.2} s"));
+            off.push(format!(
+                "position {position}: told {eta} s, started after {actual:.2} s"
+            ));
         }
         assert!(
             hint_range(*eta).contains(hint),

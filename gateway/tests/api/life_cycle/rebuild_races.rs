@@ -218,7 +218,10 @@ async fn a_completion_during_the_rebuild_frees_its_permits() {
     writing.reached().await;
     // The backend is done with the first command; its result is reported while the rebuild
     // writes.
-    assert!(backend.finish(&first), "the first command is at the backend");
+    assert!(
+        backend.finish(&first),
+        "the first command is at the backend"
+    );
     let completing = {
         let (stack, first) = (stack.clone(), first.clone());
         tokio::spawn(async move {
