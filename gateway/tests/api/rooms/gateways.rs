@@ -149,7 +149,7 @@ async fn person(
         origin.serve(shown).expect("a live pass is accepted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let left = leaves
             .post("/v1/passes:leave", &token, &json!({ "pass": pass }))
             .await;
