@@ -164,6 +164,27 @@ impl GatewayProcess {
         self.process.exited(within).await
     }
 
+    /// SIGSTOP, and waits until the kernel shows the process stopped: from then on it does
+    /// nothing at all (its timers fall due meanwhile) until [`resume`](Self::resume).
+    pub(crate) async fn pause(&self) {
+        self.signal("STOP");
+        let stat = format!("/proc/{}/stat", self.process.child.id());
+        let stopped = eventually(Duration::from_secs(5), || async {
+            // `pid (comm) state …`: the state follows the command name's closing parenthesis.
+            std::fs::read_to_string(&stat).is_ok_and(|text| {
+                text.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+        })
+        .await;
+        assert!(stopped, "the gateway did not stop");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub(crate) fn resume(&self) {
+        self.signal("CONT");
+    }
+
     /// A request with an optional bearer and JSON body.
     pub(crate) async fn send(
         &self,

@@ -1,7 +1,8 @@
 //! A real HTTP backend for webhook tests: it verifies every request's `Sluice-Signature` with the
 //! namespace's webhook secret (independently of the executor's code), records every arrival,
 //! counts the calls in progress on its own (the witness of a concurrency limit: a call counts
-//! from its arrival until its answer is sent or its client hangs up), and answers whatever the
+//! from its arrival until its answer is sent or its client hangs up, and a call answered `202`
+//! until the test says the backend finished it, [`Backend::finish`]), and answers whatever the
 //! test's handler decides, after whatever delay it chooses.
 
 #![allow(dead_code)]
@@ -91,8 +92,13 @@ pub struct Backend {
     secret: Arc<Mutex<String>>,
     arrivals: Arc<Mutex<Vec<Arrival>>>,
     calls: Arc<Calls>,
+    /// Calls answered `202`, by idempotency key (the command id): the backend still works on
+    /// them, so they stay counted until [`Backend::finish`].
+    running: Running,
     shutdown: CancellationToken,
 }
+
+type Running = Arc<Mutex<std::collections::HashMap<String, Vec<InProgress>>>>;
 
 /// Calls in progress and the most there ever were at once, counted by the backend alone.
 #[derive(Default)]
@@ -133,11 +139,13 @@ impl Backend {
         let shutdown = CancellationToken::new();
         let secret = Arc::new(Mutex::new(String::new()));
         let calls = Arc::new(Calls::default());
-        let (recorded, stop, key, counted) = (
+        let running: Running = Arc::default();
+        let (recorded, stop, key, counted, working) = (
             arrivals.clone(),
             shutdown.clone(),
             secret.clone(),
             calls.clone(),
+            running.clone(),
         );
         tokio::spawn(async move {
             loop {
@@ -148,29 +156,43 @@ impl Backend {
                     },
                     _ = stop.cancelled() => return,
                 };
-                let (secret, recorded, handle, counted) = (
+                let (secret, recorded, handle, counted, working) = (
                     key.clone(),
                     recorded.clone(),
                     handle.clone(),
                     counted.clone(),
+                    working.clone(),
                 );
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
-                        let (secret, recorded, handle, counted) = (
+                        let (secret, recorded, handle, counted, working) = (
                             secret.clone(),
                             recorded.clone(),
                             handle.clone(),
                             counted.clone(),
+                            working.clone(),
                         );
                         async move {
-                            let _call = InProgress::start(&counted);
+                            let call = InProgress::start(&counted);
                             let key = secret.lock().expect("secret lock").clone();
                             let arrival = read_arrival(request, &key).await;
                             recorded
                                 .lock()
                                 .expect("arrivals lock")
                                 .push(arrival.clone());
+                            let id = arrival.idempotency_key.clone();
                             let answer = handle(arrival).await;
+                            if answer.status == 202 {
+                                // Taken on: the work goes on after the answer.
+                                working
+                                    .lock()
+                                    .expect("running lock")
+                                    .entry(id)
+                                    .or_default()
+                                    .push(call);
+                            } else {
+                                drop(call);
+                            }
                             let mut response = Response::builder().status(
                                 StatusCode::from_u16(answer.status).expect("a status code"),
                             );
@@ -195,8 +217,25 @@ impl Backend {
             secret,
             arrivals,
             calls,
+            running,
             shutdown,
         }
+    }
+
+    /// The backend is done with command `id`, which it answered `202`: its call stops counting.
+    /// Call it before sending the command's `:complete`, as a real backend reports a result only
+    /// once it has one; counting on past the `:complete` would count the finished call next to
+    /// the one its freed permit lets in. False when no such call was in progress.
+    pub fn finish(&self, id: &str) -> bool {
+        let mut running = self.running.lock().expect("running lock");
+        let Some(calls) = running.get_mut(id) else {
+            return false;
+        };
+        calls.pop();
+        if calls.is_empty() {
+            running.remove(id);
+        }
+        true
     }
 
     /// The most calls the backend ever had in progress at once.

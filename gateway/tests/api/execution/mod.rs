@@ -26,6 +26,31 @@ pub fn start_executor(stack: &Stack, config: ExecutorConfig) -> CancellationToke
     shutdown
 }
 
+/// An executor in this process that a test stops and waits for ([`RunningExecutor::stop`]).
+pub struct RunningExecutor {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningExecutor {
+    pub fn start(stack: &Stack, config: ExecutorConfig) -> RunningExecutor {
+        let shutdown = CancellationToken::new();
+        let executor = Executor::new(stack.pg.clone(), stack.redis.clone(), config);
+        let task = tokio::spawn(executor.run(shutdown.clone()));
+        RunningExecutor { shutdown, task }
+    }
+
+    /// Returns once the executor has stopped. A stopping executor admits nothing new and waits
+    /// for the commands in hand: a request it sent is answered and its answer handled before
+    /// this returns. So whatever the executor was still going to do with a command it had sent
+    /// is done by then, an event a test can wait for before asserting that something did not
+    /// happen.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("the executor's task");
+    }
+}
+
 pub fn fast_executor() -> ExecutorConfig {
     ExecutorConfig {
         tick_ms: 20,

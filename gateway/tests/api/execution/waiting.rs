@@ -108,25 +108,51 @@ async fn a_waiting_command_past_its_deadline_expires() {
     assert_counters_settle_at_zero(&stack, &["claim"]).await;
 }
 
+/// A queue held back by its declared start rate: 5 per second, a burst of 2 (a start the
+/// executor takes a little late leaves its token in the bucket for the next one, so the pace
+/// stays the declared one).
+const PACE: f64 = 5.0;
+
+/// How far a first ETA may be from the actual wait in a queue drained at its declared pace
+/// (docs/features.md): half a second of rounding to whole seconds, two start intervals (the
+/// next start may be due at once or a whole interval away, and the burst may let one start
+/// early), and the executor's own delay in taking a start that is due (its ticks are 20 ms
+/// here; a loaded machine delays it more).
+fn eta_bound(pace: f64) -> f64 {
+    0.5 + 2.0 / pace + 0.2
+}
+
+/// The poll hint that goes with an ETA of `eta` whole seconds (`poll_policy`): a quarter of the
+/// unrounded ETA, clamped to 0.5–5 s, then ±20 % of jitter.
+fn hint_range(eta: u64) -> std::ops::RangeInclusive<u64> {
+    let quarter = |seconds: f64| (seconds * 1000.0 / 4.0).clamp(500.0, 5_000.0);
+    let low = quarter(eta as f64 - 0.5) * 0.8;
+    let high = quarter(eta as f64 + 0.5) * 1.2;
+    (low.floor() as u64)..=(high.ceil() as u64)
+}
+
 /// The start rate measured from admissions of the ticket's queue turns a waiting ticket's
-/// position into an ETA and a poll interval that grows with the wait.
+/// position into an ETA and a poll hint that grows with the wait. The witness is PostgreSQL:
+/// each waiter's first ETA is compared with its actual wait, from the Redis time its position was
+/// read (`queue.observed_at`) to its command's `started_at` (the Redis time of the admission that
+/// started it), and must be within [`eta_bound`] of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
     let declaration = quota_command(
         "slow",
-        "per_second = 4, burst = 1, max_queue = 1000",
+        "per_second = 5, burst = 2, max_in_flight = 64, max_queue = 1000",
         "",
         "stock",
     ) + &pool("stock", 1000);
     let stack = Stack::with_declaration(&declaration).await;
     let resource = offer();
-    let mut tickets = Vec::new();
+    let mut waiters = Vec::new();
     for i in 0..40 {
         let reply = enqueue_command(&stack, "slow", &format!("s-{i}"), &key(), &resource).await;
         assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
-        tickets.push(ticket_of(&reply));
+        waiters.push((id_of(&reply), ticket_of(&reply)));
     }
-    let last = tickets.last().expect("a ticket").clone();
+    let (_, last) = waiters.last().expect("a ticket").clone();
     let before = stack.poll(&last).await;
     assert_eq!(
         before.data()["eta_seconds"],
@@ -134,34 +160,88 @@ async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
         "nothing started yet"
     );
     let shutdown = start_executor(&stack, fast_executor());
-    let seen = std::sync::Mutex::new(None);
-    let measured = eventually(Duration::from_secs(10), || async {
-        let poll = stack.poll(&last).await;
-        let data = poll.data();
-        match (
-            data["eta_seconds"].as_u64(),
-            data["queue"]["position"].as_u64(),
-        ) {
-            // Sampled once a few commands started, so the rate is measured past the first
-            // admission.
-            (Some(eta), Some(position)) if position > 0 && position <= 34 => {
-                let poll_after = data["poll_after_ms"].as_u64().unwrap_or(0);
-                *seen.lock().expect("lock") = Some((eta, position, poll_after));
-                true
-            }
-            _ => false,
-        }
-    })
-    .await;
-    assert!(measured, "an ETA appears once commands have landed");
-    let (eta, position, poll_after) = seen.lock().expect("lock").expect("observed");
-    // About 4 starts per second: an ETA of roughly position / 4 seconds.
+    let started = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM commands WHERE application_id = $1 AND started_at IS NOT NULL",
+        )
+        .bind(stack.creds.application_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("count started")
+    };
     assert!(
-        eta >= 1 && eta <= position + 1,
-        "eta {eta}s for position {position}"
+        eventually(Duration::from_secs(10), || async { started().await >= 3 }).await,
+        "the drain begins"
     );
-    assert!(poll_after >= 400, "poll_after_ms {poll_after}");
+    // Each waiter's first ETA and hint, with the Redis time of the position they came from.
+    let mut told = Vec::new();
+    for (id, ticket) in &waiters {
+        let poll = stack.poll(ticket).await;
+        let data = poll.data();
+        if let (Some(eta), Some(observed), Some(position), Some(hint)) = (
+            data["eta_seconds"].as_u64(),
+            data["queue"]["observed_at"].as_str(),
+            data["queue"]["position"].as_u64(),
+            data["poll_after_ms"].as_u64(),
+        ) {
+            let observed = chrono::DateTime::parse_from_rfc3339(observed)
+                .expect("an RFC 3339 time")
+                .timestamp_millis();
+            told.push((id.clone(), position, eta, hint, observed));
+        }
+    }
+    assert!(
+        all_terminal(&stack, Duration::from_secs(30)).await,
+        "the drain ends"
+    );
     shutdown.cancel();
+    let started_ms: std::collections::HashMap<String, f64> =
+        sqlx::query_as::<_, (uuid::Uuid, f64)>(
+            "SELECT id, (extract(epoch FROM started_at) * 1000)::float8 FROM commands
+          WHERE application_id = $1",
+        )
+        .bind(stack.creds.application_id)
+        .fetch_all(&stack.pg)
+        .await
+        .expect("started_at of every command")
+        .into_iter()
+        .map(|(id, at)| (id.to_string(), at))
+        .collect();
+    assert!(
+        told.len() >= 25,
+        "{} of 40 waiters were told an ETA",
+        told.len()
+    );
+    let bound = eta_bound(PACE);
+    let mut off = Vec::new();
+    let mut worst = 0.0f64;
+    for (id, position, eta, hint, observed) in &told {
+        let actual = (started_ms[id] - *observed as f64) / 1000.0;
+        let error = *eta as f64 - actual;
+        worst = worst.max(error.abs());
+        if error.abs() > bound {
+            off.push(format!(
+                "position {position}: told {eta} s, started after {actual:.2} s"
+            ));
+        }
+        assert!(
+            hint_range(*eta).contains(hint),
+            "position {position}: poll_after_ms {hint} for an ETA of {eta} s"
+        );
+    }
+    eprintln!(
+        "{} first ETAs at {PACE}/s: the farthest {worst:.2} s from the actual wait (bound {bound:.1} s)",
+        told.len()
+    );
+    assert!(
+        off.is_empty(),
+        "{} of {} first ETAs more than {bound:.1} s from the actual wait: {off:#?}",
+        off.len(),
+        told.len()
+    );
+    // The far end of the queue waits seconds: its ETAs, and so its hints, are not the near end's.
+    let longest = told.iter().map(|t| t.2).max().unwrap_or_default();
+    assert!(longest >= 5, "the longest ETA told is {longest} s");
 }
 
 /// The first ETA a waiter is told predicts when its command starts. 80 claims on one offer are

@@ -18,7 +18,8 @@ use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{
-    arrivals_of, arrives, complete, enqueue_ocr, ocr_declaration, row, stack_with,
+    arrivals_of, arrives, complete, enqueue_ocr, finish_and_complete, ocr_declaration, row,
+    stack_with,
 };
 
 /// `ocr` allowing one command in flight per account (`account:{provider}:{account}`).
@@ -157,6 +158,12 @@ async fn a_commit_between_the_rebuilds_clearing_and_counts_is_counted_once() {
     counting.reached().await;
     reserved.release();
     let first = enqueue.await.expect("the enqueue");
+    assert_eq!(
+        (first.status.as_u16(), first.code()),
+        (503, "UNAVAILABLE"),
+        "the commit of a reservation whose epoch ended is refused: {:?}",
+        first.body
+    );
     counting.release();
     rebuilding
         .await
@@ -187,7 +194,9 @@ async fn a_commit_between_the_rebuilds_clearing_and_counts_is_counted_once() {
 /// A running command completed while a rebuild writes (its snapshot, taken before, has the
 /// command running with its permits until its deadline): the completion's Redis side waits for
 /// the rebuild and then frees the permits, so the account's next command starts at once instead
-/// of at the first one's deadline, and the counters equal PostgreSQL's rows.
+/// of at the first one's deadline, and the counters equal PostgreSQL's rows. The backend answers
+/// `202` and counts each command in progress until the test completes it: the account's limit
+/// of one held through the rebuild at the backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_during_the_rebuild_frees_its_permits() {
     let backend = Backend::start(handler(|_| async { Answer::status(202) })).await;
@@ -207,6 +216,12 @@ async fn a_completion_during_the_rebuild_frees_its_permits() {
     let writing = faults::pause(Point::RebuildBeforeCounts, application);
     let rebuilding = spawn_rebuild(&stack);
     writing.reached().await;
+    // The backend is done with the first command; its result is reported while the rebuild
+    // writes.
+    assert!(
+        backend.finish(&first),
+        "the first command is at the backend"
+    );
     let completing = {
         let (stack, first) = (stack.clone(), first.clone());
         tokio::spawn(async move {
@@ -238,8 +253,13 @@ async fn a_completion_during_the_rebuild_frees_its_permits() {
         .await,
         "the account's next command starts once the first completed, not at its deadline"
     );
-    assert_eq!(backend.peak_in_flight(), 1);
-    let done = complete(
+    assert_eq!(
+        backend.peak_in_flight(),
+        1,
+        "the account's limit as the backend counted it"
+    );
+    let done = finish_and_complete(
+        &backend,
         &stack,
         &second,
         json!({"outcome": "succeeded", "result": {}}),

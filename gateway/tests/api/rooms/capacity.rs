@@ -5,12 +5,10 @@
 //! origin refuses once it has expired). The origin's count shares nothing with Sluice's
 //! bookkeeping; the room's own counters are not read.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
-use jsonwebtoken::jwk::JwkSet;
 
 use super::kit::*;
 use crate::support::*;
@@ -24,36 +22,6 @@ max_active = 3
 pass_seconds = 30
 heartbeat_seconds = 5
 "#;
-
-/// The protected origin: accepts a request whose pass verifies, and counts.
-struct Origin {
-    keys: JwkSet,
-    /// Per place (`jti`): the latest `exp` of a pass it accepted.
-    accepted: Mutex<HashMap<String, i64>>,
-    /// The most places with an acceptable pass at once.
-    most: Mutex<usize>,
-}
-
-impl Origin {
-    fn serve(&self, pass: &str) -> Result<(), String> {
-        let claims = verify_pass(&self.keys, pass, "gate")?;
-        let jti = claims["jti"].as_str().unwrap_or_default().to_owned();
-        let exp = claims["exp"].as_i64().unwrap_or_default();
-        // What `jsonwebtoken` accepts: `exp` not before this whole second.
-        let now = unix_seconds();
-        let mut accepted = self.accepted.lock().expect("origin state");
-        let latest = accepted.entry(jti).or_insert(exp);
-        *latest = (*latest).max(exp);
-        let live = accepted.values().filter(|exp| **exp >= now).count();
-        let mut most = self.most.lock().expect("origin state");
-        *most = (*most).max(live);
-        Ok(())
-    }
-}
-
-fn unix_seconds() -> i64 {
-    sluice_gateway::auth::now_unix()
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Role {
@@ -115,11 +83,7 @@ async fn person(stack: &Stack, origin: &Origin, subject: String, role: Role) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_never_accepts_more_than_max_active_places() {
     let stack = Arc::new(stack_with_rooms(ROOM).await);
-    let origin = Arc::new(Origin {
-        keys: key_set(&stack).await,
-        accepted: Mutex::default(),
-        most: Mutex::new(0),
-    });
+    let origin = Arc::new(Origin::new(key_set(&stack).await, "gate"));
     let roles = [
         Role::Abandoner,
         Role::Leaver,
@@ -139,8 +103,7 @@ async fn an_origin_never_accepts_more_than_max_active_places() {
         refused += outcome.expect("a person's task");
     }
 
-    let most = *origin.most.lock().expect("origin state");
-    let served = origin.accepted.lock().expect("origin state").len();
+    let (most, served) = (origin.most(), origin.places());
     assert_eq!(served, roles.len(), "everyone got in, in the end");
     assert_eq!(most, MAX_ACTIVE, "the origin saw {most} places at once");
     assert_eq!(refused, 2, "each abandoner's expired pass was refused");

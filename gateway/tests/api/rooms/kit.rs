@@ -2,6 +2,8 @@
 //! origin would verify them (`jsonwebtoken` against the published JWK Set, never Sluice's own
 //! code).
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
@@ -101,4 +103,77 @@ pub fn verify_pass(set: &JwkSet, pass: &str, room: &str) -> Result<Value, String
         return Err(format!("a pass for room {}", claims["room"]));
     }
     Ok(claims)
+}
+
+/// A protected origin: accepts a request whose pass verifies ([`verify_pass`]), and counts on
+/// its own, sharing nothing with Sluice's bookkeeping. A place counts as live from the first
+/// pass of it the origin accepted until the latest `exp` it accepted has passed (whole seconds,
+/// as `jsonwebtoken` compares them), whether or not its holder still shows it: a pass handed out
+/// cannot be recalled.
+pub struct Origin {
+    keys: JwkSet,
+    room: String,
+    state: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// Per place (`jti`): the latest `exp` of a pass accepted.
+    latest_exp: HashMap<String, i64>,
+    /// Per place: the `iat`s of the passes accepted (a place admitted once, with no heartbeat,
+    /// has one).
+    issued: HashMap<String, BTreeSet<i64>>,
+    /// Per subject (`sub`): the places it got in with.
+    places_of: HashMap<String, BTreeSet<String>>,
+    /// The most places live at once.
+    most: usize,
+}
+
+impl Origin {
+    pub fn new(keys: JwkSet, room: &str) -> Origin {
+        Origin {
+            keys,
+            room: room.to_owned(),
+            state: Mutex::default(),
+        }
+    }
+
+    /// One request with `pass`: its claims when the origin accepts it.
+    pub fn serve(&self, pass: &str) -> Result<Value, String> {
+        let claims = verify_pass(&self.keys, pass, &self.room)?;
+        let jti = claims["jti"].as_str().unwrap_or_default().to_owned();
+        let sub = claims["sub"].as_str().unwrap_or_default().to_owned();
+        let exp = claims["exp"].as_i64().unwrap_or_default();
+        let iat = claims["iat"].as_i64().unwrap_or_default();
+        // What `jsonwebtoken` accepts: `exp` not before this whole second.
+        let now = sluice_gateway::auth::now_unix();
+        let mut seen = self.state.lock().expect("origin state");
+        let latest = seen.latest_exp.entry(jti.clone()).or_insert(exp);
+        *latest = (*latest).max(exp);
+        seen.issued.entry(jti.clone()).or_default().insert(iat);
+        seen.places_of.entry(sub).or_default().insert(jti);
+        let live = seen.latest_exp.values().filter(|exp| **exp >= now).count();
+        seen.most = seen.most.max(live);
+        Ok(claims)
+    }
+
+    /// The most places live at once.
+    pub fn most(&self) -> usize {
+        self.state.lock().expect("origin state").most
+    }
+
+    /// The places the origin let in.
+    pub fn places(&self) -> usize {
+        self.state.lock().expect("origin state").latest_exp.len()
+    }
+
+    /// Per place, the `iat`s of its accepted passes.
+    pub fn issued(&self) -> HashMap<String, BTreeSet<i64>> {
+        self.state.lock().expect("origin state").issued.clone()
+    }
+
+    /// Per subject, the places it got in with.
+    pub fn places_of(&self) -> HashMap<String, BTreeSet<String>> {
+        self.state.lock().expect("origin state").places_of.clone()
+    }
 }

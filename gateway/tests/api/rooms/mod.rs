@@ -1,12 +1,16 @@
 //! Waiting rooms over the real stack: the contract of join, polls, passes, heartbeats and
-//! leaves; `max_active` as a protected origin counts it; the fair start recomputed by an
-//! independent script; proof of work at the door; rooms on the status board and in `/metrics`,
-//! counted from the places; the browser module's room handle in real Chromium.
+//! leaves; `max_active` as a protected origin counts it, with one gateway and with three
+//! admitting together; `admit_per_minute` as PostgreSQL's admission instants show it; the fair
+//! start recomputed by an independent script; proof of work at the door; rooms on the status
+//! board and in `/metrics`, counted from the places; the browser module's room handle in real
+//! Chromium.
 
 mod board;
 mod browser;
 mod capacity;
 mod contract;
 mod fair_start;
+mod gateways;
 pub(crate) mod kit;
+mod pace;
 mod proof_of_work;

@@ -12,7 +12,7 @@ use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::tenancy::NAMESPACE_SCOPES;
 
 use super::*;
-use crate::execution::{fast_executor, held_permits, record, start_executor};
+use crate::execution::{RunningExecutor, fast_executor, held_permits, record, start_executor};
 use crate::webhook_backend::{Answer, Backend, handler};
 
 /// A `202` backend, a stack with one command per account in flight, an executor, and one
@@ -335,7 +335,7 @@ async fn a_complete_that_overtakes_the_202_lands_once() {
     gateway
         .set((stack.base.clone(), stack.credential()))
         .expect("set once");
-    let executor = start_executor(&stack, fast_executor());
+    let executor = RunningExecutor::start(&stack, fast_executor());
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
 
     assert!(
@@ -351,8 +351,9 @@ async fn a_complete_that_overtakes_the_202_lands_once() {
     assert_reaches(&stack, &id, "succeeded", Duration::from_secs(5)).await;
     let landed = row(&stack, &id).await;
     let landed_record = record(&stack, &id).await;
-    // The executor's 202 arrives after the result: it must change nothing. Give it time.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The executor's 202 arrives after the result: it must change nothing. The executor stops
+    // only once it has handled that 202 (it waits for the commands in hand).
+    executor.stop().await;
     let after = row(&stack, &id).await;
     assert_eq!(after, landed, "the late 202 changed the row");
     assert_eq!(after["status"], "succeeded");
@@ -368,6 +369,7 @@ async fn a_complete_that_overtakes_the_202_lands_once() {
     assert!(!holds_limit(&stack, "account:gitee:a", &id).await);
     assert_eq!(backend.arrivals().len(), 1);
     // The account's permit is free: the next command of the account is sent.
+    let executor = start_executor(&stack, fast_executor());
     let next = enqueue_ocr(&stack, "user-2", "gitee", "a", "doc").await;
     assert!(arrives(&backend, &next, Duration::from_secs(5)).await);
     executor.cancel();

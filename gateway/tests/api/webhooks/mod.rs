@@ -131,6 +131,13 @@ pub async fn complete(stack: &Stack, id: &str, body: Value) -> Reply {
         .await
 }
 
+/// The backend finishes command `id` (it answered it `202`), then reports its result with
+/// `:complete`: the backend's count of calls in progress holds the command until then.
+pub async fn finish_and_complete(backend: &Backend, stack: &Stack, id: &str, body: Value) -> Reply {
+    assert!(backend.finish(id), "{id} is not in progress at the backend");
+    complete(stack, id, body).await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared by life_cycle.rs, retries.rs and complete.rs.
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ use serde_json::json;
 use sluice_durable::executor::ExecutorConfig;
 
 use super::*;
-use crate::execution::{counter, fast_executor, held_permits, record, start_executor};
+use crate::execution::{
+    RunningExecutor, counter, fast_executor, held_permits, record, start_executor,
+};
 use crate::webhook_backend::{Answer, Backend, handler};
 
 /// The first attempt is answered `status` with `Retry-After: 1`, the second `200`.
@@ -81,9 +83,10 @@ async fn retries_end_expired_at_the_deadline() {
         retry_max_ms: 400,
         ..fast_executor()
     };
-    let executor = start_executor(&stack, config);
+    let executor = RunningExecutor::start(&stack, config);
     let id = enqueue_ocr(&stack, "user-1", "gitee", "a", "doc").await;
     assert_reaches(&stack, &id, "expired", Duration::from_secs(10)).await;
+    let before = arrivals_of(&backend, &id).len();
     let ended = row(&stack, &id).await;
     assert_eq!(ended["error_code"], "DEADLINE_EXCEEDED", "{ended}");
     let shown = record(&stack, &id).await;
@@ -93,10 +96,9 @@ async fn retries_end_expired_at_the_deadline() {
         .expect("deadline_at")
         .parse()
         .expect("an RFC 3339 time");
-    // Nothing is sent after the deadline: watch until well past it.
-    let past = (deadline - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(500);
-    let before = arrivals_of(&backend, &id).len();
-    tokio::time::sleep(past).await;
+    // Nothing is sent once it expired. The executor stops only after every request it sent
+    // was answered, so from then on the backend's arrivals are all there will be.
+    executor.stop().await;
     let arrivals = arrivals_of(&backend, &id);
     assert_eq!(
         arrivals.len(),
@@ -130,7 +132,6 @@ async fn retries_end_expired_at_the_deadline() {
     );
     assert!(unfinished_becomes(&stack, 0).await);
     assert_eq!(held_permits(&stack, "ocr").await, 0);
-    executor.cancel();
 }
 
 /// A backend's `Retry-After` of 10^13 seconds (past any deadline, and past what date arithmetic
@@ -188,12 +189,7 @@ async fn an_unanswered_request_ends_needs_review() {
 async fn answered(
     answer: fn(&str) -> Answer,
     docs: &[&str],
-) -> (
-    Backend,
-    Stack,
-    tokio_util::sync::CancellationToken,
-    Vec<String>,
-) {
+) -> (Backend, Stack, RunningExecutor, Vec<String>) {
     let backend = Backend::start(handler(move |arrival| {
         let doc = arrival.body["input"]["doc"]
             .as_str()
@@ -203,7 +199,7 @@ async fn answered(
     }))
     .await;
     let stack = ocr_stack(&backend, 2_000, 60, "").await;
-    let executor = start_executor(&stack, fast_executor());
+    let executor = RunningExecutor::start(&stack, fast_executor());
     let mut ids = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         ids.push(enqueue_ocr(&stack, &format!("user-{i}"), "gitee", "a", doc).await);
@@ -223,11 +219,11 @@ async fn another_4xx_fails_after_one_attempt() {
         record(&stack, id).await.data()["error"]["code"],
         "WEBHOOK_REFUSED"
     );
-    // Never tried again.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Never tried again: once the executor has stopped (it handles every answer it waits for
+    // first), the backend has seen every request it will.
+    executor.stop().await;
     assert_eq!(arrivals_of(&backend, id).len(), 1);
     assert!(unfinished_becomes(&stack, 0).await);
-    executor.cancel();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +249,7 @@ async fn a_200_without_an_outcome_fails_as_a_bad_answer() {
         assert_eq!(arrivals_of(&backend, id).len(), 1);
     }
     assert!(unfinished_becomes(&stack, 0).await);
-    executor.cancel();
+    executor.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,5 +275,5 @@ async fn a_200_rejected_lands_its_error_code() {
     assert_eq!(polled_status(&stack, id).await, "rejected");
     assert_eq!(arrivals_of(&backend, id).len(), 1);
     assert!(unfinished_becomes(&stack, 0).await);
-    executor.cancel();
+    executor.stop().await;
 }
