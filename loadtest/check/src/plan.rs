@@ -279,9 +279,10 @@ pub enum LinkFault {
     Blackhole,
     /// Every connection reset at once (an answer on its way is lost).
     Reset,
-    /// A flapping link: black holes of about a tenth of `period_ms` (each ended by a reset once
-    /// every answer came back, so none is lost), one per period, for the hold. A request caught
-    /// in one fails cleanly; what the caller does next is what it shows.
+    /// A flapping link: one black hole per `period_ms` for the hold, each opening right after an
+    /// answer goes back to the caller (so the caller's next request is the one lost, between two
+    /// steps of what it does) and ended by a reset once every answer came back (so none is
+    /// lost). A request caught in one fails cleanly; what the caller does next is what it shows.
     Flap { period_ms: u64 },
 }
 

@@ -25,11 +25,15 @@ pub enum Mode {
     Stall,
     /// Chunks towards the store are thrown away (answers still flow back).
     Blackhole,
+    /// Passing, until the next answer has gone back to the caller: then a black hole. A caller's
+    /// next request after an answer is the one lost, at the moment between two steps of what it
+    /// does (the network's counterpart of a crash point).
+    BlackholeAfterAnswer,
 }
 
 pub struct Proxy {
     pub port: u16,
-    mode: watch::Sender<Mode>,
+    mode: Arc<watch::Sender<Mode>>,
     /// Cancelled to reset every open connection; replaced by a fresh token after each reset.
     generation: Mutex<CancellationToken>,
     shutdown: CancellationToken,
@@ -46,7 +50,7 @@ impl Proxy {
         let (mode, _) = watch::channel(Mode::Pass);
         let proxy = Arc::new(Proxy {
             port,
-            mode,
+            mode: Arc::new(mode),
             generation: Mutex::new(CancellationToken::new()),
             shutdown: CancellationToken::new(),
             last_answer_ms: Arc::new(AtomicU64::new(0)),
@@ -69,6 +73,10 @@ impl Proxy {
 
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
     }
 
     /// Closes every open connection with an RST; new ones are accepted as before.
@@ -115,12 +123,12 @@ impl Proxy {
         let _ = server.set_zero_linger();
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
-        let up = pump(client_read, server_write, self.mode.subscribe(), None);
+        let up = pump(client_read, server_write, Arc::clone(&self.mode), None);
         let answers = (Arc::clone(&self.last_answer_ms), self.born);
         let down = pump(
             server_read,
             client_write,
-            self.mode.subscribe(),
+            Arc::clone(&self.mode),
             Some(answers),
         );
         tokio::select! {
@@ -137,9 +145,10 @@ impl Proxy {
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut mode: watch::Receiver<Mode>,
+    sender: Arc<watch::Sender<Mode>>,
     answers: Option<(Arc<AtomicU64>, Instant)>,
 ) {
+    let mut mode = sender.subscribe();
     let upstream = answers.is_none();
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
@@ -156,7 +165,7 @@ async fn pump(
         loop {
             let current = *mode.borrow_and_update();
             match current {
-                Mode::Pass => break,
+                Mode::Pass | Mode::BlackholeAfterAnswer => break,
                 Mode::Delay(delay) => {
                     tokio::time::sleep(delay).await;
                     break;
@@ -175,6 +184,16 @@ async fn pump(
         }
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
+        }
+        if !upstream {
+            // An answer went back: an armed black hole begins now.
+            sender.send_if_modified(|m| {
+                let armed = *m == Mode::BlackholeAfterAnswer;
+                if armed {
+                    *m = Mode::Blackhole;
+                }
+                armed
+            });
         }
     }
 }
@@ -232,6 +251,17 @@ mod tests {
         let mut got = [0u8; 4];
         stream.read_exact(&mut got).await.expect("delivered after");
         assert_eq!(&got, b"held");
+
+        proxy.set(Mode::BlackholeAfterAnswer);
+        assert_eq!(
+            round_trip(&mut stream, b"three").await.expect("echo"),
+            b"three"
+        );
+        assert_eq!(proxy.mode(), Mode::Blackhole, "the answer armed it");
+        stream.write_all(b"after").await.expect("write");
+        let read = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await;
+        assert!(read.is_err(), "the request after the answer is lost");
+        proxy.set(Mode::Pass);
 
         proxy.reset();
         let after = round_trip(&mut stream, b"x").await;

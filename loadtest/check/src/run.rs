@@ -692,6 +692,15 @@ async fn fault_op(shared: &Arc<Shared>, fault: &Fault) {
 async fn flap(proxy: &crate::proxy::Proxy, period_ms: u64, hold_ms: u64) {
     let until = tokio::time::Instant::now() + Duration::from_millis(hold_ms);
     while tokio::time::Instant::now() < until {
+        // The black hole opens right after an answer goes back (or after a tenth of the period
+        // when none comes): the request a caller sends next is the one lost.
+        proxy.set(Mode::BlackholeAfterAnswer);
+        let armed_until = tokio::time::Instant::now() + Duration::from_millis(period_ms);
+        while proxy.mode() == Mode::BlackholeAfterAnswer
+            && tokio::time::Instant::now() < armed_until
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         proxy.set(Mode::Blackhole);
         tokio::time::sleep(Duration::from_millis((period_ms / 10).max(1))).await;
         proxy

@@ -57,7 +57,10 @@ pub struct Stats {
     pub positions_unjudged: usize,
     pub positions_exact: usize,
     pub position_pairs: usize,
+    /// Pairs of one resource that waited together, the later started: judged for their order.
     pub order_pairs: usize,
+    /// Of those, the later started first (allowed by the lookahead, excused, or reported).
+    pub order_overtakes: usize,
     pub order_excused: usize,
     pub limit_checks: usize,
     pub peak_concurrency: usize,

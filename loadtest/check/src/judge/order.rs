@@ -62,13 +62,18 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
                 let Some(&seen) = first_seen.get(&(q, x.id.as_str())) else {
                     continue;
                 };
-                let waiting_then = seen + SLACK_MS < y_start
-                    && x.started_ms.is_none_or(|s| s > y_start + SLACK_MS)
-                    && x.finished_ms.is_none_or(|f| f > y_start + SLACK_MS);
-                if !waiting_then {
+                // Both waited together: the order between them is judged.
+                let queued_together = seen + SLACK_MS < y_start
+                    && x.finished_ms.is_none_or(|f| f > y_start + SLACK_MS)
+                    && x.started_ms.is_none_or(|s| s + SLACK_MS >= seen);
+                if !queued_together {
                     continue;
                 }
                 stats.order_pairs += 1;
+                if x.started_ms.is_some_and(|s| s <= y_start + SLACK_MS) {
+                    continue;
+                }
+                stats.order_overtakes += 1;
                 if model::may_overtake(&keys[xi], &keys[yi]) {
                     continue;
                 }
