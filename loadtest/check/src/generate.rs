@@ -70,7 +70,7 @@ fn declaration(rng: &mut StdRng) -> Declaration {
     let mut commands = Vec::new();
     let mut limit_numbers: Vec<(String, Limit)> = Vec::new();
     for i in 0..webhooks {
-        let resources: Vec<String> = (0..rng.random_range(1..=3))
+        let resources: Vec<String> = (0..rng.random_range(1..=6))
             .map(|r| format!("r{r}"))
             .collect();
         let mut templates = TEMPLATES.to_vec();
@@ -351,7 +351,9 @@ fn faults(rng: &mut StdRng, timing: &Timing, profile: Profile) -> Vec<Op> {
         let roll = rng.random_range(0..100);
         let kind = match roll {
             0..=5 => FaultKind::Link(link, LinkFault::Blackhole),
-            6..=11 => FaultKind::Link(
+            // A flapping link of an executor to Redis: the fault that finds what a caller does
+            // between two steps, so it comes often.
+            6..=19 => FaultKind::Link(
                 Link {
                     process: Process::Executor(rng.random_range(0..timing.executors)),
                     store: Store::Redis,
@@ -360,15 +362,15 @@ fn faults(rng: &mut StdRng, timing: &Timing, profile: Profile) -> Vec<Op> {
                     period_ms: rng.random_range(150..=400),
                 },
             ),
-            12..=21 => FaultKind::Link(link, LinkFault::Reset),
-            22..=29 => FaultKind::Link(link, LinkFault::Stall),
-            30..=39 => FaultKind::Link(link, LinkFault::Delay(rng.random_range(20..=400))),
-            40..=49 => FaultKind::KillExecutor(rng.random_range(0..timing.executors)),
-            50..=57 => FaultKind::KillGateway(rng.random_range(0..timing.gateways)),
-            58..=65 => FaultKind::StopExecutor(rng.random_range(0..timing.executors)),
-            66..=73 => FaultKind::RedisFlush,
-            74..=81 => FaultKind::RedisRestart,
-            82..=89 => FaultKind::RedisRollback,
+            20..=27 => FaultKind::Link(link, LinkFault::Reset),
+            28..=34 => FaultKind::Link(link, LinkFault::Stall),
+            35..=42 => FaultKind::Link(link, LinkFault::Delay(rng.random_range(20..=400))),
+            43..=51 => FaultKind::KillExecutor(rng.random_range(0..timing.executors)),
+            52..=58 => FaultKind::KillGateway(rng.random_range(0..timing.gateways)),
+            59..=66 => FaultKind::StopExecutor(rng.random_range(0..timing.executors)),
+            67..=74 => FaultKind::RedisFlush,
+            75..=82 => FaultKind::RedisRestart,
+            83..=90 => FaultKind::RedisRollback,
             _ => FaultKind::PostgresRestart,
         };
         let hold_ms = match kind {
@@ -376,7 +378,7 @@ fn faults(rng: &mut StdRng, timing: &Timing, profile: Profile) -> Vec<Op> {
                 rng.random_range(timing.lease_ms / 2..=timing.lease_ms * 2)
             }
             FaultKind::Link(_, LinkFault::Reset) | FaultKind::RedisFlush => 0,
-            FaultKind::Link(_, LinkFault::Flap { .. }) => rng.random_range(1_500..=4_000),
+            FaultKind::Link(_, LinkFault::Flap { .. }) => rng.random_range(2_000..=6_000),
             _ => rng.random_range(200..=slot.clamp(300, 2_500)),
         };
         ops.push(Op {

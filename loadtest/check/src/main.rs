@@ -4,6 +4,7 @@
 //! - `sluice-check run --seed S`: one plan drawn from a seed.
 //! - `sluice-check soak --minutes M`: fresh seeds until the time is up, stopping at a failure.
 //! - `sluice-check replay FILE`: a saved plan (a failure's shortened one, or an edited one).
+//! - `sluice-check plan --seed S`: print the plan a seed draws, to read or edit.
 //!
 //! A failure prints its seed, the broken promises, and the path of a shortened plan that still
 //! breaks the first of them, with the command that replays it.
@@ -61,6 +62,13 @@ enum Action {
         #[arg(long)]
         stop_on: Option<String>,
     },
+    /// Print the plan a seed draws (JSON), to read or edit before `replay`.
+    Plan {
+        #[arg(long)]
+        seed: u64,
+        #[arg(long, value_enum, default_value = "ci")]
+        profile: ProfileName,
+    },
     /// A saved plan, `runs` times.
     Replay {
         file: PathBuf,
@@ -86,6 +94,19 @@ impl ProfileName {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Action::Plan { seed, profile } = cli.command {
+        let plan = generate::plan(seed, profile.profile());
+        return match serde_json::to_string_pretty(&plan) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("sluice-check: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -147,6 +168,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                 .soak(minutes, profile.profile(), stop_on.as_deref())
                 .await
         }
+        Action::Plan { .. } => true,
         Action::Replay { file, runs } => match plan::load(&file) {
             Ok(plan) => {
                 let mut clean = true;
