@@ -74,8 +74,9 @@ pub const SUFFIX_CAP: usize = 10_000;
 pub const RUNS_ENTRIES: u64 = 16_384;
 /// Reads per queue per pull for its runs, at most (a `ZRANGE` counts 4 plus the entries it
 /// returns): what bounds the pull's cost where sequences interleave. Two queues taking turns
-/// give runs of one; about 1,600 of them are covered, for about 1.5 ms of Redis (50 times the
-/// pull without runs), where a contiguous queue costs 47 µs (`sluice-bench-waiting`).
+/// give runs of one; about 1,600 of them are covered, for about 1.5 ms of Redis (about 55
+/// times the pull without runs), where a contiguous queue costs 54–77 µs
+/// (`sluice-bench-waiting`).
 pub const RUNS_READS: u64 = 2_048;
 /// Reads for the runs of all the queues of one pull: a pull of many queues gives each its
 /// share, at least [`RUNS_READS_MIN`] (a contiguous queue's run needs about 60).
