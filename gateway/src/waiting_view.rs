@@ -1,7 +1,14 @@
 //! Waiting polls answered from memory: per application, a snapshot of the resource queues this
 //! gateway was recently asked about, refreshed by one `waiting.lua` pull at most every
-//! [`REFRESH`] while polls keep arriving, so the polls of commands deep in a queue (whose answer
-//! "accepted, position p, eta e" changes slowly) cost Redis nothing.
+//! [`REFRESH`] while polls keep arriving, so the polls of commands deep in a queue (whose answer,
+//! "accepted, position p, eta e", changes slowly) cost Redis nothing.
+//!
+//! Every position told, from Redis or from memory, is exact at its `observed_at`: the command's
+//! `ZRANK` in its resource queue at that Redis instant. The pull reads each queue's first
+//! entries as runs of consecutive sequences ([`Ranks`]: at most [`RUNS_ENTRIES`] entries within
+//! [`reads_per_queue`], one run when the queue's sequences are contiguous), so the rank of a
+//! sequence in them is found exactly by binary search; where memory cannot know the exact rank
+//! (the sequence is not in the runs), Redis answers.
 //!
 //! A poll is answered from memory only when everything below holds, otherwise exactly as
 //! before (`ticket.lua`):
@@ -10,24 +17,25 @@
 //!   which queue the tag stands for and pulled it;
 //! - `s` is above the watermark (no gone entry could have been missed for it, see below);
 //! - `s` is above the highest sequence started from the queue (`admit.lua` keeps it: a waiting
-//!   command above it has never started, and a requeued command is at or below it), the
-//!   command is not on the gone record (it did not leave the queue without starting) and `s`
-//!   lies between the queue's head and tail sequences;
-//! - its estimated position is at least [`LOOKAHEAD`] plus what the queue can start before
-//!   the snapshot is replaced, so it cannot have started meanwhile either.
+//!   command above it has never started, and a requeued command is at or below it) and the
+//!   command is not on the gone record (it did not leave the queue without starting);
+//! - `s` is in the queue's runs: it was waiting at the pull's instant, at the rank the runs
+//!   give (a sequence beyond them, or not waiting then, is not answered from memory);
+//! - that rank is at least [`LOOKAHEAD`] plus what the queue can start before the snapshot is
+//!   replaced, so it cannot have started meanwhile either.
 //!
 //! Such an answer is what Redis said at the snapshot's instant (`observed_at` is the pull's
-//! Redis time): `accepted`, the position interpolated from the queue's head, tail and count
-//! (exact when the queue's sequences are contiguous; see "Waiting polls" in lua/README.md for
-//! the bound otherwise), the ETA and advice from the same `poll_policy` functions.
+//! Redis time): `accepted`, the position the runs give (its `ZRANK` then), the ETA and advice
+//! from the same `poll_policy` functions. Since then the position can only have fallen, unless a
+//! command ahead was put back (a retry requeued at its old sequence, a rebuild restoring one).
 //!
 //! A command that leaves its queue without starting (cancelled, expired) is on the gone record,
 //! read incrementally (a cursor) by every pull: the first snapshot installed after its end
 //! refuses memory for it. A pull that finds it missed entries (trimmed, or more than one pull
 //! returns) or a new generation (a rebuild) sets the watermark to the application's sequence
 //! then: no command at or below it is answered from memory again. Memory is bounded: queues
-//! asked about in the last [`FORGET_AFTER`], gone entries up to [`GONE_CAP`] (the lowest
-//! sequences are dropped first, raising the watermark to them).
+//! asked about in the last [`FORGET_AFTER`], at most [`RUNS_KEPT`] runs per queue, gone entries
+//! up to [`GONE_CAP`] (the lowest sequences are dropped first, raising the watermark to them).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +43,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sluice_durable::ids::{ApplicationId, CommandId};
-use sluice_durable::projection::waiting::{WaitingSnapshot, pull};
+use sluice_durable::projection::start_rate::StartRecord;
+use sluice_durable::projection::waiting::{RunLimits, WaitingSnapshot, pull};
 use sluice_durable::projection::{AppKeys, Projection};
 
 use crate::ticket::{QueueClaim, queue_tag};
@@ -58,6 +67,30 @@ pub const GONE_PER_PULL: u64 = 1024;
 pub const GONE_CAP: usize = 16_384;
 /// Queue suffixes remembered per application (learned from tickets minted and Redis answers).
 pub const SUFFIX_CAP: usize = 10_000;
+/// A queue's runs cover at most this many of its first entries: a drop of 10,000 people on
+/// one offer is answered from memory to its last waiter, and a contiguous queue costs the pull
+/// about the same however deep (it finds a run's end by doubling and halving, not by reading
+/// it; see `waiting.lua` and `sluice-bench-waiting`).
+pub const RUNS_ENTRIES: u64 = 16_384;
+/// Reads per queue per pull for its runs, at most (a `ZRANGE` counts 4 plus the entries it
+/// returns): what bounds the pull's cost where sequences interleave. Two queues taking turns
+/// give runs of one; about 1,600 of them are covered, for about 1.5 ms of Redis (about 55
+/// times the pull without runs), where a contiguous queue costs 54–77 µs
+/// (`sluice-bench-waiting`).
+pub const RUNS_READS: u64 = 2_048;
+/// Reads for the runs of all the queues of one pull: a pull of many queues gives each its
+/// share, at least [`RUNS_READS_MIN`] (a contiguous queue's run needs about 60).
+pub const PULL_READS: u64 = 4_096;
+/// The least reads a queue is given however many are pulled.
+pub const RUNS_READS_MIN: u64 = 64;
+/// Runs kept per queue (the pull returns fewer within [`RUNS_READS`]; a prefix of the runs
+/// still covers a prefix of the ranks exactly).
+pub const RUNS_KEPT: usize = 2_048;
+
+/// The reads each queue's runs are given when `queues` are pulled at once.
+pub fn reads_per_queue(queues: usize) -> u64 {
+    (PULL_READS / queues.max(1) as u64).clamp(RUNS_READS_MIN, RUNS_READS)
+}
 
 /// What memory answers for a waiting command.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,7 +142,61 @@ struct Snapshot {
     generation: Option<i64>,
     now_ms: i64,
     /// Queue tag → its state.
-    queues: HashMap<u64, sluice_durable::projection::waiting::QueueView>,
+    queues: HashMap<u64, PulledQueue>,
+}
+
+/// What a snapshot keeps of one queue.
+struct PulledQueue {
+    /// The highest sequence started from it (None: no start on record, nothing is answered).
+    started_seq: Option<u64>,
+    start_record: Option<StartRecord>,
+    ranks: Ranks,
+}
+
+/// A queue's first entries as runs of consecutive sequences, each with the rank it starts at:
+/// the exact rank (`ZRANK` at the pull's instant) of any sequence in them by binary search.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ranks {
+    /// `(first sequence, length, rank of the first sequence)`, ascending.
+    runs: Vec<(u64, u64, u64)>,
+}
+
+impl Ranks {
+    /// The first `kept` of a pull's runs `(start, length)`, in rank order. A pull returns them
+    /// ascending and apart; should one not be, it and everything after it is dropped (what is
+    /// kept still covers a prefix of the ranks exactly).
+    pub fn new(runs: &[(u64, u64)], kept: usize) -> Ranks {
+        let mut kept_runs = Vec::with_capacity(runs.len().min(kept));
+        let mut rank = 0u64;
+        let mut next = 0u64;
+        for &(start, length) in runs.iter().take(kept) {
+            if length == 0 || start < next {
+                break;
+            }
+            let Some(end) = start.checked_add(length) else {
+                break;
+            };
+            kept_runs.push((start, length, rank));
+            rank += length;
+            next = end;
+        }
+        Ranks { runs: kept_runs }
+    }
+
+    /// The rank of `seq`, or None when it is not in the runs (not waiting at the pull's
+    /// instant, or beyond what the runs cover).
+    pub fn rank_of(&self, seq: u64) -> Option<u64> {
+        let after = self.runs.partition_point(|&(start, _, _)| start <= seq);
+        let (start, length, rank) = *self.runs.get(after.checked_sub(1)?)?;
+        (seq - start < length).then(|| rank + (seq - start))
+    }
+
+    /// How many of the queue's first entries the runs cover.
+    pub fn covered(&self) -> u64 {
+        self.runs
+            .last()
+            .map_or(0, |&(_, length, rank)| rank + length)
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,12 +317,11 @@ impl AppState {
             return None;
         }
         let view = snapshot.queues.get(&queue.tag)?;
-        let started = view.started_seq?;
-        let (head, tail) = (view.head_seq?, view.tail_seq?);
-        if queue.seq <= started || queue.seq < head || queue.seq > tail || view.waiting == 0 {
+        if queue.seq <= view.started_seq? {
             return None;
         }
-        let position = interpolate(queue.seq, head, tail, view.waiting);
+        // Its exact rank at the pull's instant; not in the runs: not known here.
+        let position = view.ranks.rank_of(queue.seq)?;
         let rate = view
             .start_record
             .and_then(|record| record.per_second(snapshot.now_ms));
@@ -291,25 +377,21 @@ impl AppState {
             ready: pulled.ready,
             generation: pulled.generation,
             now_ms: pulled.now_ms,
-            queues: tags.iter().copied().zip(pulled.queues).collect(),
+            queues: tags
+                .iter()
+                .copied()
+                .zip(pulled.queues)
+                .map(|(tag, view)| {
+                    let queue = PulledQueue {
+                        started_seq: view.started_seq,
+                        start_record: view.start_record,
+                        ranks: Ranks::new(&view.runs, RUNS_KEPT),
+                    };
+                    (tag, queue)
+                })
+                .collect(),
         });
     }
-}
-
-/// A waiting command's 0-based position from its sequence `seq` and its queue's head and tail
-/// sequences and count: linear between the head (position 0) and the tail (`waiting − 1`).
-/// Exact when the queue's sequences are contiguous; otherwise the true rank is within
-/// `[max(0, waiting−1−(tail−seq)), min(waiting−1, seq−head)]`, an interval this lies in, of
-/// width at most the number of sequences between head and tail that are not in this queue.
-pub fn interpolate(seq: u64, head: u64, tail: u64, waiting: u64) -> u64 {
-    if tail <= head || waiting <= 1 {
-        return 0;
-    }
-    let span = u128::from(tail - head);
-    let offset = u128::from(seq.clamp(head, tail) - head);
-    let last = u128::from(waiting - 1);
-    let position = (offset * last + span / 2) / span;
-    u64::try_from(position).unwrap_or(u64::MAX)
 }
 
 /// The smallest position answered from memory: the lookahead, plus the starts the queue can
@@ -364,7 +446,11 @@ async fn refresh_loop(redis: Projection, app: Arc<AppView>) {
             (suffixes, tags, state.gone_cursor)
         };
         let sent = Instant::now();
-        match pull(&redis, &app.keys, &suffixes, cursor, GONE_PER_PULL).await {
+        let runs = RunLimits {
+            entries: RUNS_ENTRIES,
+            reads: reads_per_queue(suffixes.len()),
+        };
+        match pull(&redis, &app.keys, &suffixes, cursor, GONE_PER_PULL, runs).await {
             Ok(pulled) => lock(&app.state).install(sent, &tags, pulled),
             Err(error) => {
                 tracing::debug!(%error, "waiting pull failed; polls go to Redis");
@@ -375,33 +461,91 @@ async fn refresh_loop(redis: Projection, app: Arc<AppView>) {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn contiguous_sequences_interpolate_exactly() {
-        for waiting in 1..40u64 {
-            let head = 1000;
-            let tail = head + waiting - 1;
-            for rank in 0..waiting {
-                assert_eq!(interpolate(head + rank, head, tail, waiting), rank);
+    /// Runs of a sorted set of unique sequences.
+    pub(super) fn runs_of(seqs: &[u64]) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &seq in seqs {
+            match runs.last_mut() {
+                Some((start, length)) if *start + *length == seq => *length += 1,
+                _ => runs.push((seq, 1)),
             }
+        }
+        runs
+    }
+
+    fn ranks_of(seqs: &[u64]) -> Ranks {
+        Ranks::new(&runs_of(seqs), RUNS_KEPT)
+    }
+
+    #[test]
+    fn a_contiguous_queue_is_one_run_and_ranks_from_its_start() {
+        let seqs: Vec<u64> = (1000..1900).collect();
+        let ranks = ranks_of(&seqs);
+        assert_eq!(ranks.runs.len(), 1);
+        for (rank, seq) in seqs.iter().enumerate() {
+            assert_eq!(ranks.rank_of(*seq), Some(rank as u64));
+        }
+        assert_eq!(ranks.rank_of(999), None, "before the head");
+        assert_eq!(ranks.rank_of(1900), None, "after the tail");
+        assert_eq!(ranks.covered(), 900);
+    }
+
+    #[test]
+    fn interleaved_queues_with_holes_rank_exactly() {
+        // Two queues took turns, a block behind this one's front left, then it took intake
+        // alone: what interpolation between head and tail got wrong by hundreds.
+        let mut mine: Vec<u64> = (0..400).map(|i| 10 + 2 * i).collect();
+        mine.drain(8..288);
+        mine.extend(1000..1160);
+        let ranks = ranks_of(&mine);
+        for (rank, seq) in mine.iter().enumerate() {
+            assert_eq!(ranks.rank_of(*seq), Some(rank as u64), "{seq}");
+        }
+        for absent in [11, 27, 30, 300, 809, 999, 1160, u64::MAX] {
+            assert_eq!(ranks.rank_of(absent), None, "{absent} is not waiting");
         }
     }
 
     #[test]
-    fn interleaved_sequences_stay_within_the_bound() {
-        // Two queues taking every other sequence, then a run of one queue only.
-        let mine: Vec<u64> = (0..50).map(|i| 10 + 2 * i).chain(200..230).collect();
-        let (head, tail, waiting) = (mine[0], mine[mine.len() - 1], mine.len() as u64);
-        let others = (tail - head + 1) - waiting;
-        for (rank, seq) in mine.iter().enumerate() {
-            let estimate = interpolate(*seq, head, tail, waiting);
-            assert!(
-                estimate.abs_diff(rank as u64) <= others,
-                "{seq}: {estimate} vs {rank}"
-            );
-        }
+    fn sequences_beyond_the_runs_kept_are_not_known() {
+        // Every other sequence: one run each. Keeping 100 runs covers the first 100 entries.
+        let seqs: Vec<u64> = (0..500).map(|i| 2 * i + 1).collect();
+        let ranks = Ranks::new(&runs_of(&seqs), 100);
+        assert_eq!(ranks.covered(), 100);
+        assert_eq!(ranks.rank_of(seqs[99]), Some(99));
+        assert_eq!(
+            ranks.rank_of(seqs[100]),
+            None,
+            "waiting, but beyond the runs"
+        );
+        // A pull's runs cover a prefix too: what lies beyond is simply absent.
+        let prefix = ranks_of(&seqs[..300]);
+        assert_eq!(prefix.rank_of(seqs[299]), Some(299));
+        assert_eq!(prefix.rank_of(seqs[300]), None);
+    }
+
+    #[test]
+    fn runs_out_of_order_end_the_index() {
+        let ranks = Ranks::new(&[(10, 5), (20, 3), (18, 4), (40, 1)], RUNS_KEPT);
+        assert_eq!(
+            ranks.covered(),
+            8,
+            "the run overlapping its predecessor and later ones"
+        );
+        assert_eq!(ranks.rank_of(22), Some(7));
+        assert_eq!(ranks.rank_of(40), None);
+        assert_eq!(Ranks::new(&[(5, 0), (9, 2)], RUNS_KEPT).covered(), 0);
+        assert_eq!(Ranks::new(&[], RUNS_KEPT).rank_of(0), None);
+        // A run whose end does not fit in 64 bits (no sequence comes near) ends the index too.
+        let top = Ranks::new(&[(u64::MAX - 2, 1), (u64::MAX - 1, 1), (u64::MAX, 1)], 9);
+        assert_eq!(top.rank_of(u64::MAX - 1), Some(1));
+        assert_eq!(top.rank_of(u64::MAX), None);
     }
 
     use sluice_durable::projection::waiting::{GoneEntry, QueueView};
@@ -423,6 +567,8 @@ mod tests {
                 head_seq: Some(101),
                 tail_seq: Some(1000),
                 start_record: None,
+                runs: vec![(101, 900)],
+                more: false,
             }],
         }
     }
@@ -487,6 +633,7 @@ mod tests {
         // A rebuild (new generation): the watermark moves to the sequence at that pull.
         let mut fresh = pulled(4, 2000, vec![], 0);
         fresh.queues[0].tail_seq = Some(2000);
+        fresh.queues[0].runs = vec![(101, 900), (1500, 501)];
         state.install(now, &[TAG], fresh);
         assert_eq!(state.watermark, 2000);
         assert_eq!((state.gone_cursor, state.gone.len()), (0, 0));
@@ -508,6 +655,51 @@ mod tests {
         assert!(state.gone.len() <= GONE_CAP);
         assert!(state.gone.values().all(|seq| *seq > state.watermark));
         assert!(state.watermark > 0);
+    }
+
+    #[test]
+    fn the_margin_is_compared_with_the_exact_rank() {
+        // Five waiters at the front, a hole of 894 sequences (another queue's, or cancelled),
+        // then a long run: the head of that run is 5th in line, whatever its distance from the
+        // head in sequences (interpolation put it at about 450, far past the margin).
+        let mut state = AppState::default();
+        let now = Instant::now();
+        let mut view = pulled(1, 2000, vec![], 0);
+        view.queues[0].waiting = 905;
+        view.queues[0].tail_seq = Some(1899);
+        view.queues[0].runs = vec![(101, 5), (1000, 900)];
+        state.install(now, &[TAG], view);
+        let id = CommandId::new_v7();
+        let margin = safety_margin(None, None);
+        assert_eq!(
+            state.answer(id, claim(1000), now),
+            None,
+            "5th: within the margin"
+        );
+        assert_eq!(state.answer(id, claim(103), now), None, "3rd");
+        assert_eq!(
+            state.answer(id, claim(500), now),
+            None,
+            "in the hole: not waiting"
+        );
+        let first_deep = 1000 + margin - 5;
+        assert_eq!(state.answer(id, claim(first_deep - 1), now), None);
+        let answer = state
+            .answer(id, claim(first_deep), now)
+            .expect("deep enough");
+        assert_eq!(answer.position, margin);
+        assert_eq!(
+            state.answer(id, claim(1899), now).map(|a| a.position),
+            Some(904)
+        );
+    }
+
+    #[test]
+    fn a_pull_of_many_queues_shares_its_reads() {
+        assert_eq!(reads_per_queue(0), RUNS_READS);
+        assert_eq!(reads_per_queue(2), RUNS_READS);
+        assert_eq!(reads_per_queue(8), 512);
+        assert_eq!(reads_per_queue(1_000), RUNS_READS_MIN);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio::process::{Child, Command};
 
 use crate::bench_stack::BoxError;
 use crate::driver::HttpClient;
+use crate::report::PollSources;
 
 /// How the stack is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -232,9 +233,11 @@ impl Stack {
 
     /// Writes each gateway's `/metrics` as the run left it to `gateway-<i>.metrics` in `dir`:
     /// the phases of its acceptances, its batches, its refusals, to read after the run. A
-    /// gateway whose admin listener this stack does not know (`dev` and an external one are
-    /// probed on their public port, which serves no `/metrics`) is skipped.
-    pub async fn save_metrics(&self, client: &HttpClient, dir: &Path) {
+    /// gateway whose admin listener this stack does not know (an external one is probed on its
+    /// public port, which serves no `/metrics`) is skipped. Returns the ticket polls the
+    /// gateways read answered, by source (None when none was read).
+    pub async fn save_metrics(&self, client: &HttpClient, dir: &Path) -> Option<PollSources> {
+        let mut polls: Option<PollSources> = None;
         for (i, ready) in self.ready_urls.iter().enumerate() {
             let Some(admin) = ready.strip_suffix("/readyz") else {
                 continue;
@@ -242,9 +245,11 @@ impl Stack {
             if let Some((200, text)) =
                 crate::api::answer_of(client, &format!("{admin}/metrics")).await
             {
+                polls.get_or_insert_default().add_exposition(&text);
                 let _ = std::fs::write(dir.join(format!("gateway-{}.metrics", i + 1)), text);
             }
         }
+        polls
     }
 
     /// SIGTERM to every started process, then waits (10 s at most each) for the drain.

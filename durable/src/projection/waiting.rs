@@ -23,6 +23,22 @@ pub struct QueueView {
     pub tail_seq: Option<u64>,
     /// The queue's start record (its ETA rate), as `ticket.lua` would return it.
     pub start_record: Option<StartRecord>,
+    /// The sequences of the queue's first entries in rank order, as runs of consecutive
+    /// sequences `(start, length)`: they cover ranks `0 .. n` exactly (`n` the sum of the
+    /// lengths), so a sequence found in them has its `ZRANK` at the pull's instant.
+    pub runs: Vec<(u64, u64)>,
+    /// The queue holds entries beyond the runs (more than the cap asked for, or more than
+    /// the reads allowed could cover).
+    pub more: bool,
+}
+
+/// How much of each queue a pull reads as runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Runs cover at most this many of a queue's first entries.
+    pub entries: u64,
+    /// Reads allowed per queue: a `ZRANGE` counts 4 plus the entries it returns.
+    pub reads: u64,
 }
 
 /// One entry of the gone record: a command that left its queue without starting.
@@ -73,6 +89,7 @@ pub async fn pull(
     suffixes: &[String],
     gone_cursor: u64,
     gone_limit: u64,
+    runs: RunLimits,
 ) -> Result<WaitingSnapshot, DurableError> {
     let mut script_keys = Vec::with_capacity(5 + suffixes.len());
     script_keys.extend([
@@ -83,9 +100,11 @@ pub async fn pull(
         keys.gone(),
     ]);
     script_keys.extend(suffixes.iter().map(|s| keys.queue_by_suffix(s)));
-    let mut args: Vec<Value> = Vec::with_capacity(2 + suffixes.len());
+    let mut args: Vec<Value> = Vec::with_capacity(4 + suffixes.len());
     args.push(clamp(gone_cursor).into());
     args.push(clamp(gone_limit).into());
+    args.push(clamp(runs.entries).into());
+    args.push(clamp(runs.reads).into());
     args.extend(suffixes.iter().map(|s| Value::from(s.as_str())));
     let answer: Vec<Value> = redis.waiting(script_keys, args).await?;
     parse(answer, suffixes.len())
@@ -131,8 +150,17 @@ fn parse(answer: Vec<Value>, queues: usize) -> Result<WaitingSnapshot, DurableEr
         let Value::Array(fields) = view else {
             return Err(bad("queue view"));
         };
-        let [started, waiting, head, tail, record]: [Value; 5] =
+        let [started, waiting, head, tail, record, runs, more]: [Value; 7] =
             fields.try_into().map_err(|_| bad("queue view"))?;
+        let runs = match runs {
+            Value::Array(items) => items,
+            Value::Null => Vec::new(),
+            _ => return Err(bad("runs")),
+        };
+        let runs = runs
+            .chunks_exact(2)
+            .map(|pair| Ok((number(&pair[0])?, number(&pair[1])?)))
+            .collect::<Result<Vec<_>, DurableError>>()?;
         let seq = |v: &Value| v.as_string().and_then(|s| s.parse::<u64>().ok());
         parsed.push(QueueView {
             started_seq: seq(&started),
@@ -140,6 +168,8 @@ fn parse(answer: Vec<Value>, queues: usize) -> Result<WaitingSnapshot, DurableEr
             head_seq: seq(&head),
             tail_seq: seq(&tail),
             start_record: record.as_string().as_deref().and_then(StartRecord::parse),
+            runs,
+            more: number(&more)? != 0,
         });
     }
     Ok(WaitingSnapshot {

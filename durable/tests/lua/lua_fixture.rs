@@ -221,6 +221,18 @@ impl LuaFixture {
     ) -> CommandId {
         let id = CommandId::new_v7();
         let client = self.redis.pool().next();
+        // The status hash and the counters first, the queue entry after: an admission running
+        // at the same time finds the command whole or not at all, as with accept.lua's one call.
+        let _: () = client
+            .hset(self.keys.command(id), fields)
+            .await
+            .expect("status hash");
+        for counter in counters {
+            let _: i64 = client
+                .hincrby(self.keys.count(), counter, 1)
+                .await
+                .expect("count");
+        }
         let _: i64 = client
             .zadd(
                 self.keys.queue(self.namespace, command, resource),
@@ -254,16 +266,6 @@ impl LuaFixture {
             )
             .await
             .expect("zadd ready");
-        let _: () = client
-            .hset(self.keys.command(id), fields)
-            .await
-            .expect("status hash");
-        for counter in counters {
-            let _: i64 = client
-                .hincrby(self.keys.count(), counter, 1)
-                .await
-                .expect("count");
-        }
         id
     }
 

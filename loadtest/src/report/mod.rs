@@ -234,6 +234,51 @@ pub struct Waiting {
     pub inversions: u64,
     /// Commands that a command of their resource accepted after them started before.
     pub overtaken: u64,
+    /// Ticket polls the gateways answered, by source, from their `/metrics` at the end of the
+    /// run (absent when no gateway's metrics could be read, and in reports written before).
+    #[serde(default)]
+    pub polls_answered: Option<PollSources>,
+}
+
+/// Ticket polls answered, by source (`sluice_ticket_polls_total` summed over the gateways).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollSources {
+    /// From the gateway's memory of the waiting queues.
+    pub memory: u64,
+    /// `ticket.lua`.
+    pub redis: u64,
+    /// PostgreSQL (Redis could not answer).
+    pub postgres: u64,
+}
+
+impl PollSources {
+    /// Adds the counts of one gateway's `/metrics` text.
+    pub fn add_exposition(&mut self, text: &str) {
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("sluice_ticket_polls_total{answered_by=\"") else {
+                continue;
+            };
+            let Some((source, value)) = rest.split_once("\"} ") else {
+                continue;
+            };
+            let count = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+            match source {
+                "memory" => self.memory += count,
+                "redis" => self.redis += count,
+                "postgres" => self.postgres += count,
+                _ => {}
+            }
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.memory + self.redis + self.postgres
+    }
+
+    /// The share answered from memory, 0..=1.
+    pub fn memory_share(&self) -> f64 {
+        self.memory as f64 / self.total().max(1) as f64
+    }
 }
 
 /// The reserved units of a `--mode reserved` sale: their final states as PostgreSQL holds them
@@ -402,6 +447,20 @@ impl Waiting {
                     "{}, {} of {} started",
                     self.inversions, self.overtaken, self.started
                 ),
+            ),
+            (
+                "ticket polls answered from the gateway's memory",
+                match self.polls_answered {
+                    Some(polls) => format!(
+                        "{} of {} ({:.1} %; Redis {}, PostgreSQL {})",
+                        polls.memory,
+                        polls.total(),
+                        polls.memory_share() * 100.0,
+                        polls.redis,
+                        polls.postgres
+                    ),
+                    None => "not read (no gateway metrics)".into(),
+                },
             ),
         ]
     }

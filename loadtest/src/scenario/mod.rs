@@ -192,9 +192,12 @@ async fn drive(
             .await
         }
     };
-    stack.save_metrics(&client, dir).await;
+    let polls = stack.save_metrics(&client, dir).await;
     let stopped = stack.stop().await;
     let mut report = result?;
+    if let Some(waiting) = &mut report.waiting {
+        waiting.polls_answered = polls;
+    }
     if let Err(e) = stopped {
         report.invariants.push(Check {
             name: "the stack stopped cleanly".into(),

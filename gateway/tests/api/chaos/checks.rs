@@ -230,10 +230,12 @@ pub(super) async fn judge(run: &Finished) -> Report {
         if let Some(check) = &fault.positions {
             judge.note(format!(
                 "{}: right after the rebuild {} commands were waiting; {} positions read, {} \
-                 neighbouring pairs compared in queue order, {} out of order",
+                 judged against their queue's rank read around the answer, {} neighbouring \
+                 pairs compared in queue order; {} violations",
                 judge.phases.label(Some(p)),
                 check.waiting,
                 check.polled,
+                check.witnessed,
                 check.compared,
                 check.violations.len()
             ));

@@ -19,9 +19,11 @@
 //! replays any seed, and every report and failure names it.
 //!
 //! Then the load stops, every command drains, and [`checks`] judges the records against
-//! PostgreSQL and the backend's witnesses (never Redis): nothing lost, nothing duplicated,
-//! every row in exactly one terminal state, the pool and the limit keys held, every backend
-//! decision recorded as decided, acceptance order and `queue_seq` kept, FIFO after rebuilds.
+//! PostgreSQL and the backend's witnesses (Redis only for positions): nothing lost, nothing
+//! duplicated, every row in exactly one terminal state, the pool and the limit keys held, every
+//! backend decision recorded as decided, acceptance order and `queue_seq` kept, FIFO after
+//! rebuilds, and positions after rebuilds exact (against the queue's rank in Redis, read by the
+//! test).
 //!
 //! `deploy/chaos/run.sh [--seed S] [--minutes M]` runs the longer, ignored [`table`] in release
 //! and prints its table.

@@ -1,20 +1,33 @@
-//! FIFO after a rebuild: right after Redis lost (part of) the projection and enqueues are
-//! accepted again, the ticket positions of the commands still waiting must follow their
-//! `queue_seq` within each queue.
+//! Positions after a rebuild: right after Redis lost (part of) the projection and enqueues are
+//! accepted again, the ticket positions of the commands still waiting must be exact and follow
+//! their `queue_seq` within each queue.
 //!
-//! The commands are polled in descending `queue_seq`: a queue's drain only shrinks positions,
-//! so a later poll of an earlier command shows a smaller position and cannot hide an inversion.
-//! Positions can also grow: a command whose lease lapsed after the loss goes back to its queue
-//! at its original `queue_seq`, ahead of later commands, and one that does so between the two
-//! polls of a pair makes the pair look tied. So a pair that looks out of order is polled again,
-//! the later command then the earlier one at once: an inversion of the rebuilt queue (scores out
-//! of acceptance order) persists while both wait, a re-entry between two polls does not. A
-//! rebuild can meet an almost empty backlog, with no two commands of one queue to compare; a
-//! run whose checks compared no pair at all proves nothing, and is judged a violation (see
-//! `checks`).
+//! Exact: a position told is the command's `ZRANK` in its resource queue at the answer's
+//! `observed_at`, whether the gateway's memory or Redis answered. Witness: the rank the test
+//! reads from that queue itself, before the poll (every rank first, then a wait of
+//! [`SNAPSHOTS_OUT`], so that no snapshot pulled before those reads can answer) and right after
+//! the answer. A queue only drains meanwhile, so `after <= told <= before`, unless a command
+//! ahead was put back (a lease that lapsed after the loss requeues it at its old sequence):
+//! an answer outside the two is read again, twice, and only one outside its witness every time
+//! is a violation (the queue and the answer are both Redis's; the other checks judge the queue
+//! against PostgreSQL).
+//!
+//! Order: the commands are polled in descending `queue_seq`: a queue's drain only shrinks
+//! positions, so a later poll of an earlier command shows a smaller position and cannot hide an
+//! inversion. Positions can also grow: a command whose lease lapsed after the loss goes back to
+//! its queue at its original `queue_seq`, ahead of later commands, and one that does so between
+//! the two polls of a pair makes the pair look tied. So a pair that looks out of order is polled
+//! again, the later command then the earlier one at once: an inversion of the rebuilt queue
+//! (scores out of acceptance order) persists while both wait, a re-entry between two polls does
+//! not. A rebuild can meet an almost empty backlog, with no two commands of one queue to
+//! compare; a run whose checks compared no pair at all proves nothing, and is judged a violation
+//! (see `checks`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use fred::interfaces::SortedSetsInterface;
+use sluice_durable::projection::AppKeys;
 use uuid::Uuid;
 
 use super::http::Answer;
@@ -30,6 +43,8 @@ pub(super) struct PositionCheck {
     pub(super) polled: usize,
     /// Neighbouring pairs of one queue compared.
     pub(super) compared: usize,
+    /// Positions judged against their queue's rank read around the answer.
+    pub(super) witnessed: usize,
     pub(super) violations: Vec<String>,
 }
 
@@ -37,6 +52,13 @@ pub(super) struct PositionCheck {
 type Queue = (String, String);
 /// (queue_seq, position, command id).
 type Polled = (i64, u64, Uuid);
+
+/// Longer than a gateway's snapshot may answer (200 ms) plus its refresh (100 ms): an answer
+/// given this long after a read of the queue is of an instant after it.
+const SNAPSHOTS_OUT: Duration = Duration::from_millis(350);
+
+/// Reads of a position outside its witness before it is judged a violation.
+const WITNESS_TRIES: usize = 3;
 
 impl Stack {
     /// The positions check, labelled `phase` in its violations.
@@ -57,15 +79,49 @@ impl Stack {
             waiting: waiting.len(),
             ..PositionCheck::default()
         };
+        let mut candidates = Vec::new();
         for (id, command, resource, seq) in &waiting {
-            let Some(ticket) = tickets.get(id) else {
+            if let Some(ticket) = tickets.get(id) {
+                let before = self.rank_in_queue(command, resource, *id).await;
+                candidates.push((*id, command, resource, *seq, ticket, before));
+            }
+        }
+        tokio::time::sleep(SNAPSHOTS_OUT).await;
+        for (id, command, resource, seq, ticket, before) in candidates {
+            let Some(position) = waiting_position(shared, id, ticket).await else {
                 continue;
             };
-            if let Some(position) = waiting_position(shared, *id, ticket).await {
-                check.polled += 1;
-                seen.entry((command.clone(), resource.clone()))
-                    .or_default()
-                    .push((*seq, position, *id));
+            let after = self.rank_in_queue(command, resource, id).await;
+            check.polled += 1;
+            seen.entry((command.clone(), resource.clone()))
+                .or_default()
+                .push((seq, position, id));
+            let mut problem = match (before, after) {
+                (Some(before), Some(after)) => outside(position, before, after),
+                // Not waiting at one of the reads: started or left, not judged.
+                _ => continue,
+            };
+            let mut tries = 1;
+            while let Some(what) = &problem
+                && tries < WITNESS_TRIES
+            {
+                eprintln!("chaos positions: {id} read again: {what}");
+                tries += 1;
+                match self
+                    .witnessed_position(shared, command, resource, id, ticket)
+                    .await
+                {
+                    Some((position, before, after)) => problem = outside(position, before, after),
+                    // No longer waiting: the earlier reads are what judge it.
+                    None => break,
+                }
+            }
+            check.witnessed += 1;
+            if let Some(what) = problem {
+                check.violations.push(format!(
+                    "exact positions ({phase}): {command} queue {resource}: command {id} \
+                     (queue_seq {seq}) {what}, {tries} times"
+                ));
             }
         }
         for ((command, resource), mut polled) in seen {
@@ -98,6 +154,50 @@ impl Stack {
         }
         check
     }
+}
+
+impl Stack {
+    /// The command's rank in its resource queue, read from Redis by the test (None: not waiting
+    /// there, or Redis did not answer).
+    async fn rank_in_queue(&self, command: &str, resource: &str, id: Uuid) -> Option<u64> {
+        let queue = AppKeys::new(self.creds.application_id).queue(
+            self.creds.namespace_id,
+            command,
+            resource,
+        );
+        self.redis
+            .pool()
+            .next()
+            .zrank(queue, id.to_string(), false)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// One position with its witness, read again: the rank, a wait of [`SNAPSHOTS_OUT`], the
+    /// poll, the rank. None when the command no longer waits at one of them.
+    async fn witnessed_position(
+        &self,
+        shared: &Shared,
+        command: &str,
+        resource: &str,
+        id: Uuid,
+        ticket: &str,
+    ) -> Option<(u64, u64, u64)> {
+        let before = self.rank_in_queue(command, resource, id).await?;
+        tokio::time::sleep(SNAPSHOTS_OUT).await;
+        let position = waiting_position(shared, id, ticket).await?;
+        let after = self.rank_in_queue(command, resource, id).await?;
+        Some((position, before, after))
+    }
+}
+
+/// What is wrong with a position `told` whose queue rank was `before` before the request and
+/// `after` after the answer, if anything.
+fn outside(told: u64, before: u64, after: u64) -> Option<String> {
+    (told < after || told > before).then(|| {
+        format!("told position {told}, its queue rank was {before} before and {after} after")
+    })
 }
 
 /// The position a ticket poll shows for a command still waiting (`accepted`), if it shows one.

@@ -21,7 +21,8 @@ pub(super) struct Stack {
     pub(super) executors: Vec<ExecutorProcess>,
     pub(super) creds: BootstrapOutput,
     pub(super) pg: PgPool,
-    /// Used only to inject `FLUSHALL`: the checks never read Redis.
+    /// Used to inject `FLUSHALL`, and by the positions check to read a waiting command's rank in
+    /// its queue (what a position told must be); no other check reads Redis.
     pub(super) redis: Projection,
     pub(super) redis_server: Option<RedisServer>,
     pub(super) pg_server: Option<PgServer>,
