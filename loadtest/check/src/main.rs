@@ -21,8 +21,12 @@ use sluice_check::run::{RunContext, run};
 use sluice_check::shrink::shrink;
 use sluice_servers::PgServer;
 
-/// The suite's seeds: drawn once, kept so a red suite is the code's and not the draw's.
-const CI_SEEDS: [u64; 2] = [7_196_243_118_520_417_035, 12_961_735_417_220_581_211];
+/// The suite's seeds, kept so a red suite is the code's and not the draw's. Chosen for what
+/// their plans hold together: a declaration `apply` must refuse (templates rendering one key with
+/// other numbers) in both; a waiting room, a reserved pool, a flapping executor link, an executor
+/// killed and another stopped past its lease, a Redis rolled back (406); an application budget, a
+/// gateway killed, PostgreSQL restarted, a reset link (363).
+const CI_SEEDS: [u64; 2] = [406, 363];
 
 #[derive(Parser)]
 #[command(name = "sluice-check", about = "A model checker for a running Sluice")]

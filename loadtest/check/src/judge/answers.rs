@@ -5,8 +5,13 @@ use std::collections::HashMap;
 use super::{Evidence, Stats, Violation};
 
 pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &mut Stats) {
-    check_applies(evidence, violations);
     let records = evidence.records;
+    check_applies(evidence, violations);
+    stats.refused_declarations = records
+        .applies
+        .iter()
+        .filter(|a| a.refused && !a.expected_fields.is_empty())
+        .count();
     let mut ids: HashMap<u32, String> = HashMap::new();
     stats.intents = evidence
         .plan

@@ -51,6 +51,8 @@ impl Violation {
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Stats {
     pub intents: usize,
+    /// Declarations `apply` refused as the model predicted (templates rendering one key).
+    pub refused_declarations: usize,
     pub accepted: usize,
     pub deliveries: usize,
     pub positions_judged: usize,
