@@ -150,6 +150,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         out,
         pg,
         shrink: cli.shrink,
+        began: Instant::now(),
     };
     let clean = match cli.command {
         Action::Ci => {
@@ -207,6 +208,8 @@ struct Checker {
     out: PathBuf,
     pg: Arc<Mutex<Option<PgServer>>>,
     shrink: usize,
+    /// When this invocation began (a soak reports how long a failure took to find).
+    began: Instant,
 }
 
 impl Checker {
@@ -271,7 +274,11 @@ impl Checker {
             );
             return true;
         }
-        println!("   {} violation(s):", outcome.violations.len());
+        println!(
+            "   {} violation(s), found {:.1} minutes after this invocation began:",
+            outcome.violations.len(),
+            self.began.elapsed().as_secs_f64() / 60.0
+        );
         for v in &outcome.violations {
             println!("   - [{}] {}", v.kind, v.detail);
         }
@@ -314,7 +321,7 @@ impl Checker {
             runs += 1;
             if !self.check_for(&plan, &format!("soak-{seed}"), only).await {
                 println!(
-                    "soak: seed {seed} failed after {runs} runs, {:.1} minutes",
+                    "soak: seed {seed} failed in run {runs} ({:.1} minutes with the shrinking)",
                     started.elapsed().as_secs_f64() / 60.0
                 );
                 return false;
