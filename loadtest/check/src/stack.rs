@@ -386,8 +386,12 @@ impl Node {
             let err = file
                 .try_clone()
                 .map_err(|e| StackError::Start(e.to_string()))?;
-            let mut command = Command::new(&env.sluice);
+            // Killed with the checker, whatever ends it: the kernel signals the child when the
+            // thread that forked it (a runtime worker, alive as long as the checker) exits.
+            let mut command = Command::new("setpriv");
             command
+                .args(["--pdeathsig", "KILL", "--"])
+                .arg(&env.sluice)
                 .args(&self.args)
                 .env(
                     "SLUICE_DATABASE_URL",
