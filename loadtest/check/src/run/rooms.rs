@@ -1,0 +1,135 @@
+//! People visiting a waiting room, and the origin that verifies their passes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Shared, gateway};
+use crate::client::now_ms;
+use crate::journal::RoomRecord;
+use crate::plan::{RoomExit, Visit};
+use crate::token::subject_token;
+
+/// A person's visit: join, wait for the pass, verify it as an origin would, then heartbeat and
+/// leave, or walk away.
+pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
+    let subject = format!("person-{}", visit.person);
+    let token = || {
+        subject_token(
+            &shared.creds.subject_key.id,
+            &shared.creds.subject_key.secret,
+            &subject,
+            now_ms() / 1000,
+        )
+    };
+    let base = gateway(shared, visit.gateway).to_string();
+    let mut joined = None;
+    for _ in 0..20 {
+        let reply = shared
+            .http
+            .post(
+                &format!("{base}/v1/rooms/{}:join", visit.room),
+                Some(&token()),
+                &json!({}),
+            )
+            .await;
+        match reply.status() {
+            Some(200 | 202) => {
+                joined = reply.data()["ticket"].as_str().map(str::to_string);
+                break;
+            }
+            Some(503) | None => tokio::time::sleep(Duration::from_millis(300)).await,
+            _ => {
+                shared.journal.stray(format!(
+                    "room join answered {:?}: {}",
+                    reply.status(),
+                    reply.body()
+                ));
+                return;
+            }
+        }
+    }
+    let Some(ticket) = joined else { return };
+    let mut place = String::new();
+    let mut pass = None;
+    while !shared.over.is_cancelled() {
+        let reply = shared
+            .http
+            .get(&format!("{base}/v1/tickets/{ticket}"), None)
+            .await;
+        let data = reply.data();
+        place = data["join_id"].as_str().unwrap_or_default().to_string();
+        if let Some(p) = data["pass"].as_str() {
+            pass = Some(p.to_string());
+            break;
+        }
+        if matches!(
+            data["status"].as_str(),
+            Some("left" | "abandoned" | "expired")
+        ) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let Some(mut pass) = pass else { return };
+    record_pass(shared, visit, &base, &place, &pass).await;
+    match visit.after {
+        RoomExit::Abandon => {}
+        RoomExit::Leave { stay_ms, beats } => {
+            let every = stay_ms / u64::from(beats + 1);
+            for _ in 0..beats {
+                tokio::time::sleep(Duration::from_millis(every)).await;
+                let reply = shared
+                    .http
+                    .post(
+                        &format!("{base}/v1/passes:heartbeat"),
+                        Some(&token()),
+                        &json!({"pass": pass}),
+                    )
+                    .await;
+                if let Some(next) = reply.data()["pass"].as_str() {
+                    pass = next.to_string();
+                    record_pass(shared, visit, &base, &place, &pass).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(every)).await;
+            let reply = shared
+                .http
+                .post(
+                    &format!("{base}/v1/passes:leave"),
+                    Some(&token()),
+                    &json!({"pass": pass}),
+                )
+                .await;
+            if reply.status() == Some(200) {
+                let left = now_ms();
+                shared.journal.with(|r| {
+                    for room in r
+                        .rooms
+                        .iter_mut()
+                        .filter(|x| x.person == visit.person && x.room == visit.room)
+                    {
+                        room.left_ms = Some(left);
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Verifies a pass as an origin does (EdDSA against the published keys) and records it.
+async fn record_pass(shared: &Shared, visit: &Visit, base: &str, place: &str, pass: &str) {
+    let claims = shared.keys.verify(&shared.http, base, pass).await;
+    let record = RoomRecord {
+        person: visit.person,
+        room: visit.room.clone(),
+        place: place.to_string(),
+        iat: claims.as_ref().map_or(0, |c| c.iat),
+        exp: claims.as_ref().map_or(0, |c| c.exp),
+        verified: claims.is_some(),
+        received_ms: now_ms(),
+        left_ms: None,
+    };
+    shared.journal.with(|r| r.rooms.push(record));
+}
