@@ -28,11 +28,16 @@ pub(super) async fn fault_op(shared: &Arc<Shared>, fault: &Fault) {
     }
     {
         let mut stack = shared.stack.lock().await;
-        if let Err(error) = stack.begin_fault(fault.kind).await {
-            shared
-                .journal
-                .stray(format!("fault {:?} could not begin: {error}", fault.kind));
-            return;
+        match stack.begin_fault(fault.kind).await {
+            Ok(true) => {}
+            // Another fault holds its store or process: this one is skipped, and not recorded.
+            Ok(false) => return,
+            Err(error) => {
+                shared
+                    .journal
+                    .stray(format!("fault {:?} could not begin: {error}", fault.kind));
+                return;
+            }
         }
     }
     tokio::time::sleep(Duration::from_millis(fault.hold_ms)).await;

@@ -18,7 +18,17 @@ impl Stack {
     }
 
     /// Begins a fault; [`Stack::end_fault`] ends it (instant faults end at once).
-    pub async fn begin_fault(&mut self, kind: FaultKind) -> Result<(), StackError> {
+    ///
+    /// Returns false, doing nothing, for a fault that cannot begin now: one on a store or a
+    /// process that another fault already holds (a Redis being restarted cannot be rolled back,
+    /// a killed executor cannot be stopped).
+    pub async fn begin_fault(&mut self, kind: FaultKind) -> Result<bool, StackError> {
+        let Some(target) = target(kind) else {
+            return Ok(true);
+        };
+        if !self.held.insert(target) {
+            return Ok(false);
+        }
         match kind {
             FaultKind::RedisFlush => {
                 let url = self.redis_url.clone();
@@ -72,10 +82,14 @@ impl Stack {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
+    /// Ends a fault [`Stack::begin_fault`] began.
     pub async fn end_fault(&mut self, kind: FaultKind) -> Result<(), StackError> {
+        if let Some(target) = target(kind) {
+            self.held.remove(&target);
+        }
         match kind {
             FaultKind::RedisFlush => {}
             FaultKind::RedisRestart => {
@@ -145,5 +159,28 @@ impl Stack {
             Store::Redis => &node.redis_proxy,
             Store::Postgres => &node.pg_proxy,
         }))
+    }
+}
+
+/// What a fault holds while it lasts: a store (a whole-server fault) or a process (a kill or a
+/// stop). Link faults hold nothing: they change a proxy, which a later one simply changes again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Held {
+    Redis,
+    Postgres,
+    Process(Process),
+}
+
+fn target(kind: FaultKind) -> Option<Held> {
+    match kind {
+        FaultKind::RedisFlush | FaultKind::RedisRestart | FaultKind::RedisRollback => {
+            Some(Held::Redis)
+        }
+        FaultKind::PostgresRestart => Some(Held::Postgres),
+        FaultKind::KillGateway(i) => Some(Held::Process(Process::Gateway(i))),
+        FaultKind::KillExecutor(i) | FaultKind::StopExecutor(i) => {
+            Some(Held::Process(Process::Executor(i)))
+        }
+        FaultKind::Link(..) => None,
     }
 }

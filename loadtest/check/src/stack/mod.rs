@@ -24,6 +24,8 @@ pub struct Env {
 mod faults;
 mod node;
 
+use faults::Held;
+
 pub use node::Node;
 
 pub struct Stack {
@@ -36,6 +38,8 @@ pub struct Stack {
     pub executors: Vec<Node>,
     http: Http,
     snapshot: Option<RdbSnapshot>,
+    /// What faults hold now (a store, a process): another fault on it waits its turn.
+    held: std::collections::HashSet<Held>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +105,7 @@ impl Stack {
             executors,
             http: Http::default(),
             snapshot: None,
+            held: Default::default(),
         })
     }
 
