@@ -110,6 +110,15 @@ impl Evidence<'_> {
         })
     }
 
+    /// Whether, near `at_ms`, executors may have admitted heads whose claim then failed and
+    /// given them straight back (PostgreSQL restarting, or an executor's link to it faulty): a
+    /// queue's entries may then leave and come back between two samples of the recorder.
+    pub fn churn_near(&self, at_ms: i64) -> bool {
+        self.records.faults.iter().any(|f| {
+            f.kind.fails_claims() && f.started_ms - 1_000 <= at_ms && f.ended_ms + 3_000 >= at_ms
+        })
+    }
+
     /// Whether any fault was active within `slack_ms` of the interval.
     pub fn any_fault(&self, from_ms: i64, to_ms: i64, slack_ms: i64) -> bool {
         self.records

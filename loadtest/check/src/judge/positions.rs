@@ -126,12 +126,20 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
             t.observed_ms * 1000 + 999,
             unseen,
         );
+        // While claims fail (PostgreSQL away from an executor), admitted heads are given back to
+        // their queues at once: a command can leave and come back between two samples, so those
+        // ahead in both samples bound the rank from above only.
+        let churn = evidence.churn_near(t.observed_ms);
         let bounds = match (early, late) {
             (RankAt::Within { low: a, high: b }, RankAt::Within { low: c, high: d }) => {
-                Some((a.min(c), b.max(d)))
+                Some((if churn { 0 } else { a.min(c) }, b.max(d)))
             }
             (RankAt::Within { low, high }, _) | (_, RankAt::Within { low, high }) => {
-                Some((low, high))
+                Some((if churn { 0 } else { low }, high))
+            }
+            (RankAt::Absent, RankAt::Absent) if churn => {
+                stats.positions_unjudged += 1;
+                continue;
             }
             (RankAt::Absent, RankAt::Absent) => {
                 // In its queue only between two samples: it may have arrived and started (or
@@ -216,6 +224,10 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
             ) {
                 // A command ahead may have come and gone between two samples unseen.
                 Some(false) if unseen_arrival(&evidence.spans, &lives, a, b) => {}
+                // A head given back between two samples stands ahead again.
+                Some(false)
+                    if evidence.churn_near(a.observed_ms) || evidence.churn_near(b.observed_ms) => {
+                }
                 Some(false) => {
                     grew += 1;
                     if grew <= 20 {

@@ -309,6 +309,18 @@ impl FaultKind {
         }
     }
 
+    /// Whether an executor's claims can fail during the fault (PostgreSQL out of its reach): it
+    /// then gives the heads it admitted straight back to their queues.
+    pub fn fails_claims(&self) -> bool {
+        match self {
+            FaultKind::PostgresRestart => true,
+            FaultKind::Link(link, _) => {
+                matches!(link.process, Process::Executor(_)) && link.store == Store::Postgres
+            }
+            _ => false,
+        }
+    }
+
     /// Whether Redis loses what it held (and a rebuild restores it from PostgreSQL).
     pub fn loses_redis_data(&self) -> bool {
         matches!(
