@@ -24,20 +24,13 @@ pub(crate) fn text(output: &Output) -> String {
     )
 }
 
-/// migrate (twice), bootstrap to a 0600 file, apply a valid declaration, refuse an invalid one
-/// naming the field without applying anything.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrate_bootstrap_apply_from_the_command_line() {
-    let url = shared_postgres().fresh_database().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    for _ in 0..2 {
-        let migrate = sluice(&url, &["migrate"]);
-        assert!(migrate.status.success(), "{}", text(&migrate));
-    }
-    let creds = dir.path().join("creds.json");
+/// `sluice bootstrap` of the application `shop` and its namespace `prod` into `creds.json` in
+/// `dir`; the file's path.
+fn bootstrap_shop(url: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let creds = dir.join("creds.json");
     let creds_arg = creds.to_str().expect("utf-8 path");
     let bootstrap = sluice(
-        &url,
+        url,
         &[
             "bootstrap",
             "--application",
@@ -49,6 +42,21 @@ async fn migrate_bootstrap_apply_from_the_command_line() {
         ],
     );
     assert!(bootstrap.status.success(), "{}", text(&bootstrap));
+    creds
+}
+
+/// migrate (twice), bootstrap to a 0600 file, apply a valid declaration, refuse an invalid one
+/// naming the field without applying anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_bootstrap_apply_from_the_command_line() {
+    let url = shared_postgres().fresh_database().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for _ in 0..2 {
+        let migrate = sluice(&url, &["migrate"]);
+        assert!(migrate.status.success(), "{}", text(&migrate));
+    }
+    let creds = bootstrap_shop(&url, dir.path());
+    let creds_arg = creds.to_str().expect("utf-8 path");
     let mode = std::fs::metadata(&creds)
         .expect("file")
         .permissions()
@@ -208,21 +216,8 @@ async fn apply_refuses_two_templates_that_render_one_key_with_other_numbers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let migrate = sluice(&url, &["migrate"]);
     assert!(migrate.status.success(), "{}", text(&migrate));
-    let creds = dir.path().join("creds.json");
+    let creds = bootstrap_shop(&url, dir.path());
     let creds_arg = creds.to_str().expect("utf-8 path");
-    let bootstrap = sluice(
-        &url,
-        &[
-            "bootstrap",
-            "--application",
-            "shop",
-            "--namespace",
-            "prod",
-            "--output",
-            creds_arg,
-        ],
-    );
-    assert!(bootstrap.status.success(), "{}", text(&bootstrap));
     let declaration = dir.path().join("sluice.toml");
     let decl_arg = declaration.to_str().expect("utf-8 path");
     std::fs::write(&declaration, crate::support::CLAIM_DECLARATION).expect("write toml");

@@ -113,28 +113,15 @@ async fn main() -> Result<(), BoxError> {
     for shape in [Shape::Contiguous, Shape::Interleaved, Shape::Holes] {
         for &size in &args.sizes {
             let setup = fill(&redis, &shape.seqs(size)).await?;
-            let (mut runs, mut old) = (Vec::new(), Vec::new());
-            for _ in 0..args.rounds {
-                runs.push(time_runs(&redis, &setup, &args, limits).await?);
-                old.push(time_baseline(&redis, &setup, &args, &baseline).await?);
-            }
-            let (r, o) = (median(&mut runs), median(&mut old));
-            let view = pull(
-                &redis,
-                &setup.keys,
-                std::slice::from_ref(&setup.suffix),
-                0,
-                1024,
-                limits,
-            )
-            .await?;
-            let queue = &view.queues[0];
-            let covered: u64 = queue.runs.iter().map(|(_, length)| length).sum();
+            let m = measure(&redis, &setup, &args, limits, &baseline).await?;
             println!(
-                "| {} | {size} | {covered} / {} | {r:.1} | {o:.1} | {:.2}× |",
+                "| {} | {size} | {} / {} | {:.1} | {:.1} | {:.2}× |",
                 shape.name(),
-                queue.runs.len(),
-                r / o.max(1e-9)
+                m.covered,
+                m.runs,
+                m.with_runs,
+                m.before,
+                m.with_runs / m.before.max(1e-9)
             );
             flush(&redis).await?;
         }
@@ -155,28 +142,15 @@ async fn main() -> Result<(), BoxError> {
                 entries,
                 reads: RUNS_READS,
             };
-            let (mut runs, mut old) = (Vec::new(), Vec::new());
-            for _ in 0..args.rounds {
-                runs.push(time_runs(&redis, &setup, &args, limits).await?);
-                old.push(time_baseline(&redis, &setup, &args, &baseline).await?);
-            }
-            let (r, o) = (median(&mut runs), median(&mut old));
-            let view = pull(
-                &redis,
-                &setup.keys,
-                std::slice::from_ref(&setup.suffix),
-                0,
-                1024,
-                limits,
-            )
-            .await?;
-            let queue = &view.queues[0];
-            let covered: u64 = queue.runs.iter().map(|(_, length)| length).sum();
+            let m = measure(&redis, &setup, &args, limits, &baseline).await?;
             println!(
-                "| {} | {entries} | {covered} / {} | {r:.1} | {o:.1} | {:.2}× |",
+                "| {} | {entries} | {} / {} | {:.1} | {:.1} | {:.2}× |",
                 shape.name(),
-                queue.runs.len(),
-                r / o.max(1e-9)
+                m.covered,
+                m.runs,
+                m.with_runs,
+                m.before,
+                m.with_runs / m.before.max(1e-9)
             );
         }
         flush(&redis).await?;
@@ -218,6 +192,38 @@ async fn fill(redis: &Projection, seqs: &[u64]) -> Result<Setup, BoxError> {
 async fn flush(redis: &Projection) -> Result<(), BoxError> {
     let _: () = redis.pool().next().flushall(false).await?;
     Ok(())
+}
+
+/// One shape and size measured: Redis µs per pull with runs and before them (medians of the
+/// rounds, alternating), and what the runs cover.
+struct Measured {
+    with_runs: f64,
+    before: f64,
+    covered: u64,
+    runs: usize,
+}
+
+async fn measure(
+    redis: &Projection,
+    setup: &Setup,
+    args: &Args,
+    limits: RunLimits,
+    baseline: &Script,
+) -> Result<Measured, BoxError> {
+    let (mut runs, mut old) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        runs.push(time_runs(redis, setup, args, limits).await?);
+        old.push(time_baseline(redis, setup, args, baseline).await?);
+    }
+    let suffixes = std::slice::from_ref(&setup.suffix);
+    let view = pull(redis, &setup.keys, suffixes, 0, 1024, limits).await?;
+    let queue = &view.queues[0];
+    Ok(Measured {
+        with_runs: median(&mut runs),
+        before: median(&mut old),
+        covered: queue.runs.iter().map(|(_, length)| length).sum(),
+        runs: queue.runs.len(),
+    })
 }
 
 /// Redis µs per pull of `waiting.lua` with runs, over `args.pulls` pulls.

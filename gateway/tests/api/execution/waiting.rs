@@ -160,19 +160,7 @@ async fn waiting_tickets_get_an_eta_from_the_measured_starts() {
         "nothing started yet"
     );
     let shutdown = start_executor(&stack, fast_executor());
-    let started = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM commands WHERE application_id = $1 AND started_at IS NOT NULL",
-        )
-        .bind(stack.creds.application_id)
-        .fetch_one(&stack.pg)
-        .await
-        .expect("count started")
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || async { started().await >= 3 }).await,
-        "the drain begins"
-    );
+    drain_begins(&stack, 3).await;
     // Each waiter's first ETA and hint, with the Redis time of the position they came from.
     let mut told = Vec::new();
     for (id, ticket) in &waiters {
@@ -267,19 +255,7 @@ async fn first_etas_predict_when_a_paced_drain_starts_each_command() {
         waiters.push((id_of(&reply), ticket_of(&reply)));
     }
     let shutdown = start_executor(&stack, fast_executor());
-    let started = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM commands WHERE application_id = $1 AND started_at IS NOT NULL",
-        )
-        .bind(stack.creds.application_id)
-        .fetch_one(&stack.pg)
-        .await
-        .expect("count started")
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || async { started().await >= 4 }).await,
-        "the drain begins"
-    );
+    drain_begins(&stack, 4).await;
     // Each waiter's first ETA, with the Redis time of the position it was computed from.
     let mut told = Vec::new();
     for (id, ticket) in &waiters {
@@ -366,5 +342,26 @@ async fn a_command_that_ends_waiting_keeps_its_status_for_the_retention() {
     assert!(
         ttl_ms > 0,
         "the cancelled command's status hash expires with the retention (PTTL {ttl_ms})"
+    );
+}
+
+/// Waits until at least `starts` commands of the application started (PostgreSQL's
+/// `started_at`): the drain has begun and the queue's start rate is measured.
+async fn drain_begins(stack: &Stack, starts: i64) {
+    let started = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM commands WHERE application_id = $1 AND started_at IS NOT NULL",
+        )
+        .bind(stack.creds.application_id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("count started")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            started().await >= starts
+        })
+        .await,
+        "the drain begins"
     );
 }

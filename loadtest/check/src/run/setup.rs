@@ -23,19 +23,28 @@ pub(super) async fn apply(
 ) -> Result<Declaration, RunError> {
     let conflicts = model::conflicts(&plan.declaration);
     let path = ctx.dir.join("declaration.toml");
-    std::fs::write(&path, plan.declaration.to_toml(backend))
-        .map_err(|e| RunError::Setup(e.to_string()))?;
     let file = path.to_string_lossy().into_owned();
-    let (applied, output) = stack
-        .cli_verdict(&["apply", "--credentials", creds, "-f", &file])
-        .await;
-    journal.with(|r| {
-        r.applies.push(ApplyRecord {
-            refused: !applied,
-            output: output.clone(),
-            expected_fields: conflicts.iter().map(|c| c.field.clone()).collect(),
-        })
-    });
+    // `sluice apply` of `decl`, recorded with the refusals the model expects of it.
+    let apply_one = |decl: &Declaration, expected: Vec<String>| {
+        let (path, file) = (&path, &file);
+        let text = decl.to_toml(backend);
+        async move {
+            std::fs::write(path, &text).map_err(|e| RunError::Setup(e.to_string()))?;
+            let (applied, output) = stack
+                .cli_verdict(&["apply", "--credentials", creds, "-f", file])
+                .await;
+            journal.with(|r| {
+                r.applies.push(ApplyRecord {
+                    refused: !applied,
+                    output: output.clone(),
+                    expected_fields: expected,
+                })
+            });
+            Ok::<_, RunError>((applied, output))
+        }
+    };
+    let expected = conflicts.iter().map(|c| c.field.clone()).collect();
+    let (applied, output) = apply_one(&plan.declaration, expected).await?;
     if applied {
         return Ok(plan.declaration.clone());
     }
@@ -46,17 +55,7 @@ pub(super) async fn apply(
         )));
     }
     let fixed = model::without_conflicts(&plan.declaration);
-    std::fs::write(&path, fixed.to_toml(backend)).map_err(|e| RunError::Setup(e.to_string()))?;
-    let (applied, output) = stack
-        .cli_verdict(&["apply", "--credentials", creds, "-f", &file])
-        .await;
-    journal.with(|r| {
-        r.applies.push(ApplyRecord {
-            refused: !applied,
-            output: output.clone(),
-            expected_fields: Vec::new(),
-        })
-    });
+    let (applied, output) = apply_one(&fixed, Vec::new()).await?;
     if !applied {
         return Err(RunError::Setup(format!(
             "the fixed declaration was refused too:\n{output}"
