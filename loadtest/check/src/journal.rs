@@ -25,6 +25,8 @@ pub struct Records {
     pub applies: Vec<ApplyRecord>,
     /// Answers no check expects at all (a `500`, a body that is not the contract's shape).
     pub strays: Vec<String>,
+    /// Processes that exited by themselves, as the supervisor found them.
+    pub exits: Vec<String>,
 }
 
 /// One enqueue request (an intent may take several: unknown outcomes are sent again).

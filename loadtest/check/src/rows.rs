@@ -53,6 +53,16 @@ pub async fn open_rows(pg: &PgPool, application_id: &str) -> Result<i64, sqlx::E
     .await
 }
 
+/// Reserved units not yet confirmed, released or expired.
+pub async fn open_reservations(pg: &PgPool, namespace_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM allocations WHERE namespace_id = $1::uuid AND state = 'reserved'",
+    )
+    .bind(namespace_id)
+    .fetch_one(pg)
+    .await
+}
+
 fn ms(t: Option<chrono::DateTime<chrono::Utc>>) -> Option<i64> {
     t.map(|t| t.timestamp_millis())
 }

@@ -226,6 +226,21 @@ async fn run_on(
         stack: Arc::clone(stack),
         keys: crate::passes::Keys::default(),
     });
+    // The supervisor: every second, processes that died are reported and started again (those a
+    // fault holds excepted), as systemd would.
+    let supervisor = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while !shared.over.is_cancelled() {
+                tokio::select! {
+                    _ = shared.over.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                let exits = shared.stack.lock().await.revive().await;
+                shared.journal.with(|r| r.exits.extend(exits));
+            }
+        })
+    };
     let started_ms = now_ms();
     let mut tasks = JoinSet::new();
     for op in plan.ops.clone() {
@@ -252,8 +267,10 @@ async fn run_on(
     let drain_deadline = tokio::time::Instant::now() + Duration::from_secs(longest + 20);
     let mut drained = false;
     while tokio::time::Instant::now() < drain_deadline {
+        // Commands ended, and every reserved unit confirmed, released or expired.
         if let Ok(open) = rows::open_rows(&pg, &creds.application_id).await
             && open == 0
+            && rows::open_reservations(&pg, &creds.namespace_id).await.ok() == Some(0)
         {
             drained = true;
             break;
@@ -273,7 +290,9 @@ async fn run_on(
         .await
         .unwrap_or_default();
     let records = journal.snapshot();
-    let exited = stack.lock().await.exited();
+    let _ = supervisor.await;
+    let mut exited = stack.lock().await.exited();
+    exited.extend(journal.with(|r| r.exits.clone()));
     let evidence = Evidence {
         plan,
         decl: &decl,

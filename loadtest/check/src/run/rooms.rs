@@ -53,7 +53,9 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
     let Some(ticket) = joined else { return };
     let mut place = String::new();
     let mut pass = None;
-    while !shared.over.is_cancelled() {
+    // A person gives up after two minutes (the run's drain does not wait for a room).
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !shared.over.is_cancelled() && tokio::time::Instant::now() < give_up {
         let reply = shared
             .http
             .get(&format!("{base}/v1/tickets/{ticket}"), None)

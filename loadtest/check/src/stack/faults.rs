@@ -125,7 +125,8 @@ impl Stack {
                 let env = self.env.clone();
                 let http = self.http.clone();
                 if let Some(node) = self.node(process) {
-                    node.spawn(&env, &http).await?;
+                    // Not started at once (a store it needs is away): the supervisor goes on.
+                    let _ = node.spawn(&env, &http, Duration::from_secs(3)).await;
                 }
             }
             FaultKind::StopExecutor(i) => {

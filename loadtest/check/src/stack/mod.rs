@@ -4,12 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sluice_servers::{PgServer, RdbSnapshot, RedisServer};
 use tokio::process::Command;
 
 use crate::client::Http;
-use crate::plan::Timing;
+use crate::plan::{Process, Timing};
 
 /// What every process is started with.
 #[derive(Clone)]
@@ -144,26 +145,62 @@ impl Stack {
 
     /// Starts every process and waits until each answers `/healthz`.
     pub async fn start_processes(&mut self) -> Result<(), StackError> {
+        let patience = Duration::from_secs(30);
         for i in 0..self.gateways.len() {
             let env = self.env.clone();
-            self.gateways[i].spawn(&env, &self.http).await?;
+            self.gateways[i].spawn(&env, &self.http, patience).await?;
         }
         for i in 0..self.executors.len() {
             let env = self.env.clone();
-            self.executors[i].spawn(&env, &self.http).await?;
+            self.executors[i].spawn(&env, &self.http, patience).await?;
         }
         Ok(())
     }
 
-    /// Whether every process still runs (a process that exited by itself is a finding).
+    /// The run's supervisor, once: a process that exited by itself is reported (a finding) and,
+    /// like one a fault killed and could not start again at once, started again; a Redis no fault
+    /// holds that is not running is started again (empty). Nothing a fault holds is touched.
+    pub async fn revive(&mut self) -> Vec<String> {
+        let mut exits = Vec::new();
+        let env = self.env.clone();
+        let http = self.http.clone();
+        let quick = Duration::from_secs(3);
+        for (i, node) in self.gateways.iter_mut().enumerate() {
+            if self.held.contains(&Held::Process(Process::Gateway(i))) {
+                continue;
+            }
+            exits.extend(node.exited());
+            if node.child.is_none() {
+                let _ = node.spawn(&env, &http, quick).await;
+            }
+        }
+        for (i, node) in self.executors.iter_mut().enumerate() {
+            if self.held.contains(&Held::Process(Process::Executor(i))) {
+                continue;
+            }
+            exits.extend(node.exited());
+            if node.child.is_none() {
+                let _ = node.spawn(&env, &http, quick).await;
+            }
+        }
+        if !self.held.contains(&Held::Redis) {
+            let redis = Arc::clone(&self.redis);
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut redis = redis.lock().unwrap_or_else(|p| p.into_inner());
+                if !redis.is_running() {
+                    redis.restart();
+                }
+            })
+            .await;
+        }
+        exits
+    }
+
+    /// The processes that exited by themselves (a finding) since the supervisor last looked.
     pub fn exited(&mut self) -> Vec<String> {
         let mut gone = Vec::new();
         for node in self.gateways.iter_mut().chain(self.executors.iter_mut()) {
-            if let Some(child) = node.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                gone.push(format!("{} exited by itself ({status})", node.name));
-            }
+            gone.extend(node.exited());
         }
         gone
     }

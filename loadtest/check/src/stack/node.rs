@@ -59,11 +59,16 @@ impl Node {
         self.args.first().is_some_and(|a| a == "serve")
     }
 
-    pub(super) async fn spawn(&mut self, env: &Env, http: &Http) -> Result<(), StackError> {
-        // A process that cannot reach a store at start exits (a supervisor starts it again):
-        // tried for half a minute, as systemd's restart would.
+    /// Starts the process, again while it exits at once (one that cannot reach a store at start
+    /// does), for up to `patience`; the run's supervisor tries again later, as systemd would.
+    pub(super) async fn spawn(
+        &mut self,
+        env: &Env,
+        http: &Http,
+        patience: Duration,
+    ) -> Result<(), StackError> {
         let mut last = String::new();
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+        let give_up = tokio::time::Instant::now() + patience;
         for attempt in 0.. {
             if attempt > 0 && tokio::time::Instant::now() >= give_up {
                 break;
@@ -148,10 +153,17 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Err(StackError::Start(format!(
-            "{} did not start within 30 s; its last log:\n{}",
+            "{} did not start within {patience:?}; its last log:\n{}",
             self.name,
             last.lines().rev().take(30).collect::<Vec<_>>().join("\n")
         )))
+    }
+
+    /// Whether the process exited by itself (then forgotten, to be started again): its status.
+    pub(super) fn exited(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(format!("{} exited by itself ({status})", self.name))
     }
 
     pub(super) async fn kill(&mut self) {
