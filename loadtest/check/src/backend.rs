@@ -33,7 +33,7 @@ use crate::journal::{CompleteRecord, Journal};
 use crate::plan::Answer;
 
 /// One delivery as the backend saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Delivery {
     pub n: u32,
     pub command_id: String,
@@ -47,7 +47,7 @@ pub struct Delivery {
 }
 
 /// The decision the backend made for an intent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Decision {
     Succeeded,
     Rejected,

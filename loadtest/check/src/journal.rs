@@ -13,7 +13,7 @@ pub struct Journal {
     inner: Mutex<Records>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Records {
     pub enqueues: Vec<EnqueueRecord>,
     pub polls: Vec<PollRecord>,
@@ -30,7 +30,7 @@ pub struct Records {
 }
 
 /// One enqueue request (an intent may take several: unknown outcomes are sent again).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EnqueueRecord {
     pub n: u32,
     pub replay: bool,
@@ -48,7 +48,7 @@ pub struct EnqueueRecord {
     pub body: Value,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PollRecord {
     pub n: u32,
     pub command_id: String,
@@ -63,7 +63,7 @@ pub struct PollRecord {
     pub code: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CancelRecord {
     pub n: u32,
     pub sent_ms: i64,
@@ -73,7 +73,7 @@ pub struct CancelRecord {
     pub code: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CompleteRecord {
     pub n: u32,
     pub command_id: String,
@@ -85,7 +85,7 @@ pub struct CompleteRecord {
     pub code: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ReservationRecord {
     pub n: u32,
     pub allocation_id: String,
@@ -96,7 +96,7 @@ pub struct ReservationRecord {
     pub code: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FaultRecord {
     pub kind: FaultKind,
     pub started_ms: i64,
@@ -104,7 +104,7 @@ pub struct FaultRecord {
 }
 
 /// A pass a person received, verified by the origin witness.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RoomRecord {
     pub person: u32,
     pub room: String,
@@ -117,7 +117,7 @@ pub struct RoomRecord {
     pub left_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ApplyRecord {
     pub refused: bool,
     pub output: String,

@@ -5,6 +5,7 @@
 //! - `sluice-check soak --minutes M`: fresh seeds until the time is up, stopping at a failure.
 //! - `sluice-check replay FILE`: a saved plan (a failure's shortened one, or an edited one).
 //! - `sluice-check plan --seed S`: print the plan a seed draws, to read or edit.
+//! - `sluice-check judge DIR…`: the checks again on what runs saved, without the system.
 //!
 //! A failure prints its seed, the broken promises, and the path of a shortened plan that still
 //! breaks the first of them, with the command that replays it.
@@ -66,6 +67,9 @@ enum Action {
         #[arg(long)]
         stop_on: Option<String>,
     },
+    /// Run the checks again on what a run saved (`<dir>/evidence.json`), without the system:
+    /// for reading a failure, or a change to the checks.
+    Judge { dirs: Vec<PathBuf> },
     /// Print the plan a seed draws (JSON), to read or edit before `replay`.
     Plan {
         #[arg(long)]
@@ -98,6 +102,9 @@ impl ProfileName {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Action::Judge { dirs } = &cli.command {
+        return judge_again(dirs);
+    }
     if let Action::Plan { seed, profile } = cli.command {
         let plan = generate::plan(seed, profile.profile());
         return match serde_json::to_string_pretty(&plan) {
@@ -173,7 +180,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                 .soak(minutes, profile.profile(), stop_on.as_deref())
                 .await
         }
-        Action::Plan { .. } => true,
+        Action::Plan { .. } | Action::Judge { .. } => true,
         Action::Replay { file, runs } => match plan::load(&file) {
             Ok(plan) => {
                 let mut clean = true;
@@ -190,6 +197,41 @@ async fn async_main(cli: Cli) -> ExitCode {
     };
     if let Ok(mut pg) = checker.pg.lock() {
         pg.take();
+    }
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `sluice-check judge`: the checks again on saved evidence; a failure if any finds a violation.
+fn judge_again(dirs: &[PathBuf]) -> ExitCode {
+    let mut clean = true;
+    for dir in dirs {
+        let path = dir.join("evidence.json");
+        let saved: sluice_check::judge::Saved = match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+        {
+            Ok(saved) => saved,
+            Err(error) => {
+                eprintln!("sluice-check: {}: {error}", path.display());
+                clean = false;
+                continue;
+            }
+        };
+        let (violations, stats) = saved.judge();
+        println!(
+            "== {} (seed {}): {}",
+            dir.display(),
+            saved.plan.seed,
+            serde_json::to_string(&stats).unwrap_or_default()
+        );
+        for v in &violations {
+            println!("   - [{}] {}", v.kind, v.detail);
+        }
+        clean &= violations.is_empty();
     }
     if clean {
         ExitCode::SUCCESS

@@ -16,14 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 /// What one sample read: per queue its members in rank order with their scores (queue
 /// sequences), and the generation.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Content {
     pub queues: Vec<Vec<(String, i64)>>,
     pub generation: Option<String>,
 }
 
 /// A run of identical samples.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Span {
     /// Redis time of the first and last sample of the span, microseconds.
     pub first_us: i64,
@@ -196,10 +196,19 @@ pub fn rank_at(
         return RankAt::Unknown;
     };
     if at_us <= before.last_us {
-        // Seen unchanged from before the instant to after it.
+        // Seen unchanged before the instant and after it; but a span's samples are some
+        // milliseconds apart, and a command may have come and gone between two of them.
         return if in_before {
             let r = ahead_before.len() as u64;
-            RankAt::Within { low: r, high: r }
+            let hidden = unseen(
+                at_us - MAX_GAP_US / 2,
+                at_us + MAX_GAP_US / 2,
+                &ahead_before,
+            );
+            RankAt::Within {
+                low: r,
+                high: r + hidden,
+            }
         } else {
             RankAt::Absent
         };

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CommandRow {
     pub id: String,
     pub command: String,
@@ -24,7 +24,7 @@ pub struct CommandRow {
     pub error_code: Option<String>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AllocationRow {
     pub id: String,
     pub pool: String,

@@ -86,6 +86,74 @@ pub struct Evidence<'a> {
     pub exited: Vec<String>,
 }
 
+/// Everything a run's checks read, saved beside the run (`evidence.json`) so the checks can be
+/// run again on it without running the system (`sluice-check judge <dir>`).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Saved {
+    pub plan: Plan,
+    pub decl: Declaration,
+    pub records: Records,
+    pub deliveries: Vec<Delivery>,
+    pub decisions: Vec<(u32, Decision, i64)>,
+    pub spans: Vec<Span>,
+    pub queue_index: Vec<(String, String, usize)>,
+    pub rows: Vec<CommandRow>,
+    pub allocations: Vec<AllocationRow>,
+    pub drained: bool,
+    pub exited: Vec<String>,
+}
+
+impl Saved {
+    pub fn of(evidence: &Evidence<'_>) -> Saved {
+        Saved {
+            plan: evidence.plan.clone(),
+            decl: evidence.decl.clone(),
+            records: evidence.records.clone(),
+            deliveries: evidence.deliveries.clone(),
+            decisions: evidence
+                .decisions
+                .iter()
+                .map(|(n, (d, at))| (*n, *d, *at))
+                .collect(),
+            spans: evidence.spans.clone(),
+            queue_index: evidence
+                .queue_index
+                .iter()
+                .map(|((c, r), q)| (c.clone(), r.clone(), *q))
+                .collect(),
+            rows: evidence.rows.clone(),
+            allocations: evidence.allocations.clone(),
+            drained: evidence.drained,
+            exited: evidence.exited.clone(),
+        }
+    }
+
+    /// The checks, on what was saved.
+    pub fn judge(&self) -> (Vec<Violation>, Stats) {
+        judge(&Evidence {
+            plan: &self.plan,
+            decl: &self.decl,
+            records: &self.records,
+            deliveries: self.deliveries.clone(),
+            decisions: self
+                .decisions
+                .iter()
+                .map(|(n, d, at)| (*n, (*d, *at)))
+                .collect(),
+            spans: self.spans.clone(),
+            queue_index: self
+                .queue_index
+                .iter()
+                .map(|(c, r, q)| ((c.clone(), r.clone()), *q))
+                .collect(),
+            rows: self.rows.clone(),
+            allocations: self.allocations.clone(),
+            drained: self.drained,
+            exited: self.exited.clone(),
+        })
+    }
+}
+
 impl Evidence<'_> {
     pub fn intent(&self, n: u32) -> Option<&Enqueue> {
         self.plan.ops.iter().find_map(|op| match &op.kind {

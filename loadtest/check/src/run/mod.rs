@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
 use sluice_servers::PgServer;
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinSet;
@@ -306,14 +305,11 @@ async fn run_on(
         drained,
         exited,
     };
-    // What the witnesses saw, for reading a failure afterwards.
-    let dump = json!({
-        "queues": recorder.queues,
-        "spans": evidence.spans,
-        "rows": evidence.rows,
-        "allocations": evidence.allocations,
-    });
-    let _ = std::fs::write(ctx.dir.join("witnesses.json"), dump.to_string());
+    // Everything the checks read, to read a failure afterwards or judge it again.
+    let saved = judge::Saved::of(&evidence);
+    if let Ok(text) = serde_json::to_string(&saved) {
+        let _ = std::fs::write(ctx.dir.join("evidence.json"), text);
+    }
     Ok(judge::judge(&evidence))
 }
 
