@@ -181,9 +181,14 @@ impl Evidence<'_> {
     /// Whether, near `at_ms`, executors may have admitted heads whose claim then failed and
     /// given them straight back (PostgreSQL restarting, or an executor's link to it faulty): a
     /// queue's entries may then leave and come back between two samples of the recorder.
+    ///
+    /// The same around a Redis that lost its data: what was queued just before vanishes, and
+    /// comes back with the rebuild.
     pub fn churn_near(&self, at_ms: i64) -> bool {
         self.records.faults.iter().any(|f| {
-            f.kind.fails_claims() && f.started_ms - 1_000 <= at_ms && f.ended_ms + 3_000 >= at_ms
+            (f.kind.fails_claims() || f.kind.loses_redis_data())
+                && f.started_ms - 1_000 <= at_ms
+                && f.ended_ms + 3_000 >= at_ms
         })
     }
 
