@@ -5,7 +5,9 @@
 # from whatever database a DATABASE_URL in the caller's environment names.
 export SQLX_OFFLINE=true
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step says how long the script had run when it began (bash's SECONDS), so a slow step
+# shows in any log of it.
+log() { printf '\033[1m==> [%dm%02ds] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

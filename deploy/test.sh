@@ -52,6 +52,7 @@ export SLUICE_STRICT_SCRIPT_KEYS=1
 cargo test --workspace --locked -- --test-threads 3 "${SKIP_ALONE[@]}" 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 if [ "$status" -eq 0 ]; then
+  log "cargo test: the tests that run alone"
   cargo test --workspace --locked --test api -- --test-threads 1 "${ALONE[@]}" 2>&1 \
     | tee -a "$out"
   status=${PIPESTATUS[0]}
@@ -117,6 +118,7 @@ if [ "$status" -eq 0 ]; then
   SLUICE_BIN="${CARGO_TARGET_DIR:-target}/debug/sluice" timeout 300 \
     deploy/schemathesis.sh --if-supported --max-examples 10 --seed 666638343 || status=1
 fi
+log "done"
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$out"

@@ -50,6 +50,14 @@ impl Reply {
         &self.body()["data"]
     }
 
+    /// Why there was no answer, when there was none.
+    pub fn unanswered(&self) -> Option<String> {
+        match self {
+            Reply::Answered { .. } => None,
+            Reply::Unanswered(why) => Some(why.clone()),
+        }
+    }
+
     pub fn error_code(&self) -> Option<&str> {
         self.body()["error"]["code"].as_str()
     }
@@ -100,7 +108,7 @@ impl Http {
                 .client
                 .request(request)
                 .await
-                .map_err(|e| format!("send: {e}"))?;
+                .map_err(|e| format!("send: {e:?}"))?;
             let status = response.status().as_u16();
             let retry_after = response
                 .headers()

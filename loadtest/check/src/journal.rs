@@ -46,6 +46,11 @@ pub struct EnqueueRecord {
     pub observed_ms: Option<i64>,
     pub resource_key: Option<String>,
     pub body: Value,
+    /// Which gateway was asked (its index) and, when none answered, why.
+    #[serde(default)]
+    pub gateway: usize,
+    #[serde(default)]
+    pub unanswered: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -61,6 +66,11 @@ pub struct PollRecord {
     pub observed_ms: Option<i64>,
     pub generation: Option<String>,
     pub code: Option<String>,
+    /// Which gateway was asked (its index) and, when none answered, why.
+    #[serde(default)]
+    pub gateway: usize,
+    #[serde(default)]
+    pub unanswered: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

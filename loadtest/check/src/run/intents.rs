@@ -62,6 +62,8 @@ pub(super) async fn enqueue_intent(
             observed_ms: data["queue"]["observed_at"].as_str().and_then(millis),
             resource_key: data["resource_key"].as_str().map(str::to_string),
             body: reply.body().clone(),
+            gateway: turn % shared.gateways.len().max(1),
+            unanswered: reply.unanswered(),
         };
         shared.journal.with(|r| r.enqueues.push(record));
         match reply.status() {
@@ -125,6 +127,7 @@ async fn poll_until_final(shared: &Arc<Shared>, e: &Enqueue) {
     let mut reserved_done = false;
     loop {
         let url = format!("{}/v1/tickets/{ticket}", gateway(shared, turn));
+        let asked = turn % shared.gateways.len().max(1);
         turn += 1;
         let sent_ms = now_ms();
         let reply = shared.http.get(&url, None).await;
@@ -142,6 +145,8 @@ async fn poll_until_final(shared: &Arc<Shared>, e: &Enqueue) {
                 observed_ms: data["queue"]["observed_at"].as_str().and_then(millis),
                 generation: data["generation"].as_str().map(str::to_string),
                 code: reply.error_code().map(str::to_string),
+                gateway: asked,
+                unanswered: reply.unanswered(),
             })
         });
         let final_state = state.as_deref().is_some_and(|s| {
