@@ -27,7 +27,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub mod prelude {
     pub use super::{
         BoxError, CLAIM_DECLARATION, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers,
-        Tenant, drain, enqueue_waiting, median, rates_cell, with_scratch_tenant,
+        Tenant, drain, enqueue_waiting, evalsha_stats, median, rates_cell, with_scratch_tenant,
     };
 }
 
@@ -486,4 +486,26 @@ impl Drop for RunningGateway {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// `EVALSHA` calls and microseconds so far, from `INFO commandstats`: what Redis itself spent on
+/// scripts between two readings, whatever the client measured.
+pub async fn evalsha_stats(redis: &Projection) -> Result<(u64, u64), BoxError> {
+    use fred::prelude::*;
+    let info: String = redis
+        .pool()
+        .next()
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await?;
+    let line = info
+        .lines()
+        .find(|line| line.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("cmdstat_evalsha:calls=0,usec=0");
+    let field = |name: &str| -> u64 {
+        line.split([':', ','])
+            .find_map(|part| part.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("calls="), field("usec=")))
 }

@@ -26,6 +26,7 @@ use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit, own_keys, 
 use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_durable::projection::rebuild::open_empty;
 use sluice_durable::projection::{AppKeys, Projection, connect_redis};
+use sluice_loadtest::bench_stack::evalsha_stats;
 use sluice_servers::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -216,26 +217,6 @@ async fn drain(
     drain.redis_usec = after.1 - before.1;
     cleanup(redis, &keys).await?;
     Ok(drain)
-}
-
-/// `EVALSHA` calls and microseconds so far, from `INFO commandstats`.
-async fn evalsha_stats(redis: &Projection) -> Result<(u64, u64), BoxError> {
-    let info: String = redis
-        .pool()
-        .next()
-        .info(Some(fred::types::InfoKind::CommandStats))
-        .await?;
-    let line = info
-        .lines()
-        .find(|line| line.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("cmdstat_evalsha:calls=0,usec=0");
-    let field = |name: &str| -> u64 {
-        line.split([':', ','])
-            .find_map(|part| part.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((field("calls="), field("usec=")))
 }
 
 /// The backlog of `shape` as `accept.lua` leaves it (queue entries, ready sets, status hashes,

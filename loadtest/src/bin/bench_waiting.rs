@@ -23,6 +23,7 @@ use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::projection::waiting::{RunLimits, pull};
 use sluice_durable::projection::{AppKeys, Projection, connect_redis};
 use sluice_gateway::waiting_view::{RUNS_ENTRIES, RUNS_READS};
+use sluice_loadtest::bench_stack::evalsha_stats;
 use sluice_servers::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -114,15 +115,7 @@ async fn main() -> Result<(), BoxError> {
         for &size in &args.sizes {
             let setup = fill(&redis, &shape.seqs(size)).await?;
             let m = measure(&redis, &setup, &args, limits, &baseline).await?;
-            println!(
-                "| {} | {size} | {} / {} | {:.1} | {:.1} | {:.2}× |",
-                shape.name(),
-                m.covered,
-                m.runs,
-                m.with_runs,
-                m.before,
-                m.with_runs / m.before.max(1e-9)
-            );
+            print_row(shape, size, &m);
             flush(&redis).await?;
         }
     }
@@ -143,19 +136,24 @@ async fn main() -> Result<(), BoxError> {
                 reads: RUNS_READS,
             };
             let m = measure(&redis, &setup, &args, limits, &baseline).await?;
-            println!(
-                "| {} | {entries} | {} / {} | {:.1} | {:.1} | {:.2}× |",
-                shape.name(),
-                m.covered,
-                m.runs,
-                m.with_runs,
-                m.before,
-                m.with_runs / m.before.max(1e-9)
-            );
+            print_row(shape, entries, &m);
         }
         flush(&redis).await?;
     }
     Ok(())
+}
+
+/// One row of either table: the queue's shape, the figure the table varies, and the pulls.
+fn print_row(shape: Shape, varied: u64, m: &Measured) {
+    println!(
+        "| {} | {varied} | {} / {} | {:.1} | {:.1} | {:.2}× |",
+        shape.name(),
+        m.covered,
+        m.runs,
+        m.with_runs,
+        m.before,
+        m.with_runs / m.before.max(1e-9)
+    );
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -271,24 +269,4 @@ async fn time_baseline(
     }
     let after = evalsha_stats(redis).await?;
     Ok((after.1 - before.1) as f64 / (after.0 - before.0).max(1) as f64)
-}
-
-/// `EVALSHA` calls and microseconds so far, from `INFO commandstats`.
-async fn evalsha_stats(redis: &Projection) -> Result<(u64, u64), BoxError> {
-    let info: String = redis
-        .pool()
-        .next()
-        .info(Some(fred::types::InfoKind::CommandStats))
-        .await?;
-    let line = info
-        .lines()
-        .find(|line| line.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("cmdstat_evalsha:calls=0,usec=0");
-    let field = |name: &str| -> u64 {
-        line.split([':', ','])
-            .find_map(|part| part.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((field("calls="), field("usec=")))
 }
