@@ -351,10 +351,10 @@ async fn route(
         (&Method::GET, ["v1", "rooms", room, "prequeue"]) => {
             let room = decode_segment(room, "room")?;
             rooms::check_room_code(&room)?;
-            parse_query(query.as_deref(), &[])?;
+            let query = parse_query(query.as_deref(), &["cursor", "limit"])?;
             let caller = authenticate(gateway, request.headers()).await?;
             *namespace = Some(caller.namespace_id);
-            json(Box::pin(rooms::prequeue(gateway, &caller, &room)).await)
+            json(Box::pin(rooms::prequeue(gateway, &caller, &room, &query)).await)
         }
         (&Method::POST, ["v1", action]) if action.starts_with("passes") => {
             let action = decode_segment(action, "path")?;

@@ -106,17 +106,25 @@ pub async fn view(
     }))
 }
 
-/// Every pre-queue join id of the room, sorted by id (an order that says nothing about the
-/// draw).
+/// Up to `limit` pre-queue join ids of the room after `after` (from the first without it),
+/// sorted by id: an order that says nothing about the draw, and one a reader can page through
+/// (`room_places_prequeue` serves it) while joins are still coming.
 pub async fn prequeue_ids(
     pg: &PgPool,
     namespace_id: NamespaceId,
     room: &str,
+    after: Option<Uuid>,
+    limit: i64,
 ) -> Result<Vec<Uuid>, DurableError> {
     Ok(sqlx::query_scalar!(
-        "SELECT id FROM room_places WHERE namespace_id = $1 AND room = $2 AND prequeue ORDER BY id",
+        "SELECT id FROM room_places
+          WHERE namespace_id = $1 AND room = $2 AND prequeue
+            AND ($3::uuid IS NULL OR id > $3)
+          ORDER BY id LIMIT $4",
         namespace_id as _,
-        room
+        room,
+        after,
+        limit
     )
     .fetch_all(pg)
     .await?)

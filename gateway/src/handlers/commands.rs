@@ -1,18 +1,15 @@
 //! The command endpoints besides enqueue: read by id, resume by request key, a subject's own
 //! commands, and cancel.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 use serde_json::Value;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
-use uuid::Uuid;
 
-use super::Handled;
 use super::answers::to_data;
 use super::record::{caller_command, command_json};
+use super::{Handled, pages};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -92,17 +89,8 @@ pub async fn mine(
             "mine is for subject tokens; use requests/{key}?subject= with a credential",
         )
     })?;
-    let limit = match query_value(query, "limit") {
-        None => 20,
-        Some(text) => text
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=20).contains(n))
-            .ok_or_else(|| ApiError::invalid("limit", "must be an integer between 1 and 20"))?,
-    };
-    let before = query_value(query, "cursor")
-        .map(decode_cursor)
-        .transpose()?;
+    let limit = pages::limit(query, 20, 20)?;
+    let before = pages::cursor(query)?.map(CommandId::from_uuid);
     let resource_key = query_value(query, "resource_key").filter(|r| !r.is_empty());
     // An undeclared command is a wrong path, as it is for enqueue, not an empty list: a client
     // with a typo in the code would otherwise believe the subject has no commands.
@@ -125,7 +113,7 @@ pub async fn mine(
     let more = records.len() as i64 > limit;
     records.truncate(limit as usize);
     let next_cursor = if more {
-        records.last().map(|r| encode_cursor(r.row.id))
+        records.last().map(|r| pages::encode(r.row.id.as_uuid()))
     } else {
         None
     };
@@ -134,19 +122,6 @@ pub async fn mine(
         .map(|r| command_json(gateway, r))
         .collect::<Result<_, _>>()?;
     Ok((StatusCode::OK, to_data(&Page { items, next_cursor })?))
-}
-
-fn encode_cursor(id: CommandId) -> String {
-    URL_SAFE_NO_PAD.encode(id.as_uuid().as_bytes())
-}
-
-fn decode_cursor(text: &str) -> Result<CommandId, ApiError> {
-    URL_SAFE_NO_PAD
-        .decode(text)
-        .ok()
-        .and_then(|bytes| Uuid::from_slice(&bytes).ok())
-        .map(CommandId::from_uuid)
-        .ok_or_else(|| ApiError::invalid("cursor", "is not a cursor this API returned"))
 }
 
 /// `POST /v1/commands/{command_id}:cancel`: waiting → `cancelled` at once; executing or running →

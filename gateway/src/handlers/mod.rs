@@ -7,6 +7,7 @@ pub mod commands;
 pub mod complete;
 pub mod control;
 pub mod enqueue;
+pub mod pages;
 pub mod proof_of_work;
 pub mod quotas;
 pub mod reads;

@@ -18,7 +18,7 @@ use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
 use uuid::Uuid;
 
 use super::answers::to_data;
-use super::{Handled, check_declared_code, require_json};
+use super::{Handled, check_declared_code, pages, require_json};
 use crate::auth::{Caller, now_unix};
 use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
@@ -133,21 +133,42 @@ pub async fn read(gateway: &Gateway, caller: &Caller, room: &str) -> Handled {
     Ok((StatusCode::OK, to_data(&RoomAnswer::of(&view))?))
 }
 
-/// `GET /v1/rooms/{room}/prequeue`: every pre-queue join id, sorted by id; `complete` once the
-/// pre-queue was drawn (the draw takes the room's lock, so no pre-queue join commits after it).
-pub async fn prequeue(gateway: &Gateway, caller: &Caller, room: &str) -> Handled {
+/// Join ids per page of `GET /v1/rooms/{room}/prequeue` at most (and by default): about 380 KB
+/// of JSON, so a pre-queue of 100,000 is ten requests.
+pub const PREQUEUE_PAGE: i64 = 10_000;
+
+/// `GET /v1/rooms/{room}/prequeue`: the pre-queue's join ids sorted by id, a page at a time
+/// (`cursor`, `limit`); `complete` once the pre-queue was drawn (the draw takes the room's lock,
+/// so no pre-queue join commits after it, and pages read from then on make the whole set).
+pub async fn prequeue(
+    gateway: &Gateway,
+    caller: &Caller,
+    room: &str,
+    query: &[(String, String)],
+) -> Handled {
+    let limit = pages::limit(query, PREQUEUE_PAGE, PREQUEUE_PAGE)?;
+    let after = pages::cursor(query)?;
     require_reader(caller)?;
     let view = fair_order::view(&gateway.pg, caller.namespace_id, room)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no room {room:?}")))?;
-    let ids = fair_order::prequeue_ids(&gateway.pg, caller.namespace_id, room).await?;
-    let complete = view.drawn_at.is_some();
+    let mut ids =
+        fair_order::prequeue_ids(&gateway.pg, caller.namespace_id, room, after, limit + 1).await?;
+    let more = ids.len() as i64 > limit;
+    ids.truncate(limit as usize);
+    let next_cursor = if more {
+        ids.last().copied().map(pages::encode)
+    } else {
+        None
+    };
     Ok((
         StatusCode::OK,
         serde_json::json!({
             "room": view.code,
-            "complete": complete,
+            "complete": view.drawn_at.is_some(),
+            "total": view.prequeue,
             "join_ids": ids,
+            "next_cursor": next_cursor,
         }),
     ))
 }

@@ -163,8 +163,49 @@ async fn the_prequeue_is_admitted_in_the_order_the_revealed_seed_gives() {
     assert_eq!(published.data()["complete"], json!(true));
     let join_ids = &published.data()["join_ids"];
     assert_eq!(join_ids.as_array().map(Vec::len), Some(PEOPLE));
+    assert_eq!(published.data()["total"], json!(PEOPLE));
+    assert_eq!(
+        published.data()["next_cursor"],
+        Value::Null,
+        "one page holds them"
+    );
     let expected = recompute(&seed, &commitment, join_ids);
     assert_eq!(expected.len(), PEOPLE);
+
+    // Smaller pages make the same list, each after the last one's end, the last saying so.
+    let reader = stack.subject_token("anyone");
+    let mut paged: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/v1/rooms/drop/prequeue?limit=3000&cursor={cursor}"),
+            None => "/v1/rooms/drop/prequeue?limit=3000".to_string(),
+        };
+        let page = stack.get(&path, Some(&reader)).await;
+        assert_eq!(page.status, StatusCode::OK, "{:?}", page.body);
+        pages += 1;
+        let ids = page.data()["join_ids"].as_array().expect("ids").clone();
+        assert!(ids.len() <= 3000, "{} ids in a page of 3000", ids.len());
+        paged.extend(ids);
+        match page.data()["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, PEOPLE.div_ceil(3000));
+    assert_eq!(&Value::Array(paged), join_ids, "the pages, end to end");
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=10001", "limit"),
+        ("cursor=not-a-cursor", "cursor"),
+    ] {
+        let refused = stack
+            .get(&format!("/v1/rooms/drop/prequeue?{query}"), Some(&reader))
+            .await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(refused.field(), field, "{query}: {:?}", refused.body);
+    }
 
     // The queue's order in PostgreSQL.
     let queued: Vec<String> =

@@ -21,6 +21,7 @@ use super::declaration::{self, ROOM};
 use super::journey::Context;
 use super::options::{Interrupted, Options};
 use crate::bench_stack::{BoxError, Tenant};
+use crate::driver::HttpClient;
 use crate::invariants::room::{self as checks, Exit, Published, Witnessed};
 use crate::record::Recorded;
 use crate::report::{Check, Peaks, Report, RoomFigures, Target};
@@ -125,21 +126,13 @@ pub(super) async fn drive_on(
     let recorded = recorder.finish();
 
     let after = read_data(client, &room_uri, &reader).await?;
-    let prequeue = read_data(client, &format!("{room_uri}/prequeue"), &reader).await?;
+    let (prequeue_ids, complete) = read_prequeue(client, &room_uri, &reader).await?;
     let published = Published {
         commitment: text(&before, "seed_sha256"),
         seed_before: text(&before, "seed"),
         seed: text(&after, "seed"),
-        prequeue_ids: prequeue
-            .get("join_ids")
-            .and_then(Value::as_array)
-            .map(|ids| {
-                ids.iter()
-                    .filter_map(|id| id.as_str().and_then(|id| id.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        complete: prequeue.get("complete").and_then(Value::as_bool) == Some(true),
+        prequeue_ids,
+        complete,
     };
     let rows = checks::rows(&tenant.pg, creds.namespace_id, ROOM).await?;
     let log = std::mem::take(&mut *room.log.lock().unwrap_or_else(|p| p.into_inner()));
@@ -333,4 +326,38 @@ fn targets(recorded: &Recorded, figures: &RoomFigures) -> Vec<Target> {
             met: figures.polls_sooner_than_advised == 0,
         },
     ]
+}
+
+/// Every page of `GET /v1/rooms/{room}/prequeue`: the join ids, and whether the last page said
+/// the set is complete (the draw happened).
+async fn read_prequeue(
+    client: &HttpClient,
+    room_uri: &str,
+    reader: &str,
+) -> Result<(Vec<Uuid>, bool), BoxError> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let uri = match &cursor {
+            Some(cursor) => format!("{room_uri}/prequeue?cursor={cursor}"),
+            None => format!("{room_uri}/prequeue"),
+        };
+        let page = read_data(client, &uri, reader).await?;
+        ids.extend(
+            page.get("join_ids")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| id.as_str().and_then(|id| id.parse::<Uuid>().ok())),
+        );
+        match page.get("next_cursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_string()),
+            None => {
+                return Ok((
+                    ids,
+                    page.get("complete").and_then(Value::as_bool) == Some(true),
+                ));
+            }
+        }
+    }
 }
