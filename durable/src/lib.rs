@@ -27,6 +27,7 @@
 //! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
 
 pub mod application;
+pub mod batching;
 pub mod control;
 pub mod db;
 pub mod declaration;

@@ -76,7 +76,10 @@ impl Gateway {
     pub fn new(pg: PgPool, redis: Projection, tickets: TicketKeys, config: GatewayConfig) -> Self {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
         Self {
-            committer: GroupCommitter::start(pg.clone(), config.group_commit.clone()),
+            committer: sluice_durable::outbox::group_commit::start(
+                pg.clone(),
+                config.group_commit.clone(),
+            ),
             intake: IntakeBatcher::new(redis.clone(), config.intake_batch_max),
             namespaces: Cache::builder()
                 .time_to_live(ttl)
