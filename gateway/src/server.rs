@@ -213,17 +213,18 @@ where
 const COMMIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// After [`run`]: every connection is answered or given up on, but jobs whose caller went away
-/// (or outlived the drain) may still wait in the group committer. Commits them before the
-/// process exits, which would otherwise cut them mid-batch. Nothing lost either way is a command
-/// anyone was told was accepted.
+/// (or outlived the drain) may still wait in the group committers (acceptances and room joins).
+/// Commits them before the process exits, which would otherwise cut them mid-batch. Nothing
+/// lost either way is a command or a place anyone was told about.
 pub async fn flush_committer(gateway: &Gateway) {
-    tracing::info!("connections drained; flushing the group committer");
-    if tokio::time::timeout(COMMIT_FLUSH_TIMEOUT, gateway.committer.close())
+    tracing::info!("connections drained; flushing the group committers");
+    let both = async { tokio::join!(gateway.committer.close(), gateway.room_joins.close()) };
+    if tokio::time::timeout(COMMIT_FLUSH_TIMEOUT, both)
         .await
         .is_err()
     {
         tracing::warn!(
-            "the group committer did not finish in time; its last batches were not committed (no caller was told they were accepted)"
+            "the group committers did not finish in time; their last batches were not committed (no caller was told they were accepted)"
         );
     }
 }

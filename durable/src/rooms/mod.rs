@@ -7,7 +7,8 @@
 //! happens to Redis or to a gateway.
 //!
 //! - [`declare`]: a declaration's `[[room]]`s become rows (the seed is drawn once, at the first).
-//! - [`join`]: one live place per subject, under the room's row lock (arrival order, pause).
+//! - [`join`]: one live place per subject; concurrent joins share a transaction, which takes
+//!   each room's row once (arrival order, pause).
 //! - [`admission`]: the ticker's step: the fair draw at `opens_at`, lapsed passes freed, the
 //!   next places admitted within `max_active` and `admit_per_minute`.
 //! - [`places`]: a place as a poll sees it; a pass's heartbeat and leave.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::pass_keys::{self, PassClaims, PassKey};
 use sluice_durable::rooms::fair_order::{self, RoomView};
-use sluice_durable::rooms::join::{self, Joined};
+use sluice_durable::rooms::join::{JoinRequest, Joined};
 use sluice_durable::rooms::places::{self, PassChange};
 use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
 use uuid::Uuid;
@@ -88,15 +88,16 @@ pub async fn join(
     }
     let challenge_id =
         super::proof_of_work::spent_challenge(gateway, caller, subject, room, proof).await?;
-    let (status, place, deduplicated) = match join::join(
-        &gateway.pg,
-        caller.namespace_id,
-        room,
-        subject,
-        challenge_id,
-    )
-    .await?
-    {
+    let joined = gateway
+        .room_joins
+        .submit(JoinRequest {
+            namespace_id: caller.namespace_id,
+            room: room.to_string(),
+            subject: subject.to_string(),
+            challenge_id,
+        })
+        .await?;
+    let (status, place, deduplicated) = match joined {
         Ok(Joined::New(place)) => (StatusCode::ACCEPTED, place, false),
         Ok(Joined::Existing(place)) => (StatusCode::OK, place, true),
         Err(refusal) => return Err(refused(room, refusal)),

@@ -1,0 +1,161 @@
+//! Joins at the size of a drop: concurrent joins share transactions (the rooms' group commit),
+//! and still make exactly one place per subject with arrival numbers that have no gaps, judged
+//! by PostgreSQL's own rows (`xmin`: the transaction that wrote each).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use hyper::StatusCode;
+
+use super::kit::*;
+use crate::support::*;
+
+const PEOPLE: usize = 400;
+const CALLERS: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_joins_share_transactions_and_keep_one_numbered_place_each() {
+    // A pre-queue that opens in an hour: nobody is admitted, so no row changes after its join.
+    let opens = chrono::Utc::now() + chrono::Duration::hours(1);
+    let stack = Arc::new(
+        stack_with_rooms(&format!(
+            "[[room]]\ncode = \"drop\"\nmax_active = 10\nopens_at = \"{}\"\nprequeue_seconds = 7200\n",
+            opens.format("%Y-%m-%dT%H:%M:%SZ")
+        ))
+        .await,
+    );
+    // Every subject joins twice, at once: the two answers must name one place.
+    let requests: Vec<String> = (0..PEOPLE)
+        .flat_map(|p| [format!("p{p}"), format!("p{p}")])
+        .collect();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let requests = Arc::new(requests);
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..CALLERS {
+        let (stack, next, requests) = (stack.clone(), next.clone(), requests.clone());
+        callers.spawn(async move {
+            let mut answers = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(subject) = requests.get(i) else {
+                    return answers;
+                };
+                let reply = join(&stack, "drop", subject).await;
+                answers.push((subject.clone(), reply));
+            }
+        });
+    }
+    let mut places: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut created = 0;
+    while let Some(answers) = callers.join_next().await {
+        for (subject, reply) in answers.expect("a caller") {
+            match reply.status {
+                StatusCode::ACCEPTED => created += 1,
+                StatusCode::OK => assert_eq!(reply.data()["deduplicated"], true),
+                other => panic!("{subject}: {other} {:?}", reply.body),
+            }
+            let id = reply.data()["join_id"]
+                .as_str()
+                .expect("a join id")
+                .to_owned();
+            places.entry(subject).or_default().insert(id);
+        }
+    }
+    assert_eq!(created, PEOPLE, "one new place per subject");
+    assert!(
+        places.values().all(|ids| ids.len() == 1),
+        "a subject was told of two places"
+    );
+
+    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
+        "SELECT id::text, subject, seq, xmin::text FROM room_places
+          WHERE namespace_id = $1 AND room = 'drop' ORDER BY seq",
+    )
+    .bind(stack.creds.namespace_id)
+    .fetch_all(&stack.pg)
+    .await
+    .expect("the places");
+    assert_eq!(rows.len(), PEOPLE);
+    let seqs: Vec<i64> = rows.iter().map(|r| r.2).collect();
+    assert_eq!(
+        seqs,
+        (1..=PEOPLE as i64).collect::<Vec<_>>(),
+        "arrival numbers without gaps"
+    );
+    for (id, subject, _, _) in &rows {
+        assert_eq!(places[subject], HashSet::from([id.clone()]), "{subject}");
+    }
+    let transactions: HashSet<&String> = rows.iter().map(|r| &r.3).collect();
+    eprintln!(
+        "rooms: {PEOPLE} places from {} joins by {CALLERS} callers in {} transactions",
+        2 * PEOPLE,
+        transactions.len()
+    );
+    assert!(
+        transactions.len() < PEOPLE,
+        "every place had a transaction of its own ({})",
+        transactions.len()
+    );
+    let (next_seq, waiting): (i64, i64) = sqlx::query_as(
+        "SELECT next_seq, waiting FROM rooms WHERE namespace_id = $1 AND code = 'drop'",
+    )
+    .bind(stack.creds.namespace_id)
+    .fetch_one(&stack.pg)
+    .await
+    .expect("the room");
+    assert_eq!((next_seq, waiting), (PEOPLE as i64, PEOPLE as i64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_answers_repeats_and_spent_challenges_from_what_it_made_itself() {
+    use sluice_durable::batching::BatchWriter;
+    use sluice_durable::rooms::RoomRefusal;
+    use sluice_durable::rooms::join::{JoinRequest, Joined, Joins};
+
+    let stack = stack_with_rooms("[[room]]\ncode = \"doors\"\nmax_active = 1\n").await;
+    let request = |room: &str, subject: &str, challenge: Option<uuid::Uuid>| JoinRequest {
+        namespace_id: stack.creds.namespace_id,
+        room: room.into(),
+        subject: subject.into(),
+        challenge_id: challenge,
+    };
+    let challenge = uuid::Uuid::new_v4();
+    let batch = [
+        request("doors", "alice", None),
+        request("doors", "alice", None),
+        request("doors", "bob", Some(challenge)),
+        request("doors", "carol", Some(challenge)),
+        request("nowhere", "dave", None),
+        request("doors", "erin", None),
+    ];
+    let outcomes = Joins.write(&stack.pg, &batch).await.expect("the batch");
+    let new_id = |i: usize| match &outcomes[i] {
+        Ok(Joined::New(place)) => place.id,
+        other => panic!("join {i}: {other:?}"),
+    };
+    let alice = new_id(0);
+    match &outcomes[1] {
+        Ok(Joined::Existing(place)) => assert_eq!(place.id, alice, "alice's second join"),
+        other => panic!("alice's second join: {other:?}"),
+    }
+    let bob = new_id(2);
+    assert!(
+        matches!(outcomes[3], Err(RoomRefusal::ChallengeUsed)),
+        "{:?}",
+        outcomes[3]
+    );
+    assert!(
+        matches!(outcomes[4], Err(RoomRefusal::NoRoom)),
+        "{:?}",
+        outcomes[4]
+    );
+    let erin = new_id(5);
+
+    let rows: Vec<(uuid::Uuid, i64)> =
+        sqlx::query_as("SELECT id, seq FROM room_places WHERE namespace_id = $1 ORDER BY seq")
+            .bind(stack.creds.namespace_id)
+            .fetch_all(&stack.pg)
+            .await
+            .expect("the places");
+    assert_eq!(rows, vec![(alice, 1), (bob, 2), (erin, 3)]);
+}
