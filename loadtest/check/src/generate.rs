@@ -324,6 +324,8 @@ fn workload(rng: &mut StdRng, decl: &Declaration, profile: Profile) -> Vec<Op> {
                     } else {
                         RoomExit::Abandon
                     },
+                    // Not drawn, so the rest of the plan stays what the seed drew before.
+                    twice: person % 3 == 0,
                 }),
             });
         }

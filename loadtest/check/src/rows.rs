@@ -1,5 +1,5 @@
-//! PostgreSQL as the witness of results: the rows of `commands` and `allocations`, read by the
-//! checker's own queries (the truth a command's end is judged by).
+//! PostgreSQL as the witness of results: the rows of `commands`, `allocations` and
+//! `room_places`, read by the checker's own queries (the truth a command's end is judged by).
 
 use serde_json::Value;
 use sqlx::Row;
@@ -33,6 +33,18 @@ pub struct AllocationRow {
     pub state: String,
     pub expires_ms: Option<i64>,
     pub updated_ms: i64,
+}
+
+/// A place in a waiting room, as PostgreSQL holds it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PlaceRow {
+    pub id: String,
+    pub room: String,
+    pub subject: String,
+    pub seq: i64,
+    pub state: String,
+    pub joined_ms: i64,
+    pub ended_ms: Option<i64>,
 }
 
 pub async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
@@ -120,6 +132,29 @@ pub async fn allocations(
                 state: row.try_get("state")?,
                 expires_ms: ms(row.try_get("expires_at")?),
                 updated_ms: ms(row.try_get("updated_at")?).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+pub async fn places(pg: &PgPool, namespace_id: &str) -> Result<Vec<PlaceRow>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT id::text AS id, room, subject, seq, state, joined_at, ended_at
+           FROM room_places WHERE namespace_id = $1::uuid ORDER BY room, seq",
+    )
+    .bind(namespace_id)
+    .fetch_all(pg)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(PlaceRow {
+                id: row.try_get("id")?,
+                room: row.try_get("room")?,
+                subject: row.try_get("subject")?,
+                seq: row.try_get("seq")?,
+                state: row.try_get("state")?,
+                joined_ms: ms(row.try_get("joined_at")?).unwrap_or(0),
+                ended_ms: ms(row.try_get("ended_at")?),
             })
         })
         .collect()

@@ -20,7 +20,7 @@ use crate::backend::{Decision, Delivery};
 use crate::journal::Records;
 use crate::plan::{Declaration, Enqueue, OpKind, Plan};
 use crate::recorder::Span;
-use crate::rows::{AllocationRow, CommandRow};
+use crate::rows::{AllocationRow, CommandRow, PlaceRow};
 
 mod answers;
 mod lifecycle;
@@ -69,6 +69,7 @@ pub struct Stats {
     pub passes: usize,
     pub faults: usize,
     pub allocations: usize,
+    pub places: usize,
 }
 
 pub struct Evidence<'a> {
@@ -82,6 +83,7 @@ pub struct Evidence<'a> {
     pub queue_index: HashMap<(String, String), usize>,
     pub rows: Vec<CommandRow>,
     pub allocations: Vec<AllocationRow>,
+    pub places: Vec<PlaceRow>,
     pub drained: bool,
     pub exited: Vec<String>,
 }
@@ -99,6 +101,8 @@ pub struct Saved {
     pub queue_index: Vec<(String, String, usize)>,
     pub rows: Vec<CommandRow>,
     pub allocations: Vec<AllocationRow>,
+    #[serde(default)]
+    pub places: Vec<PlaceRow>,
     pub drained: bool,
     pub exited: Vec<String>,
 }
@@ -123,6 +127,7 @@ impl Saved {
                 .collect(),
             rows: evidence.rows.clone(),
             allocations: evidence.allocations.clone(),
+            places: evidence.places.clone(),
             drained: evidence.drained,
             exited: evidence.exited.clone(),
         }
@@ -148,6 +153,7 @@ impl Saved {
                 .collect(),
             rows: self.rows.clone(),
             allocations: self.allocations.clone(),
+            places: self.places.clone(),
             drained: self.drained,
             exited: self.exited.clone(),
         })

@@ -213,6 +213,10 @@ pub struct Visit {
     pub gateway: usize,
     /// What the person does once admitted.
     pub after: RoomExit,
+    /// Sends the first join twice at once (as a double click or a retry racing its original
+    /// does): both answers must name one place.
+    #[serde(default)]
+    pub twice: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -288,6 +288,9 @@ async fn run_on(
     let allocations = rows::allocations(&pg, &creds.namespace_id)
         .await
         .unwrap_or_default();
+    let places = rows::places(&pg, &creds.namespace_id)
+        .await
+        .unwrap_or_default();
     let records = journal.snapshot();
     let _ = supervisor.await;
     let mut exited = stack.lock().await.exited();
@@ -302,6 +305,7 @@ async fn run_on(
         queue_index,
         rows,
         allocations,
+        places,
         drained,
         exited,
     };

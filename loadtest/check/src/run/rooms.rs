@@ -24,16 +24,36 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
         )
     };
     let base = gateway(shared, visit.gateway).to_string();
+    let join_url = format!("{base}/v1/rooms/{}:join", visit.room);
     let mut joined = None;
-    for _ in 0..20 {
-        let reply = shared
-            .http
-            .post(
-                &format!("{base}/v1/rooms/{}:join", visit.room),
-                Some(&token()),
-                &json!({}),
-            )
-            .await;
+    for attempt in 0..20 {
+        let reply = if visit.twice && attempt == 0 {
+            // Twice at once: both answers must name one place.
+            let (bearer, body) = (token(), json!({}));
+            let (first, second) = tokio::join!(
+                shared.http.post(&join_url, Some(&bearer), &body),
+                shared.http.post(&join_url, Some(&bearer), &body),
+            );
+            let ids = [&first, &second].map(|r| {
+                matches!(r.status(), Some(200 | 202))
+                    .then(|| r.data()["join_id"].as_str().map(str::to_string))
+                    .flatten()
+            });
+            if let [Some(a), Some(b)] = &ids
+                && a != b
+            {
+                shared.journal.stray(format!(
+                    "person {} joined room {} twice at once and was told of two places: {a}, {b}",
+                    visit.person, visit.room
+                ));
+            }
+            if ids[0].is_some() { first } else { second }
+        } else {
+            shared
+                .http
+                .post(&join_url, Some(&token()), &json!({}))
+                .await
+        };
         match reply.status() {
             Some(200 | 202) => {
                 joined = reply.data()["ticket"].as_str().map(str::to_string);
