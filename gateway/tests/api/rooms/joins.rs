@@ -8,7 +8,6 @@ use std::sync::Arc;
 use hyper::StatusCode;
 
 use super::kit::*;
-use crate::support::*;
 
 const PEOPLE: usize = 400;
 const CALLERS: usize = 64;
