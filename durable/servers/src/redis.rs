@@ -119,6 +119,7 @@ impl RedisServer {
     pub fn freeze(&mut self) {
         if let Some(child) = &self.child {
             spawn::signal(child.id(), "STOP");
+            spawn::await_stopped(child.id());
         }
     }
 

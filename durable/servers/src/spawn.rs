@@ -145,6 +145,30 @@ pub(crate) fn signal(pid: u32, signal: &str) {
         .status();
 }
 
+/// Returns once the kernel reports `pid` stopped (state `T` in `/proc/<pid>/stat`), or after
+/// five seconds. A `SIGSTOP` takes effect when the process is next scheduled, so a caller that
+/// acts right after sending it could still be answered by the process on a busy machine.
+pub(crate) fn await_stopped(pid: u32) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match fs::read_to_string(&stat) {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            Ok(text) => {
+                let state = text
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next());
+                if matches!(state, Some("T" | "t")) {
+                    return;
+                }
+            }
+            // Gone: nothing left to wait for.
+            Err(_) => return,
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Current length of a log file (0 if it does not exist yet).
 pub(crate) fn log_len(log: &Path) -> u64 {
     fs::metadata(log).map_or(0, |m| m.len())
