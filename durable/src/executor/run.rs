@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{Notify, Semaphore};
@@ -65,8 +64,6 @@ struct Admitted {
     generation: i64,
     heads: Vec<AdmittedHead>,
     at: Instant,
-    /// The admission's Redis time, recorded by the claim as the heads' `started_at`.
-    started_at: DateTime<Utc>,
 }
 
 impl Executor {
@@ -220,15 +217,11 @@ impl Executor {
         match admit(&self.redis, &keys, limits).await? {
             Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
             Admission::Heads {
-                generation,
-                at_ms,
-                heads,
+                generation, heads, ..
             } => Ok(Some(Admitted {
                 generation,
                 heads,
                 at,
-                // A Redis time out of chrono's range is not a time: the claim's own clock then.
-                started_at: DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now),
             })),
             Admission::NotReady => {
                 rebuild::ensure_ready(&self.pg, &self.redis, app.id).await?;
@@ -268,7 +261,6 @@ impl Executor {
             application_id: app.id,
             generation: batch.generation,
             heads: &batch.heads,
-            started_at: batch.started_at,
             external: &external,
             owner: self.owner,
             lease: self.lease(),

@@ -108,9 +108,6 @@ pub struct ClaimOrder<'a> {
     /// The epoch the heads were admitted under.
     pub generation: i64,
     pub heads: &'a [AdmittedHead],
-    /// When `admit.lua` took the heads' permits (Redis time): recorded as `started_at` by a
-    /// row's first claim.
-    pub started_at: DateTime<Utc>,
     /// Heads whose handler reaches outside (a webhook): in doubt from here on, since nobody
     /// knows whether the backend acted if this executor dies mid-request.
     pub external: &'a [CommandId],
@@ -127,14 +124,22 @@ pub struct ClaimOrder<'a> {
 pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, DurableError> {
     let ids: Vec<CommandId> = order.heads.iter().map(|h| h.command_id).collect();
     let attempts: Vec<Uuid> = order.heads.iter().map(|h| h.attempt.as_uuid()).collect();
+    // When `admit.lua` took each head's permits (Redis time): recorded as `started_at` by a
+    // row's first claim. A Redis time out of chrono's range is not a time: the claim's clock.
+    let started: Vec<DateTime<Utc>> = order
+        .heads
+        .iter()
+        .map(|h| DateTime::from_timestamp_millis(h.started_ms).unwrap_or_else(Utc::now))
+        .collect();
     let rows = ending_waiting!(query!(
         r#"WITH epoch AS (
              SELECT generation FROM projections
               WHERE application_id = $1 AND generation = $2 FOR SHARE),
          heads AS (
-             SELECT h.id, h.attempt_id FROM unnest($3::uuid[], $4::uuid[]) AS h(id, attempt_id)),
+             SELECT h.id, h.attempt_id, h.started_at
+               FROM unnest($3::uuid[], $4::uuid[], $8::timestamptz[]) AS h(id, attempt_id, started_at)),
          old AS (
-             SELECT c.id, c.in_doubt, heads.attempt_id,
+             SELECT c.id, c.in_doubt, heads.attempt_id, heads.started_at,
                     c.deadline_at > now() AND c.max_wait_at > now() AS in_time
                FROM commands c JOIN heads ON heads.id = c.id
               WHERE EXISTS (SELECT 1 FROM epoch)
@@ -143,7 +148,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
          claimed AS (
              UPDATE commands c
                 SET status = 'executing', attempts = c.attempts + 1, lease_owner = $5,
-                    attempt_id = old.attempt_id, started_at = COALESCE(c.started_at, $8),
+                    attempt_id = old.attempt_id, started_at = COALESCE(c.started_at, old.started_at),
                     lease_expires_at = now() + make_interval(secs => $6::double precision / 1000),
                     updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($7)
                FROM old
@@ -176,7 +181,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         order.owner,
         order.lease.as_millis() as f64,
         order.external as _,
-        order.started_at,
+        &started,
     ))
     .fetch_all(stores.pg)
     .await?;

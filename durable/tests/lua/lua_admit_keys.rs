@@ -335,3 +335,66 @@ async fn a_failed_later_call_keeps_the_heads_earlier_calls_started() {
     );
     assert_eq!(heads, executing, "every head Redis started is handed over");
 }
+
+/// A head started by a later call of an admission carries that call's Redis time, which the
+/// claim records as its `started_at`: it may have been queued after the first call, so the first
+/// call's time would say it started before it was waiting at all (the model checker saw a
+/// command's `started_at` 3 ms before the poll that still found it queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_started_by_a_later_call_carries_that_calls_time() {
+    let bench = Bench::new().await;
+    bench.configure(&[("claim", "10 1000 1000 0")], &[]).await;
+    let r1 = [
+        bench.push("claim", "r1", &[]).await,
+        bench.push("claim", "r1", &[]).await,
+    ];
+    assert_eq!(bench.started_through(&bench.redis, 1).await, r1[..1]);
+    // A resource the next call does not know: its first call starts r1's head and asks for
+    // r2's keys; the second call, held until Redis's clock has moved on, starts r2's.
+    let r2 = bench.push("claim", "r2", &[]).await;
+    let application = bench.keys.application_id();
+    let pause = faults::pause(Point::LaterAdmitCall, application);
+    let admitting = {
+        let (redis, keys) = (bench.redis.clone(), bench.keys.clone());
+        tokio::spawn(async move { admit(&redis, &keys, admit_limits(10)).await })
+    };
+    pause.reached().await;
+    let held_at = redis_ms(&bench.redis).await;
+    // Redis's clock passes the held moment (a poll of TIME, not a sleep standing in for it).
+    while redis_ms(&bench.redis).await <= held_at + 5 {
+        tokio::task::yield_now().await;
+    }
+    pause.release();
+    let heads = match admitting.await.expect("the admission") {
+        Ok(Admission::Heads { heads, .. }) => heads,
+        other => panic!("heads, not {other:?}"),
+    };
+    let time_of = |id: CommandId| {
+        heads
+            .iter()
+            .find(|h| h.command_id == id)
+            .map(|h| h.started_ms)
+            .unwrap_or_else(|| panic!("{id} was not started: {heads:?}"))
+    };
+    assert!(
+        time_of(r1[1]) <= held_at,
+        "the first call's head: {heads:?}"
+    );
+    assert!(
+        time_of(r2) > held_at + 5,
+        "the later call's head carries its own call's time, not the first's: {heads:?} (held at {held_at})"
+    );
+}
+
+/// Redis's clock in Unix milliseconds.
+async fn redis_ms(redis: &Projection) -> i64 {
+    let time: Vec<String> = redis
+        .pool()
+        .next()
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .expect("TIME");
+    let seconds: i64 = time[0].parse().expect("seconds");
+    let micros: i64 = time[1].parse().expect("microseconds");
+    seconds * 1000 + micros / 1000
+}

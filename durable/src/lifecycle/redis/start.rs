@@ -19,14 +19,19 @@ pub struct AdmittedHead {
     pub queue_suffix: String,
     pub queue_seq: i64,
     pub attempt: AttemptId,
+    /// The Redis time of the `admit.lua` call that took its permits (Unix milliseconds): when
+    /// its turn came, which the claim records as its `started_at`. Heads of one admission
+    /// started by a later call carry that call's time, never an earlier one: a head may have
+    /// been queued after the first call.
+    pub started_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     NotReady,
-    /// The heads admitted under the projection's `generation` (the claim is fenced on it), at
-    /// `at_ms` (Redis time, Unix milliseconds: when their turn came, which the claim records as
-    /// their `started_at`).
+    /// The heads admitted under the projection's `generation` (the claim is fenced on it); `at_ms`
+    /// is the Redis time (Unix milliseconds) of the first call that started something, and each
+    /// head carries the time of its own call.
     Heads {
         generation: i64,
         at_ms: i64,
@@ -89,8 +94,7 @@ pub async fn admit(
             .admission_keys()
             .learn(&memory, &call.done, call.named);
         admitted = Some(match admitted {
-            // The time of the admission is the first call that started something: the turn of
-            // a later call's heads came a moment later, on the same clock.
+            // The admission's time is its first call's; each head keeps its own call's.
             Some((generation, at_ms, mut heads))
                 if generation == call.generation && !heads.is_empty() =>
             {
@@ -207,6 +211,7 @@ fn parse_answer(answer: &[Value]) -> Result<Option<AdmitCall>, DurableError> {
                     .map(|f| f as i64)
                     .ok_or_else(|| bad("seq"))?,
                 attempt: AttemptId::parse(&attempt).ok_or_else(|| bad("attempt is not a uuid"))?,
+                started_ms: at_ms,
             })
         })
         .collect::<Result<Vec<_>, DurableError>>()?;
