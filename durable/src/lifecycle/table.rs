@@ -141,7 +141,7 @@ pub const TRANSITIONS: &[Transition] = &[
             State::Is(Expired),
             State::Is(NeedsReview),
         ],
-        postgres: "UPDATE … SET attempt_id, lease, `started_at` if unset (the admission's Redis time) (past deadline or max_wait: expired)",
+        postgres: "UPDATE … SET attempt_id, lease, `started_at` if unset (the Redis time of the admit.lua call that started it) (past deadline or max_wait: expired)",
         sql: Some("src/lifecycle/claim.rs"),
         redis: &["requeue.lua", "land.lua"],
         fence: "epoch of the admission (FOR SHARE); still waiting and unheld",
