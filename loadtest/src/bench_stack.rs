@@ -14,7 +14,7 @@ use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::ticket::TicketKeys;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::{http_client, run};
@@ -28,6 +28,7 @@ pub mod prelude {
     pub use super::{
         BoxError, CLAIM_DECLARATION, Pace, PostgresSettings, RoundOptions, RunningGateway, Servers,
         Tenant, drain, enqueue_waiting, evalsha_stats, median, rates_cell, with_scratch_tenant,
+        without_statement_timeout,
     };
 }
 
@@ -508,4 +509,22 @@ pub async fn evalsha_stats(redis: &Projection) -> Result<(u64, u64), BoxError> {
             .unwrap_or(0)
     };
     Ok((field("calls="), field("usec=")))
+}
+
+/// Runs `work` on one connection of `pg` with no statement timeout (a bulk load or a `VACUUM`
+/// outlasts the pool's), then gives the connection back with the pool's own session settings
+/// (a `RESET` would drop to the server's defaults).
+pub async fn without_statement_timeout<T>(
+    pg: &PgPool,
+    work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, BoxError>,
+) -> Result<T, BoxError> {
+    let mut conn = pg.acquire().await?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let outcome = work(&mut conn).await;
+    sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
+        .execute(&mut *conn)
+        .await?;
+    outcome
 }

@@ -116,30 +116,27 @@ fn milliseconds(rounds: &[f64]) -> String {
 /// `people` waiting places joined before `opens_at`, as joins leave them: arrival numbers
 /// 1..=people, no order yet.
 async fn load(tenant: &Tenant, people: i64) -> Result<(), BoxError> {
-    let mut conn = tenant.pg.acquire().await?;
-    sqlx::query("SET statement_timeout = 0")
+    let ns = tenant.creds.namespace_id;
+    without_statement_timeout(&tenant.pg, async |conn| {
+        sqlx::query(
+            "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at)
+             SELECT gen_random_uuid(), $1, 'drop', 'p' || g, g, true, NULL, 'waiting', now()
+               FROM generate_series(1, $2::bigint) g",
+        )
+        .bind(ns)
+        .bind(people)
         .execute(&mut *conn)
         .await?;
-    sqlx::query(
-        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at)
-         SELECT gen_random_uuid(), $1, 'drop', 'p' || g, g, true, NULL, 'waiting', now()
-           FROM generate_series(1, $2::bigint) g",
-    )
-    .bind(tenant.creds.namespace_id)
-    .bind(people)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE rooms SET next_seq = $2, waiting = $2 WHERE namespace_id = $1 AND code = 'drop'",
-    )
-    .bind(tenant.creds.namespace_id)
-    .bind(people)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
+        sqlx::query(
+            "UPDATE rooms SET next_seq = $2, waiting = $2 WHERE namespace_id = $1 AND code = 'drop'",
+        )
+        .bind(ns)
+        .bind(people)
         .execute(&mut *conn)
         .await?;
-    Ok(())
+        Ok(())
+    })
+    .await
 }
 
 /// Back to an undrawn pre-queue whose `opens_at` has just passed, every place waiting, the dead
@@ -162,17 +159,13 @@ async fn undraw(tenant: &Tenant) -> Result<(), BoxError> {
     .bind(ns)
     .execute(&tenant.pg)
     .await?;
-    let mut conn = tenant.pg.acquire().await?;
-    sqlx::query("SET statement_timeout = 0")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("VACUUM ANALYZE room_places")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+    without_statement_timeout(&tenant.pg, async |conn| {
+        sqlx::query("VACUUM ANALYZE room_places")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Every place has an order, each a different one of the arrival numbers.

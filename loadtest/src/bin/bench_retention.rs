@@ -153,20 +153,16 @@ async fn run(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
                 .await?;
         }
         // What deleted rows leave behind is reusable only after a vacuum: part of the cost.
-        let mut conn = tenant.pg.acquire().await?;
-        sqlx::query("SET statement_timeout = 0")
+        without_statement_timeout(&tenant.pg, async |conn| {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "VACUUM {}",
+                deleted.partition()
+            )))
             .execute(&mut *conn)
             .await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "VACUUM {}",
-            deleted.partition()
-        )))
-        .execute(&mut *conn)
-        .await?;
-        sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
+            Ok(())
+        })
+        .await
     })
     .await?;
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM commands WHERE id >= $1 AND id < $2")
