@@ -74,10 +74,21 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
             ));
         }
         // Under review: an attempt's outcome is unknown, which only a fault can make so (a
-        // delivery cut off, an executor stopped past its lease) before the deadline.
-        if row.status == "needs_review"
-            && !evidence.strand_excuse(row.accepted_ms, row.finished_ms.unwrap_or(row.accepted_ms))
-        {
+        // delivery cut off, an executor stopped or cut off from Redis past its lease) while it
+        // ran: from its first start to its end, or to its last delivery when no end is recorded.
+        let last_delivery = evidence
+            .deliveries
+            .iter()
+            .filter(|d| d.command_id == row.id)
+            .filter_map(|d| d.ended_ms)
+            .max();
+        let ran_from = row.started_ms.unwrap_or(row.accepted_ms);
+        let ran_to = row
+            .finished_ms
+            .or(last_delivery)
+            .unwrap_or(ran_from)
+            .max(ran_from);
+        if row.status == "needs_review" && !evidence.doubt_excuse(ran_from, ran_to) {
             violations.push(Violation::new(
                 "review-without-doubt",
                 format!("intent {n} ({}) ended needs_review with no fault that could leave its outcome unknown", row.id),

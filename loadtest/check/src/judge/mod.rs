@@ -184,6 +184,19 @@ impl Evidence<'_> {
         })
     }
 
+    /// Whether a fault that can leave an attempt's outcome unknown was active within the lease
+    /// and sweeps of the interval.
+    pub fn doubt_excuse(&self, from_ms: i64, to_ms: i64) -> bool {
+        let slack = self.plan.timing.lease_ms as i64
+            + self.plan.timing.sweep_interval_ms as i64 * 2
+            + 2_000;
+        self.records.faults.iter().any(|f| {
+            f.kind.may_leave_outcome_unknown()
+                && f.started_ms - 500 <= to_ms
+                && f.ended_ms + slack >= from_ms
+        })
+    }
+
     /// Whether, near `at_ms`, executors may have admitted heads whose claim then failed and
     /// given them straight back (PostgreSQL restarting, or an executor's link to it faulty): a
     /// queue's entries may then leave and come back between two samples of the recorder.

@@ -313,6 +313,14 @@ impl FaultKind {
         }
     }
 
+    /// Whether an attempt's outcome can become unknown during the fault: what may strand work,
+    /// and any fault on an executor's link (a black hole or a flapping link too), which can keep
+    /// it from renewing its lease while a request may be out.
+    pub fn may_leave_outcome_unknown(&self) -> bool {
+        self.may_strand_work()
+            || matches!(self, FaultKind::Link(link, _) if matches!(link.process, Process::Executor(_)))
+    }
+
     /// Whether an executor's claims can fail during the fault (PostgreSQL out of its reach): it
     /// then gives the heads it admitted straight back to their queues.
     pub fn fails_claims(&self) -> bool {
