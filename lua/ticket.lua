@@ -15,7 +15,12 @@
 -- queue tag stands for, so its later polls can be answered from the gateway's memory
 -- (gateway/src/waiting_view.rs), and the next poll here passes the queue at once.
 
-local m = redis.call('HMGET', KEYS[1], 'ready', 'generation')
+-- Trusted only in the Redis process that built or verified the projection (lib/epoch.lua): a
+-- Redis restarted from an older snapshot still says ready at the same generation, with its
+-- queues as they were then, so a rank read there is not the truth. Such a process is marked
+-- not ready here as by any life-cycle script, and this answers not ready.
+local trusted = epoch_check(KEYS[1], 0, epoch_now())
+local m = {trusted and '1' or '0', trusted and tostring(trusted) or false}
 local h = redis.call('HMGET', KEYS[2], 'status', 'q', 'updated_at', 'accepted_at', 'deadline_at',
   'result', 'error_code', 'error_message')
 local rank = false

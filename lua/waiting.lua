@@ -82,7 +82,12 @@ local function runs_of(key, cap, budget)
   return runs, r
 end
 
-local m = redis.call('HMGET', KEYS[1], 'ready', 'generation')
+-- Trusted only in the Redis process that built or verified the projection (lib/epoch.lua): a
+-- Redis restarted from an older snapshot still says ready at the same generation, with its
+-- queues as they were then, so a rank read there is not the truth. Such a process is marked
+-- not ready here as by any life-cycle script, and this answers not ready.
+local trusted = epoch_check(KEYS[1], 0, epoch_now())
+local m = {trusted and '1' or '0', trusted and tostring(trusted) or false}
 local t = redis.call('TIME')
 local app_seq = tonumber(redis.call('GET', KEYS[2]) or '0')
 local low = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')

@@ -10,9 +10,9 @@ use crate::DurableError;
 
 /// Every script Sluice runs. Cheap to clone; hashes are computed once.
 ///
-/// The scripts of the command life cycle start with `lua/lib/epoch.lua` (prepended here): the
-/// check that the projection is trusted (ready, new enough, and in the Redis process that built
-/// it), and the helpers they share.
+/// The scripts of the command life cycle, and the reads that tell positions, start with
+/// `lua/lib/epoch.lua` (prepended here): the check that the projection is trusted (ready, new
+/// enough, and in the Redis process that built it), and the helpers they share.
 #[derive(Clone)]
 pub struct Scripts {
     pub intake: NamedScript,
@@ -181,8 +181,8 @@ impl Scripts {
             renew: fenced!("renew.lua"),
             mark: fenced!("mark.lua"),
             retake: fenced!("retake.lua"),
-            ticket: asking!("ticket.lua"),
-            waiting: plain!("waiting.lua"),
+            ticket: fenced!("ticket.lua"),
+            waiting: fenced!("waiting.lua"),
             holders: asking!("holders.lua"),
             holding: fenced!("holding.lua"),
             ready: plain!("ready.lua"),

@@ -245,3 +245,49 @@ async fn an_old_save_and_a_fresh_verification_do_not_ask() {
         "a verification a second old is made again"
     );
 }
+
+/// The reads that tell positions (`ticket.lua`, `waiting.lua`) trust the projection only in the
+/// process that built or verified it, as the life-cycle scripts do: a Redis restarted from an
+/// older snapshot holds its queues as they were then, and a rank read there is not the truth
+/// (the model checker saw a poll told 5 where the rank had been 3 and the rebuild gave 2). They
+/// answer not ready and mark the projection for its rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_reads_ask_the_process_too() {
+    use sluice_durable::projection::ticket::read_status;
+    use sluice_durable::projection::waiting::{RunLimits, pull};
+
+    let (_server, bench) = own_bench().await;
+    let waiting = bench.queue_accepted("claim", "r", 1).await[0];
+    let before = read_status(&bench.redis, &bench.keys, waiting, None)
+        .await
+        .expect("ticket.lua");
+    assert!(before.ready, "trusted before: {before:?}");
+
+    bench.pose_as_restored_in_the_second_of_its_save().await;
+    let after = read_status(&bench.redis, &bench.keys, waiting, None)
+        .await
+        .expect("ticket.lua");
+    assert!(!after.ready, "a restored process is not trusted: {after:?}");
+    assert_eq!(bench.marked_ready().await.as_deref(), Some("0"));
+
+    // The pull of the gateway's memory, on the same state (marked ready again first, so only
+    // the process check can refuse it).
+    let _: () = bench
+        .redis
+        .pool()
+        .next()
+        .hset(bench.keys.meta(), [("ready", "1")])
+        .await
+        .expect("hset meta");
+    bench.pose_as_restored_in_the_second_of_its_save().await;
+    let runs = RunLimits {
+        entries: 1024,
+        reads: 1024,
+    };
+    let suffixes = vec![bench.suffix("claim", "r")];
+    let snapshot = pull(&bench.redis, &bench.keys, &suffixes, 0, 1024, runs)
+        .await
+        .expect("waiting.lua");
+    assert!(!snapshot.ready, "a restored process is not trusted");
+    assert_eq!(bench.marked_ready().await.as_deref(), Some("0"));
+}
