@@ -1,4 +1,5 @@
--- ticket.lua: everything a ticket poll shows, in one round trip and without writes.
+-- ticket.lua: everything a ticket poll shows, in one round trip; it writes only to mark a
+-- projection found in another Redis process not ready (lib/epoch.lua).
 --
 -- KEYS[1] meta  KEYS[2] cmd (status hash)  KEYS[3] starts (admit.lua's start rate per queue)
 -- KEYS[4 ..] (optional) the queue the caller expects the command to wait in
