@@ -73,9 +73,8 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
                 ),
             ));
         }
-        // Under review: an attempt's outcome is unknown, which only a fault can make so (a
-        // delivery cut off, an executor stopped or cut off from Redis past its lease) while it
-        // ran: from its first start to its end, or to its last delivery when no end is recorded.
+        // Under review: an attempt's outcome is unknown, which a fault can make so (a delivery
+        // cut off, an executor stopped or cut off from Redis past its lease) while it ran: from its first start to its end, or to its last delivery when no end is recorded.
         let last_delivery = evidence
             .deliveries
             .iter()
@@ -88,7 +87,18 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
             .or(last_delivery)
             .unwrap_or(ran_from)
             .max(ran_from);
-        if row.status == "needs_review" && !evidence.doubt_excuse(ran_from, ran_to) {
+        // Or its deadline passed while it ran (a request out when the time was up: whether the
+        // backend acted is what a reviewer decides), within a second of its last answer.
+        let deadline_ms = evidence
+            .decl
+            .command(&row.command)
+            .map(|c| row.accepted_ms + i64::from(c.deadline_seconds) * 1000);
+        let deadline_while_running =
+            deadline_ms.is_some_and(|deadline| ran_from <= deadline && deadline <= ran_to + 1_000);
+        if row.status == "needs_review"
+            && !deadline_while_running
+            && !evidence.doubt_excuse(ran_from, ran_to)
+        {
             violations.push(Violation::new(
                 "review-without-doubt",
                 format!("intent {n} ({}) ended needs_review with no fault that could leave its outcome unknown", row.id),
