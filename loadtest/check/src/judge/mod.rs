@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use crate::backend::{Decision, Delivery};
 use crate::journal::Records;
-use crate::plan::{Declaration, Enqueue, OpKind, Plan};
+use crate::plan::{Declaration, Enqueue, FaultKind, OpKind, Plan};
 use crate::recorder::Span;
 use crate::rows::{AllocationRow, CommandRow, PlaceRow};
 
@@ -176,24 +176,28 @@ impl Evidence<'_> {
     /// Whether a fault of the run that may strand admitted work was active within `slack_ms`
     /// of the interval.
     pub fn strand_excuse(&self, from_ms: i64, to_ms: i64) -> bool {
-        let slack = self.plan.timing.lease_ms as i64
-            + self.plan.timing.sweep_interval_ms as i64 * 2
-            + 2_000;
-        self.records.faults.iter().any(|f| {
-            f.kind.may_strand_work() && f.started_ms - 500 <= to_ms && f.ended_ms + slack >= from_ms
-        })
+        self.fault_within_a_lease(from_ms, to_ms, FaultKind::may_strand_work)
     }
 
     /// Whether a fault that can leave an attempt's outcome unknown was active within the lease
     /// and sweeps of the interval.
     pub fn doubt_excuse(&self, from_ms: i64, to_ms: i64) -> bool {
+        self.fault_within_a_lease(from_ms, to_ms, FaultKind::may_leave_outcome_unknown)
+    }
+
+    /// Whether a fault of the kind `counts` was active from half a second before the interval
+    /// until a lease, two sweeps and two seconds after it: what it stranded has been swept by then.
+    fn fault_within_a_lease(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        counts: impl Fn(&FaultKind) -> bool,
+    ) -> bool {
         let slack = self.plan.timing.lease_ms as i64
             + self.plan.timing.sweep_interval_ms as i64 * 2
             + 2_000;
         self.records.faults.iter().any(|f| {
-            f.kind.may_leave_outcome_unknown()
-                && f.started_ms - 500 <= to_ms
-                && f.ended_ms + slack >= from_ms
+            counts(&f.kind) && f.started_ms - 500 <= to_ms && f.ended_ms + slack >= from_ms
         })
     }
 
