@@ -211,10 +211,12 @@ async fn write_batch(
     }
     insert_places(&mut tx, joins, &made, &doors).await?;
     for (key, seq) in &next_seq {
-        let added = made
-            .iter()
-            .filter(|m| joins[m.job].namespace_id == key.0 && joins[m.job].room == key.1)
-            .count() as i64;
+        // Numbered from the row's `next_seq` without gaps: the places added are the difference.
+        let numbered_from = doors
+            .get(key)
+            .and_then(Option::as_ref)
+            .map_or(*seq, |door| door.next_seq);
+        let added = seq - numbered_from;
         sqlx::query!(
             "UPDATE rooms SET next_seq = $3, waiting = waiting + $4
               WHERE namespace_id = $1 AND code = $2",
