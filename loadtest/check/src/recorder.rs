@@ -233,9 +233,11 @@ pub fn rank_at(
 }
 
 /// Whether, between `from_us` and `to_us`, a command came to stand ahead of sequence `seq` that
-/// was not there at `from_us` (a requeue at an old place, a rebuild restoring one, an earlier
-/// acceptance projected late): what lets a position grow. `None` when the samples do not cover
-/// the interval.
+/// was not there just before (a requeue at an old place, a rebuild restoring one, an earlier
+/// acceptance projected late): what lets a position grow. A command ahead that left (it started)
+/// and stands ahead again (its lease lapsed and it was requeued at its old place) came back:
+/// each sample is compared with the one before it, not with the first. `None` when the samples
+/// do not cover the interval.
 pub fn arrival_ahead(
     spans: &[Span],
     queue: usize,
@@ -247,7 +249,7 @@ pub fn arrival_ahead(
     let base = spans
         .partition_point(|s| s.first_us <= from_us)
         .checked_sub(1)?;
-    let (known, _) = ahead_of(&spans[base], queue, member, seq)?;
+    let (mut before, _) = ahead_of(&spans[base], queue, member, seq)?;
     let mut last = spans[base].last_us;
     // Up to and including the first sample after `to_us`: an arrival just before `to_us` shows
     // there first (one just after it excuses a growth it did not cause: lenient, never wrong).
@@ -257,9 +259,10 @@ pub fn arrival_ahead(
         }
         last = span.last_us;
         let (ahead, _) = ahead_of(span, queue, member, seq)?;
-        if ahead.iter().any(|m| !known.contains(m)) {
+        if ahead.iter().any(|m| !before.contains(m)) {
             return Some(true);
         }
+        before = ahead;
         if span.first_us > to_us {
             return Some(false);
         }
@@ -360,6 +363,15 @@ mod tests {
             span(200, 300, &[("b", 2), ("c", 3)]),
         ];
         assert_eq!(arrival_ahead(&behind, 0, "b", 2, 50, 150), Some(false));
+        // Ahead, gone (it started), ahead again (requeued at its old place): it came back.
+        let requeued = vec![
+            span(0, 100, &[("a", 1), ("d", 4)]),
+            span(200, 300, &[("d", 4)]),
+            span(400, 500, &[("a", 1), ("d", 4)]),
+        ];
+        assert_eq!(arrival_ahead(&requeued, 0, "d", 4, 250, 450), Some(true));
+        assert_eq!(arrival_ahead(&requeued, 0, "d", 4, 50, 450), Some(true));
+        assert_eq!(arrival_ahead(&requeued, 0, "d", 4, 50, 150), Some(false));
         let gap = vec![
             span(0, 100, &[("b", 2), ("d", 4)]),
             span(900_000, 900_100, &[("d", 4)]),
