@@ -31,7 +31,7 @@ pub use limits::render_limit_keys;
 pub use model::{
     AdmissionBudget, CommandDecl, Declaration, HandlerDecl, IntakeBudget, LimitDecl,
     NamespaceSettings, ParamDecl, ProofOfWork, QuotaMode, QuotaPoolDecl, ReadDecl, ReadScope,
-    ResourceKeyDecl, RoomDecl, SubjectRate, WaitingPageDecl,
+    ResourceKeyDecl, RoomDecl, RoomPageDecl, SubjectRate, WaitingPageDecl,
 };
 pub use namespace::MAX_CAPACITY as MAX_POOL_CAPACITY;
 pub use read::parse_read_params;

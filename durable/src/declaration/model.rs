@@ -279,6 +279,22 @@ pub struct RoomDecl {
     /// What a join must prove it spent first; absent in declarations stored before it existed.
     #[serde(default)]
     pub proof_of_work: ProofOfWork,
+    /// The hosted room page's texts, colours and return URL (`page`), when declared.
+    #[serde(default)]
+    pub page: Option<RoomPageDecl>,
+}
+
+/// The hosted room page of a room (`page` in the declaration).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomPageDecl {
+    pub title: String,
+    pub message: String,
+    pub accent_color: String,
+    pub background_color: String,
+    pub text_color: String,
+    /// Where an admitted person's pass is posted (an HTML form post of `pass`, `join_id` and
+    /// `room`); the page keeps the pass on itself when absent.
+    pub return_url: Option<String>,
 }
 
 /// The work a join must show: the number of leading zero bits of a SHA-256 the joiner has to

@@ -50,6 +50,7 @@ fn parse_room(room: &Obj<'_>) -> Result<RoomDecl> {
         "prequeue_seconds",
         "shuffle_prequeue",
         "proof_of_work",
+        "page",
     ])?;
     let code = room.req_str("code")?;
     check_code(code, &room.field("code"))?;
@@ -96,6 +97,7 @@ fn parse_room(room: &Obj<'_>) -> Result<RoomDecl> {
         prequeue_seconds,
         shuffle_prequeue: shuffle_prequeue.unwrap_or(true),
         proof_of_work,
+        page: super::waiting_page::parse_room_page(room)?,
     })
 }
 

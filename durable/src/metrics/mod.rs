@@ -428,7 +428,7 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
     );
     registry.register(
         "sluice_ticket_polls",
-        "Ticket polls answered, by source: memory (a waiting command's place from the gateway's snapshot of its queue), redis (ticket.lua) or postgres",
+        "Ticket polls answered, by source: memory (a waiting command's place from the gateway's snapshot of its queue, or a waiting room place from the gateway's board of its room), redis (ticket.lua) or postgres",
         f.ticket_polls.clone(),
     );
     registry.register(

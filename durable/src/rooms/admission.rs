@@ -1,5 +1,6 @@
 //! The admission ticker's step for one room, in one transaction under the room's row lock:
 //!
+//! 0. leaves since the last step are counted into the room's figures;
 //! 1. at or after `opens_at`, once: the draw, which gives the pre-queue its order
 //!    ([`super::fair_order`]);
 //! 2. admitted places whose pass has lapsed (`pass_until` plus [`PASS_GRACE`] has passed) end
@@ -14,7 +15,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::PASS_GRACE;
+use super::{FIRST_PASS_PICKUP, PASS_GRACE};
 use crate::DurableError;
 use crate::ids::NamespaceId;
 
@@ -72,33 +73,46 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
     };
     let now = row.now;
     let mut stepped = Stepped::default();
-    if let Some(opens_at) = row.opens_at {
-        if now < opens_at {
-            return Ok(Some(stepped));
-        }
-        if row.drawn_at.is_none() {
+    let leaves = count_leaves(&mut tx, room).await?;
+    let waiting = row.waiting - leaves.waiting;
+    let mut bucket = Bucket::refill(row.admit_per_minute, row.tokens, row.tokens_at, now);
+    let opened = row.opens_at.is_none_or(|opens_at| now >= opens_at);
+    if !opened && leaves.waiting == 0 && leaves.active == 0 {
+        // Before the start with nothing to count: nothing to write.
+        return Ok(Some(stepped));
+    }
+    if opened {
+        if row.opens_at.is_some() && row.drawn_at.is_none() {
             draw(&mut tx, room, &row.seed, row.shuffle_prequeue).await?;
             stepped.drawn = true;
         }
-    }
-    stepped.expired = expire(&mut tx, room, now).await?;
-    let room_left = match row.max_active {
-        Some(max) => (i64::from(max) - holding(&mut tx, room, now).await?).max(0),
-        None => i64::MAX,
-    };
-    let bucket = Bucket::refill(row.admit_per_minute, row.tokens, row.tokens_at, now);
-    let wanted = room_left
-        .min(bucket.whole())
-        .min(row.waiting)
-        .min(MAX_ADMITTED_PER_STEP);
-    if wanted > 0 {
-        stepped.admitted = admit(&mut tx, room, wanted, now).await?;
+        stepped.expired = expire(&mut tx, room, now).await?;
+        let room_left = match row.max_active {
+            Some(max) => (i64::from(max) - holding(&mut tx, room, now).await?).max(0),
+            None => i64::MAX,
+        };
+        let wanted = room_left
+            .min(bucket.whole())
+            .min(waiting)
+            .min(MAX_ADMITTED_PER_STEP);
+        if wanted > 0 {
+            stepped.admitted = admit(&mut tx, room, wanted, now).await?;
+        }
+    } else {
+        // Nobody is admitted before the start: the bucket stays as it was.
+        bucket = Bucket::refill(
+            row.admit_per_minute,
+            row.tokens,
+            row.tokens_at,
+            row.tokens_at,
+        );
     }
     sqlx::query!(
         "UPDATE rooms
-            SET active = active - $3 + $4, waiting = waiting - $4,
+            SET active = active - $3 + $4 - $8, waiting = waiting - $4 - $9,
                 admitted_total = admitted_total + $4, lapsed_total = lapsed_total + $3,
-                tokens = $5, tokens_at = $6,
+                left_total = left_total + $8 + $9,
+                tokens = $5, tokens_at = CASE WHEN $10 THEN $6 ELSE tokens_at END,
                 drawn_at = CASE WHEN $7 THEN $6 ELSE drawn_at END
           WHERE namespace_id = $1 AND code = $2",
         room.namespace_id as _,
@@ -107,12 +121,43 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
         stepped.admitted as i64,
         bucket.after(stepped.admitted),
         now,
-        stepped.drawn
+        stepped.drawn,
+        leaves.active,
+        leaves.waiting,
+        opened
     )
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
     Ok(Some(stepped))
+}
+
+/// Leaves not yet in the room's figures, by what the place was when it left.
+struct Leaves {
+    waiting: i64,
+    active: i64,
+}
+
+/// Counts the room's leaves since the last step into its figures (a leave changes only its
+/// place's row, see [`super::places::leave`]), each exactly once.
+async fn count_leaves(tx: &mut sqlx::PgConnection, room: &RoomRef) -> Result<Leaves, DurableError> {
+    let counted = sqlx::query!(
+        r#"WITH counted AS (
+               UPDATE room_places SET leave_counted = true
+                WHERE namespace_id = $1 AND room = $2 AND NOT leave_counted
+            RETURNING admitted_at IS NULL AS was_waiting)
+           SELECT count(*) FILTER (WHERE was_waiting) AS "waiting!",
+                  count(*) FILTER (WHERE NOT was_waiting) AS "active!"
+             FROM counted"#,
+        room.namespace_id as _,
+        &room.code
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(Leaves {
+        waiting: counted.waiting,
+        active: counted.active,
+    })
 }
 
 /// Gives every undrawn pre-queue place its queue order: the pre-queue's own arrival numbers,
@@ -193,7 +238,8 @@ async fn holding(
 
 /// Admits the first `count` waiting places by queue order; the room's `admitted_through`
 /// follows. A pass's times are whole seconds (its `iat` and `exp`): it runs until the earlier
-/// of `pass_seconds` and, when heartbeats are required, `heartbeat_seconds`.
+/// of `pass_seconds` and, when heartbeats are required, the later of `heartbeat_seconds` and
+/// [`FIRST_PASS_PICKUP`] (the holder has not seen it yet).
 async fn admit(
     tx: &mut sqlx::PgConnection,
     room: &RoomRef,
@@ -210,7 +256,8 @@ async fn admit(
                   SET state = 'admitted', admitted_at = $4,
                       renewed_at = date_trunc('second', $4::timestamptz),
                       pass_until = date_trunc('second', $4::timestamptz) + make_interval(
-                          secs => least(r.pass_seconds, coalesce(r.heartbeat_seconds, r.pass_seconds)))
+                          secs => least(r.pass_seconds,
+                                        greatest(coalesce(r.heartbeat_seconds, r.pass_seconds), $5)))
                  FROM next, rooms r
                 WHERE p.id = next.id AND r.namespace_id = $1 AND r.code = $2
             RETURNING p.ord)
@@ -220,7 +267,8 @@ async fn admit(
         room.namespace_id as _,
         &room.code,
         count,
-        now
+        now,
+        FIRST_PASS_PICKUP.as_secs() as i32
     )
     .fetch_optional(&mut *tx)
     .await?;

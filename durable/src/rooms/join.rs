@@ -402,6 +402,7 @@ fn new_place(join: &JoinRequest, made: &NewPlace, door: &Door) -> Place {
         subject: join.subject.clone(),
         state: PlaceState::Waiting,
         prequeue: made.prequeue,
+        ord,
         joined_at: door.clock,
         renewed_at: None,
         pass_until: None,

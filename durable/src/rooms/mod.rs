@@ -12,6 +12,8 @@
 //! - [`admission`]: the ticker's step: the fair draw at `opens_at`, lapsed passes freed, the
 //!   next places admitted within `max_active` and `admit_per_minute`.
 //! - [`places`]: a place as a poll sees it; a pass's heartbeat and leave.
+//! - [`board`]: what a gateway keeps in memory to answer waiting places' polls without a query
+//!   each: the room's admission front, its drawn order, and who left the queue.
 //! - [`fair_order`]: the documented order of the pre-queue, and the room as the public sees it.
 //! - [`figures`]: a namespace's rooms as the status board shows them to an operator.
 //!
@@ -20,12 +22,21 @@
 //! [`PASS_GRACE`], even after a leave: the grace covers verifiers that compare whole seconds
 //! (`exp < now`, as the `jsonwebtoken` crate does, accepts a pass through its `exp` second).
 //!
-//! Lock order, everywhere: the room's row, then place rows. Heartbeats lock only their place.
+//! Lock order, everywhere: the room's row, then place rows. Heartbeats and leaves lock only their
+//! place (the ticker counts leaves into the room's row at its next step).
 
 /// How long after a pass's `exp` its place still holds its slot (see the module's notes).
 pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The first pass of a place lasts at least this long from its admission (never past
+/// `pass_seconds`), whatever `heartbeat_seconds` says: the pass reaches its holder only on their
+/// next poll, and a waiting person is advised to poll at most every 6 s (the gateway's longest
+/// jittered advice; 5 s in the pre-queue), so a pass that lasted a 5 s heartbeat from admission
+/// could lapse before its holder ever saw it. Heartbeats then extend it by `heartbeat_seconds` as declared.
+pub const FIRST_PASS_PICKUP: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub mod admission;
+pub mod board;
 pub mod declare;
 pub mod fair_order;
 pub mod figures;
@@ -89,6 +100,9 @@ pub struct Place {
     /// before the ticker records it.
     pub state: PlaceState,
     pub prequeue: bool,
+    /// Its queue order: `seq` after the start, the drawn rank for the pre-queue (`None` until
+    /// the draw).
+    pub ord: Option<i64>,
     pub joined_at: DateTime<Utc>,
     /// The live pass's `iat` and `exp` while admitted (and the last ones after).
     pub renewed_at: Option<DateTime<Utc>>,

@@ -1,6 +1,6 @@
 //! A place as a poll sees it, and what the holder of a pass does with it: heartbeat and leave.
 //!
-//! A heartbeat is one statement on the place's row: it extends `pass_until` only while the
+//! A heartbeat, and a leave, is one statement on the place's row. A heartbeat it extends `pass_until` only while the
 //! pass is live by the database's clock, so it can never revive a place the ticker has freed
 //! (the ticker frees a place only once `pass_until` has passed, and both lock the row).
 
@@ -39,6 +39,7 @@ pub async fn read(
             subject: row.subject,
             state,
             prequeue: row.prequeue,
+            ord: row.ord,
             joined_at: row.joined_at,
             renewed_at: row.renewed_at,
             pass_until: row.pass_until,
@@ -113,65 +114,34 @@ pub async fn heartbeat(
 /// one ends, and its slot is free once its last pass can no longer be accepted (its `exp`
 /// plus the grace, see [`super`]). A place that had already ended is answered as it is, another
 /// subject's is [`PassChange::NotTheHolders`], and `None` means there is no such place.
+///
+/// One statement on the place's row, so a leave never waits for the ticker's hold on the room's
+/// row; the ticker counts it into the room's figures at its next step (`leave_counted`). A pass
+/// that ran out meanwhile is not left: it expired (the ticker records it).
 pub async fn leave(
     pg: &PgPool,
     namespace_id: NamespaceId,
     id: Uuid,
     subject: &str,
 ) -> Result<Option<PassChange>, DurableError> {
+    let left = sqlx::query_scalar!(
+        "UPDATE room_places
+            SET state = 'left', ended_at = clock_timestamp(), leave_counted = false
+          WHERE id = $1 AND namespace_id = $2 AND subject = $3
+            AND (state = 'waiting' OR (state = 'admitted' AND pass_until > now()))
+        RETURNING id",
+        id,
+        namespace_id as _,
+        subject
+    )
+    .fetch_optional(pg)
+    .await?;
     let Some(place) = read(pg, namespace_id, id).await? else {
         return Ok(None);
     };
     if place.subject != subject {
         return Ok(Some(PassChange::NotTheHolders));
     }
-    if place.state.is_final() {
-        return Ok(Some(PassChange::Unchanged(place)));
-    }
-    let mut tx = pg.begin().await?;
-    sqlx::query!(
-        "SELECT code FROM rooms WHERE namespace_id = $1 AND code = $2 FOR UPDATE",
-        namespace_id as _,
-        &place.room
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    // A pass that ran out meanwhile is not left: it expired (the ticker records it).
-    let left = sqlx::query!(
-        r#"WITH old AS (
-               SELECT id, state FROM room_places
-                WHERE id = $1 AND namespace_id = $2
-                  AND (state = 'waiting' OR (state = 'admitted' AND pass_until > now()))
-                FOR UPDATE)
-           UPDATE room_places p SET state = 'left', ended_at = now()
-             FROM old WHERE p.id = old.id
-        RETURNING old.state AS "was!""#,
-        id,
-        namespace_id as _
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(left) = &left {
-        let (waiting, active) = if left.was == "waiting" {
-            (1, 0)
-        } else {
-            (0, 1)
-        };
-        sqlx::query!(
-            "UPDATE rooms SET waiting = waiting - $3, active = active - $4, left_total = left_total + 1
-              WHERE namespace_id = $1 AND code = $2",
-            namespace_id as _,
-            &place.room,
-            waiting,
-            active
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    let place = read(pg, namespace_id, id)
-        .await?
-        .ok_or_else(|| DurableError::NotFound("the place is gone".into()))?;
     Ok(Some(match left {
         Some(_) => PassChange::Changed(place),
         None => PassChange::Unchanged(place),

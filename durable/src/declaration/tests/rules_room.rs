@@ -1,6 +1,6 @@
 //! Rules for `[[room]]` declarations.
 
-use super::super::{ProofOfWork, RoomDecl, parse, room_opens_at};
+use super::super::{ProofOfWork, RoomDecl, RoomPageDecl, parse, room_opens_at};
 use super::{assert_refused, doc};
 
 /// Keys to set, the field refused and a part of its message.
@@ -57,6 +57,7 @@ fn minimal_room_gets_defaults() {
             prequeue_seconds: None,
             shuffle_prequeue: true,
             proof_of_work: ProofOfWork::Off,
+            page: None,
         }
     );
     let rate_only = room(&[("max_active", ""), ("admit_per_minute", "30")]);
@@ -92,6 +93,7 @@ fn every_room_field_may_be_set() {
             prequeue_seconds: Some(604_800),
             shuffle_prequeue: false,
             proof_of_work: ProofOfWork::Fixed { bits: 26 },
+            page: None,
         }
     );
     assert_eq!(
@@ -508,4 +510,62 @@ fn too_many_rooms_are_refused() {
     };
     assert_refused(&rooms(65), "room", "at most 64 rooms");
     assert_eq!(parse(&rooms(64)).map(|d| d.rooms.len()), Ok(64));
+}
+
+#[test]
+fn a_room_page_takes_texts_colours_and_one_return_url() {
+    assert_eq!(room(&[]).page, None);
+    let page = room(&[(
+        "page",
+        r##"{ title = "Launch day", accent_color = "#AA0000", return_url = "https://shop.example/enter" }"##,
+    )])
+    .page
+    .expect("a page");
+    assert_eq!(page.title, "Launch day");
+    assert_eq!(page.accent_color, "#aa0000");
+    assert_eq!(
+        page.return_url.as_deref(),
+        Some("https://shop.example/enter")
+    );
+    assert_eq!(page.message, RoomPageDecl::default().message);
+    let defaults = room(&[("page", "{}")]).page.expect("a page");
+    assert_eq!(defaults, RoomPageDecl::default());
+}
+
+#[test]
+fn a_room_page_refuses_what_could_redirect_or_inject() {
+    for (page, field, message) in [
+        (
+            r#"{ return_url = "javascript:alert(1)" }"#,
+            "room[0].page.return_url",
+            "https://",
+        ),
+        (
+            r#"{ return_url = "https://user@shop.example/" }"#,
+            "room[0].page.return_url",
+            "without credentials",
+        ),
+        (
+            r#"{ return_url = "https://shop.example/enter?next=/x" }"#,
+            "room[0].page.return_url",
+            "no query",
+        ),
+        (
+            r#"{ return_urls = ["https://shop.example/"] }"#,
+            "room[0].page.return_urls",
+            "",
+        ),
+        (
+            r#"{ accent_color = "red" }"#,
+            "room[0].page.accent_color",
+            "#rrggbb",
+        ),
+        (
+            "{ title = \"a\\u0007b\" }",
+            "room[0].page.title",
+            "no control characters",
+        ),
+    ] {
+        assert_refused(&with_room(&[("page", page)]), field, message);
+    }
 }
