@@ -35,14 +35,15 @@ trap 'rm -f "$out"' EXIT
 # filter: every test whose name contains it):
 # - the slot-migration test: how long its slot stays half-moved follows the machine's load;
 # - the three-gateway test: how fast its callers can press the shared intake bucket;
-# - the Chromium tests (`browser::`, `rooms::browser::`, `dashboard::`): fifty pages joining a
-#   drop showed "Reconnecting…" beside two other tests.
+# - the Chromium tests (`browser::`, `rooms::browser::`, `dashboard::`, `rooms::page::`): fifty
+#   pages joining a drop showed "Reconnecting…" beside two other tests.
 # Each failed once in about eight runs with three or four tests beside it.
 ALONE=(
   cluster::a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit
   concurrency::three_gateway_processes_share_one_intake_bucket_exactly
   browser::
   dashboard::
+  rooms::page::
 )
 SKIP_ALONE=()
 for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done

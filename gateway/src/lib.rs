@@ -9,7 +9,8 @@
 //! - [`error`]: the API's error codes and the one mapping of failures to them.
 //! - [`response`]: the JSON envelope.
 //! - [`cors`]: per-namespace browser origins.
-//! - [`room_ticker`]: admits waiting-room places (every gateway runs one).
+//! - [`room_ticker`]: admits waiting-room places (every gateway runs one); [`room_board`]:
+//!   waiting places' polls answered from memory.
 //! - [`reads`]: the read-through cache (L1, Redis, origin) behind `GET /v1/reads/{name}`.
 //! - [`health`]: the public `/readyz` (no I/O) and the admin port's detailed one, which also
 //!   rebuilds a missing projection.
@@ -43,6 +44,7 @@ pub mod pg_budget;
 pub mod poll_policy;
 pub mod reads;
 pub mod response;
+pub mod room_board;
 pub mod room_ticker;
 pub mod router;
 pub mod sdk;

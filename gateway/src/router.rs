@@ -387,6 +387,11 @@ async fn route(
                 .await
                 .map(Answer::Plain)
         }
+        (&Method::GET, ["room", namespace, room]) => {
+            Box::pin(crate::sdk::room_page(gateway, namespace, room))
+                .await
+                .map(Answer::Plain)
+        }
         (&Method::GET, ["demo", rest @ ..]) => match gateway.demo.get() {
             Some(demo) => crate::demo::serve(demo, rest, query.as_deref()).map(Answer::Plain),
             None => Err(ApiError::not_found(
@@ -455,7 +460,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     };
     match segments {
         ["healthz"] | ["readyz"] | ["ui", ..] | [".well-known", "jwks.json"] => Some("GET"),
-        ["sdk", "v1", ..] | ["wait", _, _] | ["demo", ..] => Some("GET"),
+        ["sdk", "v1", ..] | ["wait", _, _] | ["room", _, _] | ["demo", ..] => Some("GET"),
         ["v1", "tickets", _] => Some("GET"),
         ["v1", "commands", last] => by_verb(last, COMMAND_VERBS),
         ["v1", "reads", last] => by_verb(last, &["invalidate"]),

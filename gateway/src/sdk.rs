@@ -8,7 +8,8 @@
 //!   page on this origin (the hosted pages' CSP allows `'self'` workers, never `blob:` ones);
 //!   it imports the hashed module, so the solver has one source. Pages on another origin may
 //!   not start a worker from this URL: the module builds a Blob-URL worker from its own source.
-//! - `GET /sdk/v1/sluice.d.ts`: the types; `GET /sdk/v1/wait/{wait.js,wait.css}`: the page's own.
+//! - `GET /sdk/v1/sluice.d.ts`: the types; `GET /sdk/v1/wait/{wait.js,wait.css}`,
+//!   `/sdk/v1/room/room.js` and `/sdk/v1/page-kit.js` (what both share): the hosted pages' own.
 //! - All of these hold no secret and are served with `Access-Control-Allow-Origin: *`, so an
 //!   application's pages on another origin can import them; the API calls the module makes keep
 //!   the namespace's `allowed_origins`.
@@ -16,6 +17,9 @@
 //!   colours and return URLs from the declaration (a JSON block, never markup), under a strict
 //!   `Content-Security-Policy` (same origin only, no inline script, no framing), no cookies and no
 //!   third-party requests.
+//! - `GET /room/{namespace_id}/{room}`: the hosted page of a declared room, the same way: its
+//!   texts, colours and return URL from the room's `page`, the same policy except that forms
+//!   may post to the return URL's origin (where the pass is handed over) and nowhere else.
 
 use std::sync::LazyLock;
 
@@ -27,7 +31,7 @@ use hyper::header::{
 };
 use hyper::{Response, StatusCode};
 use serde::Serialize;
-use sluice_durable::declaration::WaitingPageDecl;
+use sluice_durable::declaration::{RoomPageDecl, WaitingPageDecl};
 use sluice_durable::ids::NamespaceId;
 
 use crate::error::ApiError;
@@ -39,6 +43,9 @@ const TYPES: &str = include_str!("../client/sluice.d.ts");
 const WAIT_JS: &str = include_str!("../client/wait/wait.js");
 const WAIT_CSS: &str = include_str!("../client/wait/wait.css");
 const WAIT_HTML: &str = include_str!("../client/wait/wait.html");
+const ROOM_JS: &str = include_str!("../client/room/room.js");
+const PAGE_KIT: &str = include_str!("../client/page-kit.js");
+const ROOM_HTML: &str = include_str!("../client/room/room.html");
 
 const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 const SHORT_CACHE: &str = "public, max-age=300";
@@ -48,6 +55,9 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
+/// The room page's policy but for `form-action`, which names the return URL's origin.
+const ROOM_PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 /// `sluice.<first 16 hex digits of the module's SHA-256>.js`.
 static HASHED_NAME: LazyLock<String> = LazyLock::new(|| {
@@ -96,6 +106,16 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
             SHORT_CACHE,
             Bytes::from_static(WAIT_JS.as_bytes()),
         ),
+        ["page-kit.js"] => file(
+            JAVASCRIPT,
+            SHORT_CACHE,
+            Bytes::from_static(PAGE_KIT.as_bytes()),
+        ),
+        ["room", "room.js"] => file(
+            JAVASCRIPT,
+            SHORT_CACHE,
+            Bytes::from_static(ROOM_JS.as_bytes()),
+        ),
         ["wait", "wait.css"] => file(
             "text/css; charset=utf-8",
             SHORT_CACHE,
@@ -141,14 +161,80 @@ pub async fn waiting_page(
     let decl = config.declaration.command(command).ok_or_else(not_found)?;
     let defaults = WaitingPageDecl::default();
     let page = decl.waiting_page.as_ref().unwrap_or(&defaults);
-    let json = serde_json::to_string(&PageConfig {
+    let config = PageConfig {
         namespace: namespace_id,
         command: &decl.code,
         page,
-    })
-    .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
+    };
+    hosted_page(WAIT_HTML, &config, HeaderValue::from_static(PAGE_POLICY))
+}
+
+/// What the room page's script reads from its JSON block.
+#[derive(Serialize)]
+struct RoomPageConfig<'a> {
+    namespace: NamespaceId,
+    room: &'a str,
+    #[serde(flatten)]
+    page: &'a RoomPageDecl,
+}
+
+/// Answers `GET /room/{namespace_id}/{room}`: `404` unless the namespace declares the room.
+pub async fn room_page(
+    gateway: &Gateway,
+    namespace: &str,
+    room: &str,
+) -> Result<HttpResponse, ApiError> {
+    let not_found = || ApiError::not_found("no such room page");
+    let namespace_id: NamespaceId = namespace.parse().map_err(|_| not_found())?;
+    let config = gateway
+        .namespace(namespace_id)
+        .await
+        .map_err(|_| not_found())?;
+    let decl = config
+        .declaration
+        .rooms
+        .iter()
+        .find(|r| r.code == room)
+        .ok_or_else(not_found)?;
+    let defaults = RoomPageDecl::default();
+    let page = decl.page.as_ref().unwrap_or(&defaults);
+    let policy = room_policy(page.return_url.as_deref())
+        .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
+    let config = RoomPageConfig {
+        namespace: namespace_id,
+        room: &decl.code,
+        page,
+    };
+    hosted_page(ROOM_HTML, &config, policy)
+}
+
+/// The room page's `Content-Security-Policy`: forms may post to the return URL's origin only
+/// (the declaration checked it is an absolute `http(s)` URL with a host), or nowhere.
+fn room_policy(return_url: Option<&str>) -> Result<HeaderValue, String> {
+    let form_action = match return_url {
+        None => "'none'".to_string(),
+        Some(url) => {
+            let uri: hyper::Uri = url.parse().map_err(|e| format!("return_url: {e}"))?;
+            let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+                return Err("return_url names no origin".into());
+            };
+            format!("{scheme}://{}", authority.as_str())
+        }
+    };
+    HeaderValue::from_str(&format!("{ROOM_PAGE_POLICY}; form-action {form_action}"))
+        .map_err(|e| e.to_string())
+}
+
+/// A hosted page: `html` with its configuration as a JSON block, under `policy`.
+fn hosted_page(
+    html: &str,
+    config: &impl Serialize,
+    policy: HeaderValue,
+) -> Result<HttpResponse, ApiError> {
+    let json = serde_json::to_string(config)
+        .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
     // Inside <script type="application/json"> only `</` could end the block: `<` is escaped.
-    let html = WAIT_HTML.replace("{{CONFIG}}", &json.replace('<', "\\u003c"));
+    let html = html.replace("{{CONFIG}}", &json.replace('<', "\\u003c"));
     let mut response = Response::new(Full::new(Bytes::from(html)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -157,10 +243,7 @@ pub async fn waiting_page(
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(
-        HeaderName::from_static("content-security-policy"),
-        HeaderValue::from_static(PAGE_POLICY),
-    );
+    headers.insert(HeaderName::from_static("content-security-policy"), policy);
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(
         HeaderName::from_static("referrer-policy"),
@@ -186,6 +269,25 @@ mod tests {
             "another hash is not served"
         );
         assert!(hashed_module_name().starts_with("sluice.") && hashed_module_name().len() == 26);
+    }
+
+    #[test]
+    fn the_room_pages_forms_may_post_to_the_return_urls_origin_only() {
+        let policy = room_policy(Some("https://shop.example:8443/enter/here")).expect("policy");
+        let text = policy.to_str().expect("text");
+        assert!(
+            text.ends_with("; form-action https://shop.example:8443"),
+            "{text}"
+        );
+        assert!(!text.contains("/enter"));
+        assert_eq!(text.matches("form-action").count(), 1);
+        let none = room_policy(None).expect("policy");
+        assert!(
+            none.to_str()
+                .expect("text")
+                .ends_with("; form-action 'none'")
+        );
+        assert!(room_policy(Some("/relative")).is_err());
     }
 
     #[test]

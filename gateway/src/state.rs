@@ -61,6 +61,8 @@ pub struct Gateway {
     pub demo: std::sync::OnceLock<crate::demo::Demo>,
     /// Each room's recent arrival rate, for adaptive proof of work.
     pub arrivals: crate::arrival_rate::ArrivalRates,
+    /// Waiting places' polls answered from memory ([`crate::room_board`]).
+    pub room_boards: crate::room_board::RoomBoards,
     namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
@@ -119,6 +121,7 @@ impl Gateway {
             waiting: crate::waiting_view::WaitingView::new(redis.clone(), config.polls_from_memory),
             demo: std::sync::OnceLock::new(),
             arrivals: crate::arrival_rate::ArrivalRates::default(),
+            room_boards: crate::room_board::RoomBoards::default(),
             pg,
             redis,
             tickets,

@@ -23,6 +23,13 @@
 //! | HMAC-SHA256(32)`, domain `sluice-ticket-room-v1`), so a place ticket can never verify as a
 //! command's, nor a command ticket as a place's.
 //!
+//! Version 5 is a place's ticket that also states where the place waits, so its polls can be
+//! answered from the gateway's memory (`crate::room_board`): `version(1)=5 | kid_len(1) | kid |
+//! namespace_id(16) | place_id(16) | expires_at_unix(i64 BE) | ord(i64 BE) | joined_at_ms(i64
+//! BE) | prequeue(1) | room_len(1) | room | HMAC-SHA256(32)`, domain `sluice-ticket-room-v2`;
+//! `ord` is the place's queue order, 0 for a pre-queue place not drawn yet. Version 4 tickets still verify,
+//! without a seat: their polls read PostgreSQL.
+//!
 //! Version 2 is version 3 without those three fields (domain `sluice-ticket-v2`): what a ticket
 //! without a queue claim is still signed as (byte for byte what gateways before version 3 sign
 //! and verify), and it verifies with no queue claim, so an upgrade breaks no browser that is
@@ -51,6 +58,12 @@ const VERSION: u8 = 3;
 const DOMAIN_PLACE: &[u8] = b"sluice-ticket-room-v1";
 const VERSION_PLACE: u8 = 4;
 const BODY_LEN_PLACE: usize = 2 * 16 + 8;
+/// A place's ticket with its seat: the fixed fields, then the room's length and the room.
+const DOMAIN_SEATED: &[u8] = b"sluice-ticket-room-v2";
+const VERSION_SEATED: u8 = 5;
+const FIXED_LEN_SEATED: usize = BODY_LEN_PLACE + 2 * 8 + 1;
+/// Room codes are at most 64 characters (as every declared code).
+const MAX_ROOM_LEN: usize = 64;
 /// The format before the queue claim, still verified.
 const DOMAIN_V2: &[u8] = b"sluice-ticket-v2";
 const VERSION_V2: u8 = 2;
@@ -85,16 +98,31 @@ pub struct TicketClaims {
 }
 
 /// What a waiting-room ticket grants: reading one place of one namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlaceClaims {
     pub namespace_id: NamespaceId,
     pub place_id: Uuid,
     /// Unix seconds; the ticket is refused from this instant on.
     pub expires_at_unix: i64,
+    /// Where the place waits, when the ticket was minted knowing it (version 5); `None`: its
+    /// polls read PostgreSQL.
+    pub seat: Option<Seat>,
+}
+
+/// Where a place waits, as its ticket states it: what never changes about a waiting place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seat {
+    pub room: String,
+    /// The place's queue order; 0 for a pre-queue place whose order is not drawn yet.
+    pub ord: i64,
+    /// When it joined, Unix milliseconds.
+    pub joined_at_ms: i64,
+    /// Joined before the start: its order comes from the draw.
+    pub prequeue: bool,
 }
 
 /// Either capability a ticket can carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ticket {
     Command(TicketClaims),
     Place(PlaceClaims),
@@ -286,21 +314,43 @@ impl TicketKeys {
     }
 
     /// Signs a waiting-room place's ticket with the newest key.
+    /// Version 5 when the claims carry a seat whose room fits, version 4 otherwise.
     pub fn sign_place(&self, claims: &PlaceClaims) -> String {
         let Some(key) = self.keys.first() else {
             return String::new();
         };
-        let mut bytes = Vec::with_capacity(2 + key.kid.len() + BODY_LEN_PLACE + MAC_LEN);
-        bytes.push(VERSION_PLACE);
+        let seat = claims
+            .seat
+            .as_ref()
+            .filter(|seat| (1..=MAX_ROOM_LEN).contains(&seat.room.len()));
+        let mut bytes =
+            Vec::with_capacity(3 + key.kid.len() + FIXED_LEN_SEATED + MAX_ROOM_LEN + MAC_LEN);
+        bytes.push(if seat.is_some() {
+            VERSION_SEATED
+        } else {
+            VERSION_PLACE
+        });
         bytes.push(key.kid.len() as u8);
         bytes.extend_from_slice(key.kid.as_bytes());
         bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
         bytes.extend_from_slice(claims.place_id.as_bytes());
         bytes.extend_from_slice(&claims.expires_at_unix.to_be_bytes());
+        if let Some(seat) = seat {
+            bytes.extend_from_slice(&seat.ord.to_be_bytes());
+            bytes.extend_from_slice(&seat.joined_at_ms.to_be_bytes());
+            bytes.push(u8::from(seat.prequeue));
+            bytes.push(seat.room.len() as u8);
+            bytes.extend_from_slice(seat.room.as_bytes());
+        }
+        let domain = if seat.is_some() {
+            DOMAIN_SEATED
+        } else {
+            DOMAIN_PLACE
+        };
         let tag = key
             .mac
             .clone()
-            .chain_update(DOMAIN_PLACE)
+            .chain_update(domain)
             .chain_update(&bytes)
             .finalize();
         bytes.extend_from_slice(&tag.into_bytes());
@@ -334,6 +384,19 @@ impl TicketKeys {
             VERSION_V2 => (DOMAIN_V2, BODY_LEN_V2, BODY_LEN_V2 - 8),
             VERSION_V1 => (DOMAIN_V1, BODY_LEN_V1, BODY_LEN_V1 - 8),
             VERSION_PLACE => (DOMAIN_PLACE, BODY_LEN_PLACE, BODY_LEN_PLACE - 8),
+            VERSION_SEATED => {
+                // The room's length sits after the fixed fields; a short ticket has none.
+                let room_len = rest
+                    .get(kid_len + FIXED_LEN_SEATED)
+                    .map(|len| usize::from(*len))
+                    .filter(|len| (1..=MAX_ROOM_LEN).contains(len))
+                    .ok_or(TicketError::Malformed)?;
+                (
+                    DOMAIN_SEATED,
+                    FIXED_LEN_SEATED + 1 + room_len,
+                    BODY_LEN_PLACE - 8,
+                )
+            }
             _ => return Err(TicketError::Malformed),
         };
         if rest.len() != kid_len + body_len + MAC_LEN {
@@ -355,9 +418,14 @@ impl TicketKeys {
             .chain_update(signed)
             .verify_slice(tag)
             .map_err(|_| TicketError::BadSignature)?;
-        let (ticket, expires_at_unix) = if *version == VERSION_PLACE {
-            let claims = decode_place(rest).ok_or(TicketError::Malformed)?;
-            (Ticket::Place(claims), claims.expires_at_unix)
+        let (ticket, expires_at_unix) = if matches!(*version, VERSION_PLACE | VERSION_SEATED) {
+            let claims = decode_place(
+                rest.get(..body_len).unwrap_or_default(),
+                *version == VERSION_SEATED,
+            )
+            .ok_or(TicketError::Malformed)?;
+            let expires_at_unix = claims.expires_at_unix;
+            (Ticket::Place(claims), expires_at_unix)
         } else {
             let claims =
                 decode_body(rest, expiry_at, *version == VERSION).ok_or(TicketError::Malformed)?;
@@ -370,12 +438,32 @@ impl TicketKeys {
     }
 }
 
-/// Reads a place ticket's fields after the kid; `None` only if the slice is too short.
-fn decode_place(body: &[u8]) -> Option<PlaceClaims> {
+/// Reads a place ticket's fields after the kid, with its seat when `seated` (version 5);
+/// `None` if the slice is too short or the room is not text.
+fn decode_place(body: &[u8], seated: bool) -> Option<PlaceClaims> {
+    let word = |at: usize| -> Option<i64> {
+        Some(i64::from_be_bytes(body.get(at..at + 8)?.try_into().ok()?))
+    };
+    let seat = if seated {
+        let room = body.get(FIXED_LEN_SEATED + 1..)?;
+        Some(Seat {
+            room: std::str::from_utf8(room).ok()?.to_string(),
+            ord: word(BODY_LEN_PLACE)?,
+            joined_at_ms: word(BODY_LEN_PLACE + 8)?,
+            prequeue: match body.get(BODY_LEN_PLACE + 16)? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        })
+    } else {
+        None
+    };
     Some(PlaceClaims {
         namespace_id: Uuid::from_bytes(body.get(..16)?.try_into().ok()?).into(),
         place_id: Uuid::from_bytes(body.get(16..32)?.try_into().ok()?),
-        expires_at_unix: i64::from_be_bytes(body.get(32..40)?.try_into().ok()?),
+        expires_at_unix: word(32)?,
+        seat,
     })
 }
 

@@ -8,17 +8,12 @@
 // block the gateway renders from the declaration.
 
 import { FINAL, createClient } from "../sluice.js";
+import { about, dress, refuse, refuseStorage, when } from "../page-kit.js";
 
 const config = JSON.parse(document.getElementById("sluice-page").textContent);
-const root = document.documentElement.style;
-root.setProperty("--accent", config.accent_color);
-root.setProperty("--background", config.background_color);
-root.setProperty("--text", config.text_color);
-document.title = config.title;
+dress(config);
 
 const $ = (id) => document.getElementById(id);
-$("title").textContent = config.title;
-$("message").textContent = config.message;
 
 const WORDS = {
   idle: "Starting…",
@@ -67,19 +62,6 @@ function allowedReturn(url) {
   }
 }
 
-function when(iso) {
-  if (!iso) return "—";
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? "—" : date.toLocaleTimeString();
-}
-
-function about(seconds) {
-  if (seconds === null || seconds === undefined) return "—";
-  if (seconds < 60) return "less than a minute";
-  const minutes = Math.round(seconds / 60);
-  return minutes === 1 ? "about a minute" : `about ${minutes} minutes`;
-}
-
 function show(snapshot, handle, returnUrl) {
   // A confirmed command keeps its last status while polls fail: say that we reconnect.
   const reconnecting = snapshot.error?.retryable && !FINAL.includes(snapshot.state);
@@ -103,18 +85,12 @@ function show(snapshot, handle, returnUrl) {
   }
 }
 
-function refuse(why) {
-  $("state").textContent = "This page cannot keep your place in this browser.";
-  $("problem").hidden = false;
-  $("problem").textContent = why;
-}
-
 function start() {
   let given;
   try {
     given = fragment();
   } catch (error) {
-    refuse(`storage refused (${error?.name ?? "error"}): allow this site to store data for this tab, then reload`);
+    refuseStorage(error);
     return;
   }
   if (!given.token || !given.key) {

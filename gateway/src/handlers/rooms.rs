@@ -2,9 +2,11 @@
 //! a place ticket's poll, and `POST /v1/passes:heartbeat` and `:leave`.
 //!
 //! A place is one person's: joining, heartbeats and leaving take a subject token of that
-//! subject. Every answer about a place is read from PostgreSQL, which alone admits (see
-//! `sluice_durable::rooms`); a pass is signed here, on the way out, for the times the database
-//! committed, so it never claims more than the place holds.
+//! subject. PostgreSQL alone admits (see `sluice_durable::rooms`): a waiting place's poll is
+//! answered from the gateway's memory of its room (`crate::room_board`), never ahead of what
+//! PostgreSQL committed, and everything else about a place is read from PostgreSQL; a pass is
+//! signed here, on the way out, for the times the database committed, so it never claims more
+//! than the place holds.
 
 use chrono::{DateTime, Utc};
 use hyper::{HeaderMap, StatusCode};
@@ -22,9 +24,11 @@ use super::{Handled, check_declared_code, pages, require_json};
 use crate::auth::{Caller, now_unix};
 use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
+use crate::room_board::Look;
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
-use crate::ticket::PlaceClaims;
+use crate::ticket::{PlaceClaims, Seat};
+use sluice_durable::rooms::board::Front;
 
 /// A place's ticket lives this long after the later of its issue and the room's start: long
 /// enough for any wait a room can have, and it reads nothing but that one place.
@@ -109,12 +113,77 @@ pub async fn join(
 }
 
 /// `GET /v1/tickets/{ticket}` for a place's ticket, and its `Cache-Control`.
+///
+/// A waiting or left place whose ticket states its seat is answered from memory
+/// ([`crate::room_board`]); one the admission front reached reads PostgreSQL (its pass is
+/// there); one memory cannot place reads it within the fallback budget. A ticket without a
+/// seat (minted before seats) reads PostgreSQL.
 pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
+    if let Some(seat) = &claims.seat {
+        let look = gateway
+            .room_boards
+            .look(&gateway.pg, claims.namespace_id, claims.place_id, seat)
+            .await?;
+        let from_memory = match look {
+            Look::Waiting { position, front } => Some(remembered(
+                claims,
+                seat,
+                PlaceState::Waiting,
+                position,
+                &front,
+            )),
+            Look::Left { front } => Some(remembered(claims, seat, PlaceState::Left, None, &front)),
+            Look::AtItsTurn => None,
+            Look::Unknown => {
+                let _permit = gateway.fallback_permit()?;
+                return read_place(gateway, claims).await;
+            }
+        };
+        if let Some(place) = from_memory {
+            sluice_durable::metrics::ticket_poll("memory");
+            let answer = place_answer(gateway, &place).await?;
+            return Ok((StatusCode::OK, to_data(&answer)?));
+        }
+    }
+    read_place(gateway, claims).await
+}
+
+/// A place's poll answered from PostgreSQL.
+async fn read_place(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
+    sluice_durable::metrics::ticket_poll("postgres");
     let place = places::read(&gateway.pg, claims.namespace_id, claims.place_id)
         .await?
         .ok_or_else(|| ApiError::not_found("the place no longer exists"))?;
     let answer = place_answer(gateway, &place).await?;
     Ok((StatusCode::OK, to_data(&answer)?))
+}
+
+/// A waiting or left place as memory knows it. Its subject is not needed: neither answer
+/// carries a pass.
+fn remembered(
+    claims: &PlaceClaims,
+    seat: &Seat,
+    state: PlaceState,
+    position: Option<u64>,
+    front: &Front,
+) -> Place {
+    Place {
+        id: claims.place_id,
+        namespace_id: claims.namespace_id,
+        room: seat.room.clone(),
+        subject: String::new(),
+        state,
+        prequeue: seat.prequeue,
+        ord: (seat.ord > 0).then_some(seat.ord),
+        joined_at: DateTime::from_timestamp_millis(seat.joined_at_ms).unwrap_or_default(),
+        renewed_at: None,
+        pass_until: None,
+        position,
+        opens_at: front.opens_at,
+        admit_per_minute: front.admit_per_minute,
+        heartbeat_seconds: front.heartbeat_seconds,
+        observed_at: front.observed_at,
+    }
 }
 
 /// What a cache may keep of a place poll: an ended place never changes again.
@@ -242,6 +311,12 @@ pub async fn leave(
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, changed) = outcome(change)?;
+    if changed {
+        gateway
+            .room_boards
+            .left(caller.namespace_id, &place.room, place.id)
+            .await;
+    }
     Ok((
         StatusCode::OK,
         serde_json::json!({
@@ -343,6 +418,12 @@ fn place_ticket(gateway: &Gateway, place: &Place) -> String {
         namespace_id: place.namespace_id,
         place_id: place.id,
         expires_at_unix: from + PLACE_TICKET_SECONDS,
+        seat: Some(Seat {
+            room: place.room.clone(),
+            ord: place.ord.unwrap_or(0),
+            joined_at_ms: place.joined_at.timestamp_millis(),
+            prequeue: place.prequeue,
+        }),
     })
 }
 
@@ -365,7 +446,11 @@ async fn place_answer(gateway: &Gateway, place: &Place) -> Result<PlaceAnswer, A
         until_open
     };
     let poll_after_ms = waiting.then(|| match (until_open, place.position) {
-        (Some(seconds), None) => seconds.saturating_mul(1000).clamp(1_000, 10_000),
+        // Before the draw: no sooner than the start, and never rarer than the longest advice,
+        // so a start brought forward finds everyone within it (a first pass outlives it).
+        (Some(seconds), None) => seconds
+            .saturating_mul(1000)
+            .clamp(1_000, poll_policy::MAX_POLL_MS),
         _ => poll_policy::poll_after_ms(place.position, rate, rand::random::<f64>()),
     });
     let (pass, pass_expires_at, heartbeat_after_ms) = match places::pass_times(place) {

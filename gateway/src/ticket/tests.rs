@@ -412,6 +412,12 @@ fn place() -> PlaceClaims {
         namespace_id: NamespaceId::from_uuid(Uuid::new_v4()),
         place_id: Uuid::new_v4(),
         expires_at_unix: NOW + 600,
+        seat: Some(Seat {
+            room: "launch-day".into(),
+            ord: 4_242,
+            joined_at_ms: 1_700_000_000_123,
+            prequeue: false,
+        }),
     }
 }
 
@@ -422,6 +428,7 @@ fn a_place_ticket_round_trips_and_is_pinned() {
         namespace_id: NamespaceId::from_uuid(Uuid::from_bytes([2; 16])),
         place_id: Uuid::from_bytes([5; 16]),
         expires_at_unix: -2,
+        seat: None,
     };
     let bytes = URL_SAFE_NO_PAD
         .decode(k.sign_place(&c))
@@ -438,11 +445,72 @@ fn a_place_ticket_round_trips_and_is_pinned() {
 
     let live = place();
     let t = k.sign_place(&live);
+    let expires_at_unix = live.expires_at_unix;
     assert_eq!(k.verify_any(&t, NOW), Ok(Ticket::Place(live)));
-    assert_eq!(
-        k.verify_any(&t, live.expires_at_unix),
-        Err(TicketError::Expired)
-    );
+    assert_eq!(k.verify_any(&t, expires_at_unix), Err(TicketError::Expired));
+}
+
+/// The bytes of a seated place ticket (version 5) signed with kid `abc`, secret `[9; 32]`.
+fn seated_bytes(ord: i64, prequeue: u8, room: &[u8]) -> Vec<u8> {
+    let mut body = vec![5u8, 3, b'a', b'b', b'c'];
+    body.extend([2; 16]);
+    body.extend([5; 16]);
+    body.extend((NOW + 60).to_be_bytes());
+    body.extend(ord.to_be_bytes());
+    body.extend(1_700_000_000_123i64.to_be_bytes());
+    body.push(prequeue);
+    body.push(room.len() as u8);
+    body.extend(room);
+    body
+}
+
+#[test]
+fn a_seated_place_ticket_is_pinned() {
+    let k = keys(&format!("abc:{}", secret(9)));
+    let claims = PlaceClaims {
+        namespace_id: NamespaceId::from_uuid(Uuid::from_bytes([2; 16])),
+        place_id: Uuid::from_bytes([5; 16]),
+        expires_at_unix: NOW + 60,
+        seat: Some(Seat {
+            room: "gate".into(),
+            ord: 0,
+            joined_at_ms: 1_700_000_000_123,
+            prequeue: true,
+        }),
+    };
+    let expected = sign(&seated_bytes(0, 1, b"gate"), b"sluice-ticket-room-v2");
+    assert_eq!(k.sign_place(&claims), expected);
+    assert_eq!(k.verify_any(&expected, NOW), Ok(Ticket::Place(claims)));
+}
+
+#[test]
+fn a_seated_ticket_with_a_bad_seat_is_refused_though_signed() {
+    let k = keys(&format!("abc:{}", secret(9)));
+    let long = [b'r'; 65];
+    for body in [
+        seated_bytes(7, 2, b"gate"),
+        seated_bytes(7, 0, b""),
+        seated_bytes(7, 0, &long),
+        seated_bytes(7, 0, &[0xff, 0xfe]),
+    ] {
+        let ticket = sign(&body, b"sluice-ticket-room-v2");
+        assert_eq!(k.verify_any(&ticket, NOW), Err(TicketError::Malformed));
+    }
+    // A room length past the end, or short of it.
+    let mut body = seated_bytes(7, 0, b"gate");
+    let at = body.len() - 5;
+    for len in [5u8, 3] {
+        body[at] = len;
+        let ticket = sign(&body, b"sluice-ticket-room-v2");
+        assert_eq!(k.verify_any(&ticket, NOW), Err(TicketError::Malformed));
+    }
+    // A seated body under version 4's domain, or a version 4 one relabelled 5: the MAC differs.
+    let mut relabelled = seated_bytes(7, 0, b"gate");
+    relabelled[0] = 4;
+    let ticket = sign(&relabelled, b"sluice-ticket-room-v1");
+    assert!(k.verify_any(&ticket, NOW).is_err());
+    let ticket = sign(&seated_bytes(7, 0, b"gate"), b"sluice-ticket-room-v1");
+    assert_eq!(k.verify_any(&ticket, NOW), Err(TicketError::BadSignature));
 }
 
 #[test]

@@ -448,13 +448,7 @@ async fn with_redis_down_control_is_unavailable_and_a_pause_survives_its_loss() 
     let paused = control(&stack, json!({"paused": true, "reason": "r"})).await;
     assert_eq!(paused.status, StatusCode::OK, "{:?}", paused.body);
     // Redis loses everything once more; the rebuild brings the pause back from PostgreSQL.
-    let _: () = stack
-        .redis
-        .pool()
-        .next()
-        .flushall(false)
-        .await
-        .expect("flushall");
+    stack.flush_redis().await;
     let answer = stack.enqueue("u2", &key(), &offer()).await;
     assert_eq!(answer.code(), "INTAKE_PAUSED", "{:?}", answer.body);
     let ns = stack.creds.namespace_id.to_string();

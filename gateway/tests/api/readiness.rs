@@ -52,13 +52,7 @@ async fn readiness_follows_redis_and_rebuilds_a_lost_projection() {
             .expect("generation");
 
     // Redis loses everything: the probe itself rebuilds, no enqueue needed.
-    let _: () = stack
-        .redis
-        .pool()
-        .next()
-        .flushall(false)
-        .await
-        .expect("flushall");
+    stack.flush_redis().await;
     let (status, text) = probe(&stack).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let meta: Vec<Option<String>> = stack

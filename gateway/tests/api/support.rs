@@ -209,6 +209,18 @@ impl Stack {
             .expect("lose the projection");
     }
 
+    /// `FLUSHALL` on the stack's Redis: every key of every application gone at once (a private
+    /// Redis only: the shared one serves other tests).
+    pub async fn flush_redis(&self) {
+        let _: () = self
+            .redis
+            .pool()
+            .next()
+            .flushall(false)
+            .await
+            .expect("flushall");
+    }
+
     /// PostgreSQL, Redis and the scripts, as the life-cycle transitions take them.
     pub fn stores(&self) -> sluice_durable::lifecycle::Stores<'_> {
         self.gateway.stores()

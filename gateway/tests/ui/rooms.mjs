@@ -26,36 +26,12 @@
 // Exits 0 when every check passed, 1 with a message naming the failed check otherwise.
 
 import { createServer } from 'node:http';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { fail, launch, step } from './harness.mjs';
 
-const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-];
 const STEP_MS = 60_000;
 
 const [base, setupText] = process.argv.slice(2);
 const setup = JSON.parse(setupText);
-
-const stdin = createInterface({ input: process.stdin });
-const answers = [];
-const waiters = [];
-stdin.on('line', (line) => {
-  if (waiters.length) waiters.shift()(line); else answers.push(line);
-});
-/** Tells the caller about a step and waits until it says `continue`. */
-async function step(event, detail = '') {
-  console.log(`@@${event} ${detail}`);
-  const line = answers.length ? answers.shift() : await new Promise((r) => waiters.push(r));
-  if (line.trim() !== 'continue') throw new Error(`the caller answered ${line}`);
-}
-
-function fail(message) {
-  console.error(`FAILED: ${message}`);
-  process.exit(1);
-}
 
 /** A page that records its errors and the door's requests (challenges and joins). */
 async function newPage(browser) {
@@ -251,7 +227,7 @@ async function hashRate(browser) {
 }
 
 const app = await serveApp();
-const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+const browser = await launch();
 try {
   await sameOrigin(browser);
   await crossOrigin(browser);

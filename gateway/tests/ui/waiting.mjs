@@ -24,18 +24,9 @@
 // Between steps the script prints `@@<event> <detail>` and waits for `continue` on stdin.
 // Exits 0 when every check passed, 1 with a message naming the failed check otherwise.
 
-import { readFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { checkAccessible, fail, launch, stateOf, step, waitForState } from './harness.mjs';
 
-const require = createRequire(import.meta.url);
-const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-];
 const STEP_MS = 60_000;
 /** The whole drop, from the last page in line to the last page done: fifty executions paced at
  * ten a second take seconds alone, but the suite runs many stacks at once on two cores, and a
@@ -46,24 +37,6 @@ const [base, setupText, outDir, ...rest] = process.argv.slice(2);
 const scenario = rest[rest.indexOf('--scenario') + 1] || 'page';
 const setup = JSON.parse(setupText);
 
-const stdin = createInterface({ input: process.stdin });
-const answers = [];
-const waiters = [];
-stdin.on('line', (line) => {
-  if (waiters.length) waiters.shift()(line); else answers.push(line);
-});
-/** Tells the caller about a step and waits until it says `continue`. */
-async function step(event, detail = '') {
-  console.log(`@@${event} ${detail}`);
-  const line = answers.length ? answers.shift() : await new Promise((r) => waiters.push(r));
-  if (line.trim() !== 'continue') throw new Error(`the caller answered ${line}`);
-}
-
-function fail(message) {
-  console.error(`FAILED: ${message}`);
-  process.exit(1);
-}
-
 function pageUrl(subject, key = `intent-${subject}`) {
   const hash = new URLSearchParams({
     token: setup.tokens[subject],
@@ -72,20 +45,6 @@ function pageUrl(subject, key = `intent-${subject}`) {
   });
   if (setup.return_url) hash.set('return', setup.return_url);
   return `${base}/wait/${setup.namespace}/${setup.command}#${hash}`;
-}
-
-async function stateOf(page) {
-  return (await page.textContent('#state'))?.trim();
-}
-
-async function waitForState(page, pattern, what, timeout = STEP_MS) {
-  try {
-    await page.waitForFunction(
-      (source) => new RegExp(source).test(document.getElementById('state').textContent),
-      pattern.source, { timeout });
-  } catch {
-    fail(`${what}: the page says "${await stateOf(page)}"`);
-  }
 }
 
 /** A context that records the page's console errors (CSP violations show there). */
@@ -127,14 +86,7 @@ async function pageScenario(browser) {
   await page.waitForSelector('#figures:not([hidden])', { timeout: STEP_MS });
   await step('reloaded');
   // Accessibility, with the page in line.
-  const axe = await readFile(require.resolve('axe-core/axe.min.js'), 'utf8');
-  await page.evaluate(axe);
-  const results = await page.evaluate(() => globalThis.axe.run(document, {
-    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] },
-  }));
-  const grave = results.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  console.log(`axe: ${results.passes.length} rules passed, ${results.violations.length} violations (${grave.length} serious or critical)`);
-  if (grave.length) fail(`axe: ${grave.map((v) => `${v.id} (${v.impact})`).join(', ')}`);
+  await checkAccessible(page, 'the waiting page, in line');
   const live = await page.getAttribute('#state', 'aria-live');
   if (live !== 'polite') fail(`the status is not announced (aria-live=${live})`);
   await page.screenshot({ path: join(outDir, 'waiting-page.png'), fullPage: true });
@@ -281,7 +233,7 @@ async function dropScenario(browser) {
   await Promise.all(pages.map(({ context }) => context.close()));
 }
 
-const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+const browser = await launch();
 try {
   if (scenario === 'page') await pageScenario(browser);
   else if (scenario === 'outage') await outageScenario(browser);

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
+use sluice_durable::rooms::FIRST_PASS_PICKUP;
 
 use super::kit::*;
 use crate::support::*;
@@ -92,7 +93,11 @@ async fn join_poll_pass_heartbeat_and_leave() {
         json!(stack.creds.namespace_id.to_string())
     );
     let lifetime = claims["exp"].as_i64().unwrap_or(0) - claims["iat"].as_i64().unwrap_or(0);
-    assert_eq!(lifetime, 5, "a pass lives heartbeat_seconds: {claims}");
+    assert_eq!(
+        lifetime,
+        FIRST_PASS_PICKUP.as_secs() as i64,
+        "the first pass lives long enough to be picked up, longer than heartbeat_seconds: {claims}"
+    );
 
     // Bob waits behind her, first in line.
     let bob = join(&stack, "doors", "bob").await;
@@ -111,8 +116,9 @@ async fn join_poll_pass_heartbeat_and_leave() {
     let forged = heartbeat(&stack, "alice", &tampered).await;
     assert_eq!(forged.status, StatusCode::UNAUTHORIZED, "{:?}", forged.body);
     assert!(verify_pass(&set, &tampered, "doors").is_err());
-    // A heartbeat a second later extends the pass: a later `exp`, signed anew.
-    let renewed = until(Duration::from_secs(4), || {
+    // A heartbeat extends the pass once now + heartbeat_seconds passes the first pass's end
+    // (before that it answers the pass as it is, `extended: false`): a later `exp`, signed anew.
+    let renewed = until(Duration::from_secs(8), || {
         let (stack, pass) = (&stack, &pass);
         async move {
             let reply = heartbeat(stack, "alice", pass).await;

@@ -2,8 +2,8 @@
 //! leaves; `max_active` as a protected origin counts it, with one gateway and with three
 //! admitting together; `admit_per_minute` as PostgreSQL's admission instants show it; the fair
 //! start recomputed by an independent script; proof of work at the door; rooms on the status
-//! board and in `/metrics`, counted from the places; the browser module's room handle in real
-//! Chromium.
+//! board and in `/metrics`, counted from the places; the browser module's room handle and the
+//! hosted room page in real Chromium; waiting polls answered from memory against PostgreSQL.
 
 mod board;
 mod browser;
@@ -14,4 +14,6 @@ mod gateways;
 mod joins;
 pub(crate) mod kit;
 mod pace;
+mod page;
+mod polls;
 mod proof_of_work;
