@@ -417,8 +417,8 @@ mod room {
 
     use sha2::{Digest, Sha256};
     use sluice_loadtest::invariants::room::{
-        Exit, PlaceRow, Published, Witnessed, capacity, fair_order, fair_start, freeing,
-        nothing_lost,
+        Exit, PlaceRow, Published, Told, Witnessed, capacity, fair_order, fair_start, freeing,
+        nothing_lost, prequeue_positions,
     };
     use uuid::Uuid;
 
@@ -551,6 +551,41 @@ mod room {
             complete: true,
         };
         (published, [early, late].concat(), rows)
+    }
+
+    #[test]
+    fn prequeue_positions_fail_off_the_seeds_rank_less_those_admitted() {
+        let (published, _, rows) = fair_fixture();
+        let order = fair_order(&[42u8; 32], &published.prequeue_ids);
+        // Rank 2, asked at T0 + 10.4 s: the first (rank 0) was admitted at T0 + 10 s, nobody
+        // five seconds before, so 1 or 2 places ahead.
+        let told = |position| Told {
+            join_id: order[2],
+            sent_us: (T0 + 10) * S + 400_000,
+            answered_us: (T0 + 10) * S + 500_000,
+            position,
+        };
+        for position in [1, 2] {
+            let check = prequeue_positions(&published, &[told(position)], &rows);
+            assert!(
+                check.holds && check.detail.starts_with("1 positions"),
+                "{check:?}"
+            );
+        }
+        for position in [0, 3] {
+            let check = prequeue_positions(&published, &[told(position)], &rows);
+            assert!(!check.holds && check.detail.contains("rank 2"), "{check:?}");
+        }
+        // A place not in the published pre-queue is not judged.
+        let stranger = Told {
+            join_id: Uuid::from_u64_pair(9, 9),
+            ..told(99)
+        };
+        let check = prequeue_positions(&published, &[stranger], &rows);
+        assert!(
+            check.holds && check.detail.starts_with("0 positions"),
+            "{check:?}"
+        );
     }
 
     #[test]

@@ -537,7 +537,7 @@ fn a_room_run_longer_than_its_patience_is_refused_up_front() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("take at least 500 s, more than --patience-seconds 120"),
+        stderr.contains("take at least 1000 s, more than --patience-seconds 120"),
         "{stderr}"
     );
 }

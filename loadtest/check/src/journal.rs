@@ -22,6 +22,11 @@ pub struct Records {
     pub reservations: Vec<ReservationRecord>,
     pub faults: Vec<FaultRecord>,
     pub rooms: Vec<RoomRecord>,
+    /// Every answered poll of a place's ticket, and every leave of a place still waiting.
+    #[serde(default)]
+    pub place_polls: Vec<PlacePollRecord>,
+    #[serde(default)]
+    pub quits: Vec<QuitRecord>,
     pub applies: Vec<ApplyRecord>,
     /// Answers no check expects at all (a `500`, a body that is not the contract's shape).
     pub strays: Vec<String>,
@@ -125,6 +130,31 @@ pub struct RoomRecord {
     pub received_ms: i64,
     /// When the person left (`:leave` answered), if they did.
     pub left_ms: Option<i64>,
+}
+
+/// A poll of a place's ticket that was answered `200`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PlacePollRecord {
+    pub person: u32,
+    pub room: String,
+    pub place: String,
+    pub gateway: usize,
+    pub sent_ms: i64,
+    pub answered_ms: i64,
+    pub status: String,
+    pub position: Option<u64>,
+}
+
+/// A person leaving the queue with their ticket before their turn (`:leave` answered `200`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct QuitRecord {
+    pub person: u32,
+    pub room: String,
+    pub place: String,
+    pub answered_ms: i64,
+    /// What the leave found: `left` (it took the place out of the queue), or the place's state
+    /// when its turn had come meanwhile.
+    pub status: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

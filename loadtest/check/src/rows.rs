@@ -42,8 +42,13 @@ pub struct PlaceRow {
     pub room: String,
     pub subject: String,
     pub seq: i64,
+    /// Queue order (`None`: a pre-queue place never drawn).
+    #[serde(default)]
+    pub ord: Option<i64>,
     pub state: String,
     pub joined_ms: i64,
+    #[serde(default)]
+    pub admitted_ms: Option<i64>,
     pub ended_ms: Option<i64>,
 }
 
@@ -139,7 +144,7 @@ pub async fn allocations(
 
 pub async fn places(pg: &PgPool, namespace_id: &str) -> Result<Vec<PlaceRow>, sqlx::Error> {
     let rows = sqlx::query(
-        "SELECT id::text AS id, room, subject, seq, state, joined_at, ended_at
+        "SELECT id::text AS id, room, subject, seq, ord, state, joined_at, admitted_at, ended_at
            FROM room_places WHERE namespace_id = $1::uuid ORDER BY room, seq",
     )
     .bind(namespace_id)
@@ -152,8 +157,10 @@ pub async fn places(pg: &PgPool, namespace_id: &str) -> Result<Vec<PlaceRow>, sq
                 room: row.try_get("room")?,
                 subject: row.try_get("subject")?,
                 seq: row.try_get("seq")?,
+                ord: row.try_get("ord")?,
                 state: row.try_get("state")?,
                 joined_ms: ms(row.try_get("joined_at")?).unwrap_or(0),
+                admitted_ms: ms(row.try_get("admitted_at")?),
                 ended_ms: ms(row.try_get("ended_at")?),
             })
         })

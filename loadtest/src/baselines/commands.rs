@@ -37,6 +37,11 @@ resource_key = { from = "input", field = "offer" }
 intake = { per_second = 10000000, burst = 10000000, max_in_flight = 1000000 }
 admission = { max_queue = 100000000 }
 handler = { kind = "quota", pool = "stock", mode = "committed" }
+
+[[room]]
+code = "lobby"
+max_active = 1
+pass_seconds = 86400
 "#,
     crate::claim_declaration!()
 );

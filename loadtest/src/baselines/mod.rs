@@ -1,7 +1,7 @@
 //! Sluice against the baselines it claims to beat or approach, measured in one run on one machine
 //! against the same PostgreSQL and Redis (loopback only), with the ratios and their targets.
 //!
-//! Three pairs, each measured with the same closed-loop client (`--concurrency` callers, one
+//! Four pairs, each measured with the same closed-loop client (`--concurrency` callers, one
 //! HTTP/1.1 keep-alive connection each) for `--rounds` time-bounded rounds of `--seconds` per
 //! side, the two sides alternating so drift of the shared machine hits both alike; the median
 //! round of each side is compared:
@@ -25,6 +25,9 @@
 //! 3. Ticket polls (`polls`): `GET /v1/tickets/{ticket}` round-robin over waiting commands,
 //!    against a bare hyper server answering the exact bytes and headers of one real poll answer
 //!    (the HTTP floor).
+//! 4. Place polls (`place-polls`): `GET /v1/tickets/{ticket}` round-robin over places waiting in
+//!    a waiting room (one admitted ahead of them), against the same floor with one real place
+//!    answer.
 //!
 //! Targets are reported, not enforced: the exit status is non-zero only when the measurement
 //! itself went wrong (an unexpected status, a lost acceptance, a failing pgbench). The scratch
@@ -44,6 +47,7 @@ mod intake;
 mod naive;
 mod perf_gate;
 mod pgbench;
+mod place_polls;
 mod polls;
 mod rounds;
 mod server;
@@ -121,6 +125,8 @@ pub enum Pair {
     Durable,
     /// Ticket polls against a static hyper server.
     Polls,
+    /// A waiting room's place polls against a static hyper server.
+    PlacePolls,
 }
 
 impl Options {
@@ -295,6 +301,9 @@ async fn run_pairs(
     }
     if options.runs(Pair::Polls) {
         comparisons.push(polls::pair(&bench).await?);
+    }
+    if options.runs(Pair::PlacePolls) {
+        comparisons.push(place_polls::pair(&bench).await?);
     }
     let problem = comparisons.iter().find_map(|c| c.problem.clone());
     Ok(Outcome {

@@ -51,45 +51,20 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    if bench.baseline.state.poll.set(captured).is_err() {
-        return Err("the static poll answer was captured twice".into());
-    }
-    let next = Arc::new(AtomicU64::new(0));
-    let make = Arc::new(move || {
-        let i = next.fetch_add(1, Ordering::Relaxed) as usize % paths.len();
-        get(&paths[i]).expect("a request of a static method, a valid path and valid headers")
-    }) as MakeRequest;
-    let mut sluice = Side::new("gateway: GET /v1/tickets/{ticket}, round-robin");
-    let mut floor = Side::new("static hyper server, the same bytes and headers");
-    let (gateway, baseline) = (bench.gateway_addr, bench.baseline.addr);
-    let callers = options.concurrency;
-    http_round(gateway, callers, options.warmup(), &make, None)
-        .await?
-        .expect_only(&[200], "warm-up poll")?;
-    http_round(baseline, callers, options.warmup(), &make, None)
-        .await?
-        .expect_only(&[200], "warm-up static answer")?;
+    bench.baseline.state.set_poll(captured);
     let from_memory = metrics::ticket_polls_answered("memory");
     let from_redis = metrics::ticket_polls_answered("redis");
-    for r in 0..options.rounds {
-        bench.perf.enable();
-        let round = http_round(gateway, callers, options.round(), &make, None).await;
-        bench.perf.disable();
-        let round = round?;
-        sluice.push_http(round.expect_only(&[200], "poll")?, 200);
-        let static_round = http_round(baseline, callers, options.round(), &make, None).await?;
-        floor.push_http(static_round.expect_only(&[200], "static answer")?, 200);
-        println!(
-            "poll round {}: gateway {:.0}/s, static {:.0}/s",
-            r + 1,
-            sluice.last(),
-            floor.last()
-        );
-    }
+    let (sluice, floor, _) = rounds(
+        bench,
+        paths,
+        "gateway: GET /v1/tickets/{ticket}, round-robin",
+        "poll",
+    )
+    .await?;
     let memory = metrics::ticket_polls_answered("memory") - from_memory;
     let redis = metrics::ticket_polls_answered("redis") - from_redis;
     println!(
-        "polls of the measured rounds answered from memory: {memory} of {} ({:.1} %), from \
+        "polls answered from memory (warm-up and measured rounds): {memory} of {} ({:.1} %), from \
          Redis {redis}",
         memory + redis,
         100.0 * memory as f64 / (memory + redis).max(1) as f64
@@ -100,6 +75,50 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         floor,
         Some(0.6),
     ))
+}
+
+/// Round-robin `GET`s of `paths` against the gateway and the static server (which replays the
+/// answer captured last), warmed up, then `--rounds` alternating measured rounds of each; both
+/// sides, and how many polls the gateway answered (warm-up included).
+pub(super) async fn rounds(
+    bench: &Bench<'_>,
+    paths: Arc<Vec<String>>,
+    sluice_label: &str,
+    what: &str,
+) -> Result<(Side, Side, u64), BoxError> {
+    let options = bench.options;
+    let next = Arc::new(AtomicU64::new(0));
+    let make = Arc::new(move || {
+        let i = next.fetch_add(1, Ordering::Relaxed) as usize % paths.len();
+        get(&paths[i]).expect("a request of a static method, a valid path and valid headers")
+    }) as MakeRequest;
+    let mut sluice = Side::new(sluice_label);
+    let mut floor = Side::new("static hyper server, the same bytes and headers");
+    let (gateway, baseline) = (bench.gateway_addr, bench.baseline.addr);
+    let callers = options.concurrency;
+    let warm = http_round(gateway, callers, options.warmup(), &make, None).await?;
+    let mut answered = warm.count(200);
+    warm.expect_only(&[200], &format!("warm-up {what}"))?;
+    http_round(baseline, callers, options.warmup(), &make, None)
+        .await?
+        .expect_only(&[200], "warm-up static answer")?;
+    for r in 0..options.rounds {
+        bench.perf.enable();
+        let round = http_round(gateway, callers, options.round(), &make, None).await;
+        bench.perf.disable();
+        let round = round?;
+        answered += round.count(200);
+        sluice.push_http(round.expect_only(&[200], what)?, 200);
+        let static_round = http_round(baseline, callers, options.round(), &make, None).await?;
+        floor.push_http(static_round.expect_only(&[200], "static answer")?, 200);
+        println!(
+            "{what} round {}: gateway {:.0}/s, static {:.0}/s",
+            r + 1,
+            sluice.last(),
+            floor.last()
+        );
+    }
+    Ok((sluice, floor, answered))
 }
 
 /// The admission numbers of [`HOLD`] as an executor would write them: 10 starts per second
@@ -178,7 +197,7 @@ impl Captured {
 
 /// One real answer of the gateway to `GET path`: status, headers (but `date`, which hyper adds
 /// itself) and body.
-async fn capture(addr: SocketAddr, path: &str) -> Result<Captured, BoxError> {
+pub(super) async fn capture(addr: SocketAddr, path: &str) -> Result<Captured, BoxError> {
     let mut sender = connect(addr).await?;
     let request = get(path)?;
     sender.ready().await?;

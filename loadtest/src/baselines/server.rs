@@ -3,7 +3,7 @@
 //! the captured poll answer, so both baselines pay exactly hyper's cost and their own.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,10 +18,18 @@ use super::polls::Captured;
 use crate::bench_stack::BoxError;
 use crate::servers::{respond, serve};
 
-/// What the handlers share: the naive admission's pool, and the poll answer once captured.
+/// What the handlers share: the naive admission's pool, and the poll answer the pair being
+/// measured captured.
 pub(super) struct BaselineState {
     naive: PgPool,
-    pub(super) poll: OnceLock<Captured>,
+    poll: RwLock<Option<Arc<Captured>>>,
+}
+
+impl BaselineState {
+    /// Replays `captured` from now on (each poll pair captures its own answer).
+    pub(super) fn set_poll(&self, captured: Captured) {
+        *self.poll.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(captured));
+    }
 }
 
 /// The server on an ephemeral loopback port, until `shutdown` is cancelled.
@@ -35,7 +43,7 @@ impl BaselineServer {
     pub(super) async fn start(naive: PgPool) -> Result<Self, BoxError> {
         let state = Arc::new(BaselineState {
             naive,
-            poll: OnceLock::new(),
+            poll: RwLock::new(None),
         });
         let shutdown = CancellationToken::new();
         let shared = state.clone();
@@ -57,7 +65,8 @@ async fn answer(state: &BaselineState, request: Request<Incoming>) -> Response<F
     if request.method() == Method::POST {
         return naive::answer(&state.naive, request).await;
     }
-    match state.poll.get() {
+    let captured = state.poll.read().unwrap_or_else(|e| e.into_inner()).clone();
+    match captured {
         Some(captured) => captured.replay(),
         None => json_response(
             StatusCode::NOT_FOUND,

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sluice_gateway::ticket::{PlaceClaims, TicketKeys};
+use sluice_gateway::ticket::{PlaceClaims, Seat, TicketKeys};
 use sluice_gateway::work_challenge::{self, Holder};
 use uuid::Uuid;
 
@@ -47,6 +47,12 @@ fn main() {
         namespace_id,
         place_id: Uuid::new_v4(),
         expires_at_unix: NOW + 3_600,
+        seat: Some(Seat {
+            room: "drop".into(),
+            ord: 12_345,
+            joined_at_ms: NOW * 1_000,
+            prequeue: false,
+        }),
     });
     let issued = work_challenge::issue(&keys, holder, 16, NOW);
     let nonce = work_challenge::solve(&issued.text, 16);

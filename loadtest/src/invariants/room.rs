@@ -318,6 +318,66 @@ pub fn fair_start(published: &Published, witnessed: &[Witnessed], rows: &[PlaceR
     }
 }
 
+/// A position a waiting place was told, with when its poll was sent and answered (Unix µs).
+#[derive(Debug, Clone, Copy)]
+pub struct Told {
+    pub join_id: Uuid,
+    pub sent_us: i64,
+    pub answered_us: i64,
+    pub position: u64,
+}
+
+/// How old the admission front a position was told from may be, at most (the gateway reads it
+/// again after 200 ms, and answers from the last one for up to 5 s while a read is slow).
+pub const FRONT_AGE_US: i64 = 5 * SECOND_US;
+
+/// Invariant 5, the pre-queue's positions are its ranks: a pre-queue place told a position after
+/// the draw was told its rank in the order recomputed from the revealed seed less the places
+/// admitted ahead of it, as PostgreSQL's admission instants bracket them (admission goes in that
+/// order, so those ahead are the first admitted): at least the rank less those admitted by the
+/// answer, at most the rank less those admitted [`FRONT_AGE_US`] before the poll was sent.
+pub fn prequeue_positions(published: &Published, told: &[Told], rows: &[PlaceRow]) -> Check {
+    let seed = published.seed.as_deref().and_then(|s| hex::decode(s).ok());
+    let order = fair_order(seed.as_deref().unwrap_or_default(), &published.prequeue_ids);
+    let rank: HashMap<Uuid, u64> = order
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, i as u64))
+        .collect();
+    let mut admitted: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.prequeue)
+        .filter_map(|r| r.admitted_at_us)
+        .collect();
+    admitted.sort_unstable();
+    let admitted_by = |at: i64| admitted.partition_point(|t| *t <= at) as u64;
+    let (mut judged, mut wrong, mut example) = (0u64, 0u64, None);
+    for t in told {
+        let Some(&r) = rank.get(&t.join_id) else {
+            continue;
+        };
+        judged += 1;
+        let low = r.saturating_sub(admitted_by(t.answered_us));
+        let high = r.saturating_sub(admitted_by(t.sent_us - FRONT_AGE_US));
+        if t.position < low || t.position > high {
+            wrong += 1;
+            example.get_or_insert(format!(
+                "rank {r} told {} (between {low} and {high} by the admissions)",
+                t.position
+            ));
+        }
+    }
+    Check {
+        name: "pre-queue positions told are the revealed seed's ranks, less those admitted ahead"
+            .into(),
+        holds: wrong == 0,
+        detail: match example {
+            None => format!("{judged} positions of pre-queue places judged, all their ranks"),
+            Some(example) => format!("{wrong} of {judged} positions off their rank: {example}"),
+        },
+    }
+}
+
 /// Joins after the start whose `seq` contradicts what their people saw: one answered before
 /// another was even sent must have arrived first.
 fn arrivals_against_seq(witnessed: &[Witnessed], rows: &[PlaceRow]) -> usize {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub mod html;
 mod room;
 
-pub use room::RoomFigures;
+pub use room::{RoomFigures, RoomSecond};
 
 /// One load run, start to verdict.
 #[derive(Debug, Clone, Serialize, Deserialize)]

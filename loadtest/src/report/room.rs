@@ -50,6 +50,24 @@ pub struct RoomFigures {
     pub polls_per_person_p50: f64,
     pub polls_per_person_max: f64,
     pub polls_sooner_than_advised: u64,
+    /// Per second since the first join, for the charts.
+    #[serde(default)]
+    pub timeline: Vec<RoomSecond>,
+}
+
+/// One second of a room run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RoomSecond {
+    pub second: u64,
+    /// Places taken (joins answered `202` in this second).
+    pub joins: u64,
+    /// Places whose first pass the witness accepted was issued in this second.
+    pub admissions: u64,
+    /// Places with a pass the witness would accept during this second.
+    pub live_passes: u64,
+    /// The median and largest position told by polls answered in this second.
+    pub position_p50: Option<u64>,
+    pub position_max: Option<u64>,
 }
 
 impl RoomFigures {

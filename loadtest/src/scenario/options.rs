@@ -275,11 +275,13 @@ impl Options {
         if !(self.after_start_seconds >= 0.0 && self.after_start_seconds.is_finite()) {
             return Err("--after-start-seconds must be zero or more".into());
         }
-        // A slot is held at least `heartbeat_seconds` (a pass cannot be recalled, so a leave
-        // frees nothing earlier): a run whose last person would wait past its patience would
-        // report people lost that the room never lost.
-        let by_slots = self.subjects as f64 / f64::from(self.room_max_active)
-            * f64::from(self.heartbeat_seconds);
+        // A slot is held at least as long as the first pass lives (a pass cannot be recalled,
+        // so a leave frees nothing earlier): a run whose last person would wait past its
+        // patience would report people lost that the room never lost.
+        let first_pass = (self.heartbeat_seconds as u64)
+            .max(sluice_durable::rooms::FIRST_PASS_PICKUP.as_secs())
+            .min(self.pass_seconds as u64);
+        let by_slots = self.subjects as f64 / f64::from(self.room_max_active) * first_pass as f64;
         let by_rate = self
             .room_admit_per_minute
             .map_or(0.0, |n| self.subjects as f64 * 60.0 / f64::from(n));

@@ -70,6 +70,10 @@ pub struct Stats {
     pub faults: usize,
     pub allocations: usize,
     pub places: usize,
+    /// Waiting places' told positions compared with PostgreSQL's rows, and leaves of the queue
+    /// followed by a poll at the other gateway.
+    pub place_positions: usize,
+    pub quits: usize,
 }
 
 pub struct Evidence<'a> {

@@ -2,17 +2,37 @@
 //! the places with a pass it would accept (from `iat` to `exp`, no leeway) never number more than
 //! `max_active` at any second. And its places, as PostgreSQL holds them: one live place per
 //! subject at any instant (joins sent twice at once, retries of joins whose answer was lost), and
-//! arrival numbers without gaps.
+//! arrival numbers without gaps. And what waiting places were told (answered from the gateways'
+//! memory): never fewer places ahead than PostgreSQL's rows had waiting with a smaller order,
+//! and never `waiting` after the place left the queue, by a poll sent [`LEAVE_SEEN_MS`] after
+//! the leave was answered, at another gateway.
 
 use std::collections::BTreeMap;
 
 use super::{Evidence, Stats, Violation};
+use crate::journal::{FaultRecord, PlacePollRecord, QuitRecord};
 use crate::rows::PlaceRow;
+
+/// How soon after a leave of the queue is answered every gateway's polls know of it: a
+/// gateway reads each room it answers from memory again five times a second.
+pub const LEAVE_SEEN_MS: i64 = 1_000;
+
+/// How long a gateway that cannot read PostgreSQL answers waiting polls from its last read of a
+/// room: a leave it could not read meanwhile is not judged.
+pub const STALE_FRONT_MS: i64 = 5_000;
 
 pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &mut Stats) {
     stats.passes = evidence.records.rooms.len();
     stats.places = evidence.places.len();
     places(&evidence.places, violations);
+    stats.place_positions =
+        told_positions(&evidence.places, &evidence.records.place_polls, violations);
+    stats.quits = quits(
+        &evidence.records.quits,
+        &evidence.records.place_polls,
+        &evidence.records.faults,
+        violations,
+    );
     // (room, place) → the span its passes cover.
     let mut places: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
     for pass in &evidence.records.rooms {
@@ -113,9 +133,92 @@ fn places(rows: &[PlaceRow], violations: &mut Vec<Violation>) {
     }
 }
 
+/// Each waiting place's told position against the places PostgreSQL had waiting ahead of it
+/// (a smaller order) when the answer arrived. Counted leniently: a place whose admission or end
+/// the database stamped by then no longer counts, though it may have committed a little later,
+/// so the count is never above the truth. Returns how many positions were judged.
+fn told_positions(
+    rows: &[PlaceRow],
+    polls: &[PlacePollRecord],
+    violations: &mut Vec<Violation>,
+) -> usize {
+    let by_id: BTreeMap<&str, &PlaceRow> = rows.iter().map(|row| (row.id.as_str(), row)).collect();
+    let mut judged = 0;
+    for poll in polls {
+        let (Some(told), Some(place)) = (poll.position, by_id.get(poll.place.as_str())) else {
+            continue;
+        };
+        let Some(ord) = place.ord else { continue };
+        let gone = |at: Option<i64>| at.is_some_and(|at| at <= poll.answered_ms);
+        let ahead = rows
+            .iter()
+            .filter(|row| row.room == place.room && row.ord.is_some_and(|o| o < ord))
+            .filter(|row| !gone(row.admitted_ms) && !gone(row.ended_ms))
+            .count() as u64;
+        judged += 1;
+        if told < ahead {
+            violations.push(Violation::new(
+                "position-below-truth",
+                format!(
+                    "room {}: place {} (order {ord}) told position {told} at gateway {} at {}, \
+                     with {ahead} places waiting ahead of it",
+                    place.room, place.id, poll.gateway, poll.answered_ms
+                ),
+            ));
+        }
+    }
+    judged
+}
+
+/// A place that left the queue is not told `waiting` by a poll sent [`LEAVE_SEEN_MS`] or more
+/// after its leave was answered, unless the polled gateway may have been unable to read
+/// PostgreSQL from [`STALE_FRONT_MS`] before the leave to the answer (it then answers from its
+/// last read). Returns how many leaves were followed by a poll judged.
+fn quits(
+    quits: &[QuitRecord],
+    polls: &[PlacePollRecord],
+    faults: &[FaultRecord],
+    violations: &mut Vec<Violation>,
+) -> usize {
+    let cut_off = |poll: &PlacePollRecord, from_ms: i64| {
+        faults.iter().any(|f| {
+            f.kind.cuts_gateway_from_postgres(poll.gateway)
+                && f.started_ms <= poll.answered_ms
+                && f.ended_ms >= from_ms - STALE_FRONT_MS
+        })
+    };
+    let mut judged = 0;
+    for quit in quits.iter().filter(|q| q.status == "left") {
+        for poll in polls.iter().filter(|p| {
+            p.place == quit.place
+                && p.sent_ms >= quit.answered_ms + LEAVE_SEEN_MS
+                && !cut_off(p, quit.answered_ms)
+        }) {
+            judged += 1;
+            if poll.status == "waiting" {
+                violations.push(Violation::new(
+                    "left-told-waiting",
+                    format!(
+                        "room {}: place {} left the queue at {}, and gateway {} told it waiting \
+                         (position {:?}) at {}",
+                        quit.room,
+                        quit.place,
+                        quit.answered_ms,
+                        poll.gateway,
+                        poll.position,
+                        poll.answered_ms
+                    ),
+                ));
+            }
+        }
+    }
+    judged
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{FaultKind, Link, LinkFault, Process, Store};
 
     fn place(id: &str, subject: &str, seq: i64, span: (i64, Option<i64>), state: &str) -> PlaceRow {
         PlaceRow {
@@ -123,10 +226,104 @@ mod tests {
             room: "doors".into(),
             subject: subject.into(),
             seq,
+            ord: Some(seq),
             state: state.into(),
             joined_ms: span.0,
+            admitted_ms: None,
             ended_ms: span.1,
         }
+    }
+
+    fn poll(place: &str, answered_ms: i64, status: &str, position: Option<u64>) -> PlacePollRecord {
+        PlacePollRecord {
+            person: 0,
+            room: "doors".into(),
+            place: place.into(),
+            gateway: 1,
+            sent_ms: answered_ms - 5,
+            answered_ms,
+            status: status.into(),
+            position,
+        }
+    }
+
+    #[test]
+    fn a_position_below_the_places_waiting_ahead_is_found_and_one_above_is_not() {
+        let mut first = place("a", "alice", 1, (100, None), "admitted");
+        first.admitted_ms = Some(300);
+        let rows = [
+            first,
+            place("b", "bob", 2, (110, Some(400)), "left"),
+            place("c", "carol", 3, (120, None), "waiting"),
+        ];
+        let judge = |polls: &[PlacePollRecord]| {
+            let mut violations = Vec::new();
+            let judged = told_positions(&rows, polls, &mut violations);
+            (
+                judged,
+                violations.into_iter().map(|v| v.kind).collect::<Vec<_>>(),
+            )
+        };
+        // At 200 both are ahead of carol; at 350 bob alone; at 500 nobody.
+        assert_eq!(
+            judge(&[poll("c", 200, "waiting", Some(1))]).1,
+            ["position-below-truth"]
+        );
+        assert_eq!(judge(&[poll("c", 200, "waiting", Some(2))]), (1, vec![]));
+        assert_eq!(judge(&[poll("c", 350, "waiting", Some(1))]), (1, vec![]));
+        assert_eq!(
+            judge(&[poll("c", 350, "waiting", Some(0))]).1,
+            ["position-below-truth"]
+        );
+        // Told more than the truth (leavers ahead still counted): allowed.
+        assert_eq!(judge(&[poll("c", 500, "waiting", Some(1))]), (1, vec![]));
+    }
+
+    #[test]
+    fn a_left_place_told_waiting_a_second_after_its_leave_is_found() {
+        let quit = QuitRecord {
+            person: 0,
+            room: "doors".into(),
+            place: "c".into(),
+            answered_ms: 1_000,
+            status: "left".into(),
+        };
+        let judge_with = |polls: &[PlacePollRecord], faults: &[FaultRecord]| {
+            let mut violations = Vec::new();
+            let judged = quits(std::slice::from_ref(&quit), polls, faults, &mut violations);
+            (
+                judged,
+                violations.into_iter().map(|v| v.kind).collect::<Vec<_>>(),
+            )
+        };
+        let judge = |polls: &[PlacePollRecord]| judge_with(polls, &[]);
+        // Before the second is up, a gateway may not know yet: not judged.
+        assert_eq!(judge(&[poll("c", 1_500, "waiting", Some(3))]), (0, vec![]));
+        assert_eq!(
+            judge(&[poll("c", 2_100, "waiting", Some(3))]),
+            (1, vec!["left-told-waiting".to_string()])
+        );
+        assert_eq!(judge(&[poll("c", 2_100, "left", None)]), (1, vec![]));
+        // The polled gateway could not read PostgreSQL near the leave: it may answer from its
+        // last read for a while, so the poll is not judged; a fault of another gateway is.
+        let restart = |kind| FaultRecord {
+            kind,
+            started_ms: 500,
+            ended_ms: 1_800,
+        };
+        let late = [poll("c", 2_100, "waiting", Some(3))];
+        assert_eq!(
+            judge_with(&late, &[restart(FaultKind::PostgresRestart)]),
+            (0, vec![])
+        );
+        let other = FaultKind::Link(
+            Link {
+                process: Process::Gateway(0),
+                store: Store::Postgres,
+            },
+            LinkFault::Reset,
+        );
+        assert_eq!(judge_with(&late, &[restart(other)]).0, 1);
     }
 
     fn kinds(rows: &[PlaceRow]) -> Vec<String> {

@@ -217,6 +217,10 @@ pub struct Visit {
     /// does): both answers must name one place.
     #[serde(default)]
     pub twice: bool,
+    /// Leaves the queue with the ticket after this many polls that found the place waiting,
+    /// then polls once more at the other gateway.
+    #[serde(default)]
+    pub quit_after_polls: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -328,6 +332,17 @@ impl FaultKind {
             FaultKind::PostgresRestart => true,
             FaultKind::Link(link, _) => {
                 matches!(link.process, Process::Executor(_)) && link.store == Store::Postgres
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether gateway `gateway` may be unable to read PostgreSQL during the fault.
+    pub fn cuts_gateway_from_postgres(&self, gateway: usize) -> bool {
+        match self {
+            FaultKind::PostgresRestart => true,
+            FaultKind::Link(link, _) => {
+                link.process == Process::Gateway(gateway) && link.store == Store::Postgres
             }
             _ => false,
         }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{Shared, gateway};
 use crate::client::now_ms;
-use crate::journal::RoomRecord;
+use crate::journal::{PlacePollRecord, QuitRecord, RoomRecord};
 use crate::plan::{RoomExit, Visit};
 use crate::token::subject_token;
 
@@ -73,14 +73,11 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
     let Some(ticket) = joined else { return };
     let mut place = String::new();
     let mut pass = None;
+    let mut waiting_polls = 0;
     // A person gives up after two minutes (the run's drain does not wait for a room).
     let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
     while !shared.over.is_cancelled() && tokio::time::Instant::now() < give_up {
-        let reply = shared
-            .http
-            .get(&format!("{base}/v1/tickets/{ticket}"), None)
-            .await;
-        let data = reply.data();
+        let data = poll_place(shared, visit, visit.gateway, &ticket).await;
         place = data["join_id"].as_str().unwrap_or_default().to_string();
         if let Some(p) = data["pass"].as_str() {
             pass = Some(p.to_string());
@@ -91,6 +88,13 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
             Some("left" | "abandoned" | "expired")
         ) {
             return;
+        }
+        if data["status"] == "waiting" {
+            waiting_polls += 1;
+            if visit.quit_after_polls == Some(waiting_polls) {
+                quit(shared, visit, &base, &place, &ticket, &token()).await;
+                return;
+            }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -138,6 +142,62 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
             }
         }
     }
+}
+
+/// Polls the place's ticket at `gateway`, recording an answered poll; the answer's data.
+async fn poll_place(shared: &Shared, visit: &Visit, at: usize, ticket: &str) -> serde_json::Value {
+    let sent_ms = now_ms();
+    let reply = shared
+        .http
+        .get(
+            &format!("{}/v1/tickets/{ticket}", gateway(shared, at)),
+            None,
+        )
+        .await;
+    let data = reply.data().clone();
+    if reply.status() == Some(200) {
+        let record = PlacePollRecord {
+            person: visit.person,
+            room: visit.room.clone(),
+            place: data["join_id"].as_str().unwrap_or_default().to_string(),
+            gateway: at,
+            sent_ms,
+            answered_ms: now_ms(),
+            status: data["status"].as_str().unwrap_or_default().to_string(),
+            position: data["queue"]["position"].as_u64(),
+        };
+        shared.journal.with(|r| r.place_polls.push(record));
+    }
+    data
+}
+
+/// Leaves the queue with the ticket, then, a second later (a gateway reads its rooms again
+/// five times a second), polls at the other gateway: it must know.
+async fn quit(shared: &Shared, visit: &Visit, base: &str, place: &str, ticket: &str, bearer: &str) {
+    let reply = shared
+        .http
+        .post(
+            &format!("{base}/v1/passes:leave"),
+            Some(bearer),
+            &json!({ "ticket": ticket }),
+        )
+        .await;
+    if reply.status() != Some(200) {
+        return;
+    }
+    let record = QuitRecord {
+        person: visit.person,
+        room: visit.room.clone(),
+        place: place.to_string(),
+        answered_ms: now_ms(),
+        status: reply.data()["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    };
+    shared.journal.with(|r| r.quits.push(record));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    poll_place(shared, visit, visit.gateway + 1, ticket).await;
 }
 
 /// Verifies a pass as an origin does (EdDSA against the published keys) and records it.

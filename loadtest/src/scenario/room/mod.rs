@@ -24,7 +24,7 @@ use crate::bench_stack::{BoxError, Tenant};
 use crate::driver::HttpClient;
 use crate::invariants::room::{self as checks, Exit, Published, Witnessed};
 use crate::record::Recorded;
-use crate::report::{Check, Peaks, Report, RoomFigures, Target};
+use crate::report::{Check, Peaks, Report, RoomFigures, RoomSecond, Target};
 use crate::stack::Stack;
 use crate::{machine, progress, sampler};
 use person::{JOIN, Log, Room};
@@ -141,6 +141,11 @@ pub(super) async fn drive_on(
     let mut invariants = vec![checks::capacity(&log.witnessed, options.room_max_active)];
     invariants.extend(checks::nothing_lost(&log.witnessed, &rows));
     invariants.push(checks::fair_start(&published, &log.witnessed, &rows));
+    invariants.push(checks::prequeue_positions(
+        &published,
+        &log.positions,
+        &rows,
+    ));
     let (freeing, delays) = checks::freeing(
         &log.witnessed,
         &rows,
@@ -290,7 +295,64 @@ fn figures(
         polls_per_person_p50: quantile(&mut polls, 0.5) as f64,
         polls_per_person_max: quantile(&mut polls, 1.0) as f64,
         polls_sooner_than_advised: log.polls_early,
+        timeline: timeline(log),
     }
+}
+
+/// Longest run the room's timeline covers, seconds.
+const TIMELINE_SECONDS: i64 = 3_600;
+
+/// Per second since the first join sent: places taken, admissions, the passes the witness
+/// would accept (each place from its first `iat` through its last `exp`) and the positions told.
+fn timeline(log: &Log) -> Vec<RoomSecond> {
+    let Some(first_us) = log.witnessed.iter().map(|w| w.join_sent_us).min() else {
+        return Vec::new();
+    };
+    let first_s = first_us.div_euclid(1_000_000);
+    let slot = |second: i64| usize::try_from((second - first_s).clamp(0, TIMELINE_SECONDS)).ok();
+    let of_us = |us: i64| slot(us.div_euclid(1_000_000));
+    let mut seconds: Vec<RoomSecond> = (0..=TIMELINE_SECONDS as u64)
+        .map(|second| RoomSecond {
+            second,
+            ..RoomSecond::default()
+        })
+        .collect();
+    // Live passes as a difference array: +1 at the first `iat`, −1 after the last `exp`.
+    let mut live = vec![0i64; seconds.len() + 1];
+    let mut last = 0;
+    for w in &log.witnessed {
+        if let Some(i) = of_us(w.join_answered_us) {
+            seconds[i].joins += 1;
+            last = last.max(i);
+        }
+        if let (Some(iat), Some(exp)) = (w.first_iat, w.last_exp)
+            && let (Some(from), Some(to)) = (slot(iat), slot(exp))
+        {
+            seconds[from].admissions += 1;
+            live[from] += 1;
+            live[to + 1] -= 1;
+            last = last.max(to);
+        }
+    }
+    let mut told: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for t in &log.positions {
+        if let Some(i) = of_us(t.answered_us) {
+            told.entry(i).or_default().push(t.position);
+            last = last.max(i);
+        }
+    }
+    let mut running = 0;
+    for (i, second) in seconds.iter_mut().enumerate() {
+        running += live[i];
+        second.live_passes = u64::try_from(running).unwrap_or(0);
+    }
+    for (i, mut positions) in told {
+        positions.sort_unstable();
+        seconds[i].position_p50 = positions.get(positions.len() / 2).copied();
+        seconds[i].position_max = positions.last().copied();
+    }
+    seconds.truncate(last + 1);
+    seconds
 }
 
 /// What a room run is judged by besides its invariants, reported met or not.
@@ -359,5 +421,57 @@ async fn read_prequeue(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(join_s: f64, pass: Option<(i64, i64)>) -> Witnessed {
+        let base = 1_800_000_000_000_000i64;
+        Witnessed {
+            join_id: Uuid::new_v4(),
+            subject: "s".into(),
+            prequeue: false,
+            join_sent_us: base + (join_s * 1e6) as i64,
+            join_answered_us: base + (join_s * 1e6) as i64 + 100_000,
+            jtis: Default::default(),
+            first_iat: pass.map(|(iat, _)| 1_800_000_000 + iat),
+            last_exp: pass.map(|(_, exp)| 1_800_000_000 + exp),
+            exit: Exit::Left,
+        }
+    }
+
+    #[test]
+    fn the_timeline_counts_joins_admissions_live_passes_and_positions_per_second() {
+        let log = Log {
+            witnessed: vec![
+                place(0.0, Some((1, 3))),
+                place(0.5, Some((2, 2))),
+                place(1.2, None),
+            ],
+            positions: [(1_500_000, 4), (1_600_000, 1), (1_700_000, 2)]
+                .map(|(after_us, position)| checks::Told {
+                    join_id: Uuid::new_v4(),
+                    sent_us: 1_800_000_000_000_000 + after_us - 1_000,
+                    answered_us: 1_800_000_000_000_000 + after_us,
+                    position,
+                })
+                .to_vec(),
+            ..Log::default()
+        };
+        let seconds = timeline(&log);
+        let pick = |f: fn(&RoomSecond) -> u64| seconds.iter().map(f).collect::<Vec<_>>();
+        assert_eq!(pick(|s| s.joins), [2, 1, 0, 0]);
+        assert_eq!(pick(|s| s.admissions), [0, 1, 1, 0]);
+        // Accepted from `iat` through `exp`, whole seconds.
+        assert_eq!(pick(|s| s.live_passes), [0, 1, 2, 1]);
+        assert_eq!(
+            (seconds[1].position_p50, seconds[1].position_max),
+            (Some(2), Some(4))
+        );
+        assert_eq!(seconds[0].position_p50, None);
+        assert!(timeline(&Log::default()).is_empty());
     }
 }

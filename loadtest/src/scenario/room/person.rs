@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::witness::Witness;
 use crate::api::Outcome;
-use crate::invariants::room::{Exit, Witnessed};
+use crate::invariants::room::{Exit, Told, Witnessed};
 use crate::record::Ending;
 use crate::scenario::journey::Context;
 
@@ -49,6 +49,8 @@ pub(super) struct Log {
     pub(super) waits_us: Vec<i64>,
     pub(super) polls: Vec<u64>,
     pub(super) polls_early: u64,
+    /// Every position told to a waiting place.
+    pub(super) positions: Vec<Told>,
     pub(super) passes_verified: u64,
     /// Why the witness refused a pass, one line each.
     pub(super) passes_refused: Vec<String>,
@@ -240,6 +242,12 @@ async fn poll_until_admitted(
     let mut advice = after_ms(joined, "poll_after_ms").unwrap_or(Duration::from_secs(1));
     let mut answered = Instant::now();
     let (mut polls, mut early) = (0u64, 0u64);
+    let mut told = Vec::new();
+    let joined_id = joined
+        .get("join_id")
+        .and_then(Value::as_str)
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_default();
     let result = loop {
         if Instant::now() + advice > arrived + context.patience {
             break Err(Ending::Unknown);
@@ -249,12 +257,21 @@ async fn poll_until_admitted(
             early += 1;
         }
         polls += 1;
+        let sent_us = chrono::Utc::now().timestamp_micros();
         let answer = context.call(POLL, Method::GET, &path, None, None).await;
         answered = Instant::now();
         match answer.outcome {
             Outcome::Success { data, .. } => match data.get("status").and_then(Value::as_str) {
                 Some("admitted") => break Ok(data),
                 Some("waiting") => {
+                    if let Some(position) = data["queue"]["position"].as_u64() {
+                        told.push(Told {
+                            join_id: joined_id,
+                            sent_us,
+                            answered_us: chrono::Utc::now().timestamp_micros(),
+                            position,
+                        });
+                    }
                     advice = after_ms(&data, "poll_after_ms").unwrap_or(Duration::from_secs(1));
                 }
                 // A place that ended before its holder saw a pass: never expected.
@@ -269,6 +286,7 @@ async fn poll_until_admitted(
     room.log(|l| {
         l.polls.push(polls);
         l.polls_early += early;
+        l.positions.extend(told);
     });
     result
 }

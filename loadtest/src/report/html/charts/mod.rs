@@ -1,4 +1,5 @@
-//! The charts section: three inline SVG charts drawn from the report's own numbers, no script.
+//! The charts section: inline SVG charts drawn from the report's own numbers, no script (and
+//! for a room run, `room`: its flow and the positions told).
 //!
 //! `latency` (time to the final answer), `timeline` (load per second) and `work` (what the
 //! status endpoint reported) each build only their plot; `frame` draws what they share (title,
@@ -7,12 +8,14 @@
 
 mod frame;
 mod latency;
+mod room;
 mod scale;
 mod timeline;
 mod work;
 
 use crate::report::Report;
 use latency::latency_chart;
+use room::room_charts;
 use timeline::timeline_chart;
 use work::status_chart;
 
@@ -30,9 +33,10 @@ const BOTTOM: f64 = 52.0;
 /// reader asks: how long people waited, when the load came, how the stack coped.
 pub(super) fn charts(report: &Report) -> String {
     format!(
-        "<section>\n<h2>Charts</h2>\n<div class=\"charts\">\n{}{}{}</div>\n</section>\n",
+        "<section>\n<h2>Charts</h2>\n<div class=\"charts\">\n{}{}{}{}</div>\n</section>\n",
         latency_chart(&report.final_latency),
         timeline_chart(&report.timeline),
         status_chart(&report.peaks.series),
+        room_charts(report.room.as_ref()),
     )
 }
