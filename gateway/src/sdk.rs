@@ -51,12 +51,9 @@ const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 const SHORT_CACHE: &str = "public, max-age=300";
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
-/// The waiting page may load only this gateway's files and call only this gateway.
+/// The hosted pages may load only this gateway's files and call only this gateway; where their
+/// forms may post (`form-action`) is each page's own ([`page_policy`]).
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
-     frame-ancestors 'none'";
-/// The room page's policy but for `form-action`, which names the return URL's origin.
-const ROOM_PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 /// `sluice.<first 16 hex digits of the module's SHA-256>.js`.
@@ -166,7 +163,9 @@ pub async fn waiting_page(
         command: &decl.code,
         page,
     };
-    hosted_page(WAIT_HTML, &config, HeaderValue::from_static(PAGE_POLICY))
+    let policy = page_policy(None)
+        .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
+    hosted_page(WAIT_HTML, &config, policy)
 }
 
 /// What the room page's script reads from its JSON block.
@@ -198,7 +197,7 @@ pub async fn room_page(
         .ok_or_else(not_found)?;
     let defaults = RoomPageDecl::default();
     let page = decl.page.as_ref().unwrap_or(&defaults);
-    let policy = room_policy(page.return_url.as_deref())
+    let policy = page_policy(page.return_url.as_deref())
         .map_err(|e| ApiError::unavailable(format!("the page could not be rendered: {e}")))?;
     let config = RoomPageConfig {
         namespace: namespace_id,
@@ -208,9 +207,9 @@ pub async fn room_page(
     hosted_page(ROOM_HTML, &config, policy)
 }
 
-/// The room page's `Content-Security-Policy`: forms may post to the return URL's origin only
+/// A hosted page's `Content-Security-Policy`: forms may post to the return URL's origin only
 /// (the declaration checked it is an absolute `http(s)` URL with a host), or nowhere.
-fn room_policy(return_url: Option<&str>) -> Result<HeaderValue, String> {
+fn page_policy(return_url: Option<&str>) -> Result<HeaderValue, String> {
     let form_action = match return_url {
         None => "'none'".to_string(),
         Some(url) => {
@@ -221,7 +220,7 @@ fn room_policy(return_url: Option<&str>) -> Result<HeaderValue, String> {
             format!("{scheme}://{}", authority.as_str())
         }
     };
-    HeaderValue::from_str(&format!("{ROOM_PAGE_POLICY}; form-action {form_action}"))
+    HeaderValue::from_str(&format!("{PAGE_POLICY}; form-action {form_action}"))
         .map_err(|e| e.to_string())
 }
 
@@ -273,7 +272,7 @@ mod tests {
 
     #[test]
     fn the_room_pages_forms_may_post_to_the_return_urls_origin_only() {
-        let policy = room_policy(Some("https://shop.example:8443/enter/here")).expect("policy");
+        let policy = page_policy(Some("https://shop.example:8443/enter/here")).expect("policy");
         let text = policy.to_str().expect("text");
         assert!(
             text.ends_with("; form-action https://shop.example:8443"),
@@ -281,13 +280,13 @@ mod tests {
         );
         assert!(!text.contains("/enter"));
         assert_eq!(text.matches("form-action").count(), 1);
-        let none = room_policy(None).expect("policy");
+        let none = page_policy(None).expect("policy");
         assert!(
             none.to_str()
                 .expect("text")
                 .ends_with("; form-action 'none'")
         );
-        assert!(room_policy(Some("/relative")).is_err());
+        assert!(page_policy(Some("/relative")).is_err());
     }
 
     #[test]

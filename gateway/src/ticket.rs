@@ -325,11 +325,11 @@ impl TicketKeys {
             .filter(|seat| (1..=MAX_ROOM_LEN).contains(&seat.room.len()));
         let mut bytes =
             Vec::with_capacity(3 + key.kid.len() + FIXED_LEN_SEATED + MAX_ROOM_LEN + MAC_LEN);
-        bytes.push(if seat.is_some() {
-            VERSION_SEATED
-        } else {
-            VERSION_PLACE
-        });
+        let (version, domain) = match seat {
+            Some(_) => (VERSION_SEATED, DOMAIN_SEATED),
+            None => (VERSION_PLACE, DOMAIN_PLACE),
+        };
+        bytes.push(version);
         bytes.push(key.kid.len() as u8);
         bytes.extend_from_slice(key.kid.as_bytes());
         bytes.extend_from_slice(claims.namespace_id.as_uuid().as_bytes());
@@ -342,11 +342,6 @@ impl TicketKeys {
             bytes.push(seat.room.len() as u8);
             bytes.extend_from_slice(seat.room.as_bytes());
         }
-        let domain = if seat.is_some() {
-            DOMAIN_SEATED
-        } else {
-            DOMAIN_PLACE
-        };
         let tag = key
             .mac
             .clone()

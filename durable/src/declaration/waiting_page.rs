@@ -20,6 +20,15 @@ const KEYS: &[&str] = &[
     "text_color",
     "return_urls",
 ];
+/// A room's page: the same look, and one return URL where the pass is posted.
+const ROOM_PAGE_KEYS: &[&str] = &[
+    "title",
+    "message",
+    "accent_color",
+    "background_color",
+    "text_color",
+    "return_url",
+];
 const MAX_TITLE_CHARS: usize = 120;
 const MAX_MESSAGE_CHARS: usize = 500;
 const MAX_RETURN_URLS: usize = 10;
@@ -74,14 +83,7 @@ pub(crate) fn parse_room_page(room: &Obj<'_>) -> Result<Option<RoomPageDecl>> {
     let Some(page) = room.opt_table("page")? else {
         return Ok(None);
     };
-    page.allow_only(&[
-        "title",
-        "message",
-        "accent_color",
-        "background_color",
-        "text_color",
-        "return_url",
-    ])?;
+    page.allow_only(ROOM_PAGE_KEYS)?;
     let defaults = RoomPageDecl::default();
     let return_url = match page.get("return_url") {
         None => None,

@@ -75,8 +75,10 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
     let mut stepped = Stepped::default();
     let leaves = count_leaves(&mut tx, room).await?;
     let waiting = row.waiting - leaves.waiting;
-    let mut bucket = Bucket::refill(row.admit_per_minute, row.tokens, row.tokens_at, now);
     let opened = row.opens_at.is_none_or(|opens_at| now >= opens_at);
+    // Nobody is admitted before the start: the bucket stays as it was until then.
+    let tokens_at = if opened { now } else { row.tokens_at };
+    let bucket = Bucket::refill(row.admit_per_minute, row.tokens, row.tokens_at, tokens_at);
     if !opened && leaves.waiting == 0 && leaves.active == 0 {
         // Before the start with nothing to count: nothing to write.
         return Ok(Some(stepped));
@@ -98,21 +100,13 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
         if wanted > 0 {
             stepped.admitted = admit(&mut tx, room, wanted, now).await?;
         }
-    } else {
-        // Nobody is admitted before the start: the bucket stays as it was.
-        bucket = Bucket::refill(
-            row.admit_per_minute,
-            row.tokens,
-            row.tokens_at,
-            row.tokens_at,
-        );
     }
     sqlx::query!(
         "UPDATE rooms
             SET active = active - $3 + $4 - $8, waiting = waiting - $4 - $9,
                 admitted_total = admitted_total + $4, lapsed_total = lapsed_total + $3,
                 left_total = left_total + $8 + $9,
-                tokens = $5, tokens_at = CASE WHEN $10 THEN $6 ELSE tokens_at END,
+                tokens = $5, tokens_at = $10,
                 drawn_at = CASE WHEN $7 THEN $6 ELSE drawn_at END
           WHERE namespace_id = $1 AND code = $2",
         room.namespace_id as _,
@@ -124,7 +118,7 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
         stepped.drawn,
         leaves.active,
         leaves.waiting,
-        opened
+        tokens_at
     )
     .execute(&mut *tx)
     .await?;

@@ -32,7 +32,8 @@ pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// `pass_seconds`), whatever `heartbeat_seconds` says: the pass reaches its holder only on their
 /// next poll, and a waiting person is advised to poll at most every 6 s (the gateway's longest
 /// jittered advice; 5 s in the pre-queue), so a pass that lasted a 5 s heartbeat from admission
-/// could lapse before its holder ever saw it. Heartbeats then extend it by `heartbeat_seconds` as declared.
+/// could lapse before its holder ever saw it. Heartbeats then extend it by `heartbeat_seconds`
+/// as declared.
 pub const FIRST_PASS_PICKUP: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub mod admission;

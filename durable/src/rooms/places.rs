@@ -1,7 +1,7 @@
 //! A place as a poll sees it, and what the holder of a pass does with it: heartbeat and leave.
 //!
-//! A heartbeat, and a leave, is one statement on the place's row. A heartbeat it extends `pass_until` only while the
-//! pass is live by the database's clock, so it can never revive a place the ticker has freed
+//! A heartbeat, and a leave, is one statement on the place's row. A heartbeat extends
+//! `pass_until` only while the pass is live by the database's clock, so it can never revive a place the ticker has freed
 //! (the ticker frees a place only once `pass_until` has passed, and both lock the row).
 
 use chrono::{DateTime, Utc};

@@ -530,12 +530,5 @@ async fn sigterm_lets_webhook_commands_in_flight_land_once_and_claims_nothing_ne
         .collect();
     assert_eq!(arrivals.len(), 6, "one delivery per command");
     assert_eq!(distinct.len(), 6);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            crate::execution::counter(&stack, "unfinished").await == 0
-        })
-        .await,
-        "{:?}",
-        stack.counters().await
-    );
+    crate::execution::assert_unfinished_drains(&stack).await;
 }

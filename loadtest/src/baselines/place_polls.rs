@@ -7,14 +7,14 @@
 //! many reads of the room it took.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use hyper::StatusCode;
 use serde_json::Value;
 
 use super::Bench;
 use super::commands::{get, next_number, post};
-use super::polls::{capture, rounds};
+use super::polls::{capture, rounds, tickets};
 use super::rounds::{connect, exchange};
 use super::side::Comparison;
 use crate::bench_stack::BoxError;
@@ -61,41 +61,20 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
 
 /// `total` people join the room, each with their own subject token; their place tickets.
 async fn join_places(bench: &Bench<'_>, total: u64) -> Result<Vec<String>, BoxError> {
-    let callers = bench.options.concurrency.min(total as usize).max(1);
-    let next = Arc::new(AtomicU64::new(0));
-    let path = Arc::<str>::from(format!("/v1/rooms/{ROOM}:join"));
-    let key = Arc::new(bench.tenant.creds.subject_key.clone());
-    let mut tasks = Vec::with_capacity(callers);
-    for _ in 0..callers {
-        let mut sender = connect(bench.gateway_addr).await?;
-        let (next, path, key) = (next.clone(), path.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut tickets = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < total {
-                let now = sluice_gateway::auth::now_unix();
-                let token = sluice_gateway::subject_token::issue(
-                    &key.id,
-                    key.secret.as_bytes(),
-                    &format!("person-{}", next_number()),
-                    now,
-                    now + 3_600,
-                );
-                let request = post(&path, &format!("Bearer {token}"), String::new());
-                let (status, body) = exchange(&mut sender, request).await?;
-                let value: Value = serde_json::from_slice(&body)?;
-                match (status, value["data"]["ticket"].as_str()) {
-                    (StatusCode::ACCEPTED, Some(ticket)) => tickets.push(ticket.to_string()),
-                    _ => return Err(format!("join for a ticket: {status} {value}").into()),
-                }
-            }
-            Ok::<_, BoxError>(tickets)
-        }));
-    }
-    let mut tickets = Vec::with_capacity(total as usize);
-    for task in tasks {
-        tickets.extend(task.await??);
-    }
-    Ok(tickets)
+    let path = format!("/v1/rooms/{ROOM}:join");
+    let key = bench.tenant.creds.subject_key.clone();
+    let make = Arc::new(move || {
+        let now = sluice_gateway::auth::now_unix();
+        let token = sluice_gateway::subject_token::issue(
+            &key.id,
+            key.secret.as_bytes(),
+            &format!("person-{}", next_number()),
+            now,
+            now + 3_600,
+        );
+        post(&path, &format!("Bearer {token}"), String::new())
+    });
+    tickets(bench, total, make, "join").await
 }
 
 /// The poll paths of the places still waiting (the room admits one; its place is left out).

@@ -150,22 +150,34 @@ async fn start_draining(bench: &Bench<'_>) -> Result<(), BoxError> {
 /// Enqueues `total` commands of [`HOLD`] (no executor runs, so they wait) and returns their
 /// tickets.
 async fn enqueue_tickets(bench: &Bench<'_>, total: u64) -> Result<Vec<String>, BoxError> {
-    let callers = bench.options.concurrency.min(total as usize);
+    let path = format!("/v1/commands/{HOLD}:enqueue");
+    let bearer = bench.bearer.clone();
+    let make = Arc::new(move || post(&path, &bearer, enqueue_body(next_number(), OFFER)));
+    tickets(bench, total, make, "enqueue").await
+}
+
+/// `total` requests made by `make`, sent by as many callers as the bench has (at most `total`),
+/// each answered `202` with a ticket; the tickets.
+pub(super) async fn tickets(
+    bench: &Bench<'_>,
+    total: u64,
+    make: MakeRequest,
+    what: &'static str,
+) -> Result<Vec<String>, BoxError> {
+    let callers = bench.options.concurrency.min(total as usize).max(1);
     let next = Arc::new(AtomicU64::new(0));
-    let path = Arc::<str>::from(format!("/v1/commands/{HOLD}:enqueue"));
     let mut tasks = Vec::with_capacity(callers);
     for _ in 0..callers {
         let mut sender = connect(bench.gateway_addr).await?;
-        let (next, path, bearer) = (next.clone(), path.clone(), bench.bearer.clone());
+        let (next, make) = (next.clone(), make.clone());
         tasks.push(tokio::spawn(async move {
             let mut tickets = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < total {
-                let request = post(&path, &bearer, enqueue_body(next_number(), OFFER));
-                let (status, body) = exchange(&mut sender, request).await?;
+                let (status, body) = exchange(&mut sender, make()).await?;
                 let value: Value = serde_json::from_slice(&body)?;
                 match (status, value["data"]["ticket"].as_str()) {
                     (StatusCode::ACCEPTED, Some(ticket)) => tickets.push(ticket.to_string()),
-                    _ => return Err(format!("enqueue for a ticket: {status} {value}").into()),
+                    _ => return Err(format!("{what} for a ticket: {status} {value}").into()),
                 }
             }
             Ok::<_, BoxError>(tickets)

@@ -171,6 +171,19 @@ pub async fn counter(stack: &Stack, name: &str) -> i64 {
     stack.counters().await.get(name).copied().unwrap_or(0)
 }
 
+/// Waits up to 5 s for the Redis `unfinished` counter to be back at 0 (Redis is told after
+/// PostgreSQL lands a result); fails showing every counter.
+pub async fn assert_unfinished_drains(stack: &Stack) {
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || async {
+            counter(stack, "unfinished").await == 0
+        })
+        .await,
+        "{:?}",
+        stack.counters().await
+    );
+}
+
 /// `unfinished`, `waiting:<ns>` and `queued:<ns>:<cmd>` of every command in `commands`.
 pub(crate) async fn open_counts(stack: &Stack, commands: &[&str]) -> Vec<(String, i64)> {
     let ns = stack.creds.namespace_id;

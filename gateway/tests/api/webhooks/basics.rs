@@ -40,15 +40,8 @@ async fn a_200_lands_the_backends_result_with_a_signed_request() {
         json!({"provider": "gitee", "account": "a", "doc": "report"})
     );
     assert!(seen.body["accepted_at"].is_string() && seen.body["deadline_at"].is_string());
-    // Every count went back: Redis is told after PostgreSQL landed the result, so wait for it.
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            crate::execution::counter(&stack, "unfinished").await == 0
-        })
-        .await,
-        "{:?}",
-        stack.counters().await
-    );
+    // Every count went back.
+    crate::execution::assert_unfinished_drains(&stack).await;
     // A backend repeating the result that landed changes nothing; another result conflicts.
     let again = complete(
         &stack,
