@@ -213,13 +213,20 @@ where
 const COMMIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// After [`run`]: every connection is answered or given up on, but jobs whose caller went away
-/// (or outlived the drain) may still wait in the group committers (acceptances and room joins).
+/// (or outlived the drain) may still wait in the group committers (acceptances, room joins and
+/// heartbeats).
 /// Commits them before the process exits, which would otherwise cut them mid-batch. Nothing
 /// lost either way is a command or a place anyone was told about.
 pub async fn flush_committer(gateway: &Gateway) {
     tracing::info!("connections drained; flushing the group committers");
-    let both = async { tokio::join!(gateway.committer.close(), gateway.room_joins.close()) };
-    if tokio::time::timeout(COMMIT_FLUSH_TIMEOUT, both)
+    let all = async {
+        tokio::join!(
+            gateway.committer.close(),
+            gateway.room_joins.close(),
+            gateway.pass_heartbeats.close()
+        )
+    };
+    if tokio::time::timeout(COMMIT_FLUSH_TIMEOUT, all)
         .await
         .is_err()
     {

@@ -13,6 +13,7 @@ use sluice_durable::lifecycle::Stores;
 use sluice_durable::lifecycle::intake_batcher::IntakeBatcher;
 use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::rebuild;
+use sluice_durable::rooms::heartbeats::PassHeartbeats;
 use sluice_durable::rooms::join::RoomJoiner;
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
@@ -49,6 +50,8 @@ pub struct Gateway {
     pub committer: GroupCommitter,
     /// Concurrent room joins share one transaction, as acceptances do.
     pub room_joins: RoomJoiner,
+    /// Concurrent pass heartbeats share one statement.
+    pub pass_heartbeats: PassHeartbeats,
     /// Concurrent enqueues of one application share one `intake.lua` call.
     pub intake: IntakeBatcher,
     pub tickets: TicketKeys,
@@ -86,6 +89,10 @@ impl Gateway {
                 config.group_commit.clone(),
             ),
             room_joins: sluice_durable::rooms::join::start(pg.clone(), config.group_commit.clone()),
+            pass_heartbeats: sluice_durable::rooms::heartbeats::start(
+                pg.clone(),
+                config.group_commit.clone(),
+            ),
             intake: IntakeBatcher::new(redis.clone(), config.intake_batch_max),
             namespaces: Cache::builder()
                 .time_to_live(ttl)

@@ -11,7 +11,8 @@
 //!   each room's row once (arrival order, pause).
 //! - [`admission`]: the ticker's step: the fair draw at `opens_at`, lapsed passes freed, the
 //!   next places admitted within `max_active` and `admit_per_minute`.
-//! - [`places`]: a place as a poll sees it; a pass's heartbeat and leave.
+//! - [`places`]: a place as a poll sees it; a pass's leave.
+//! - [`heartbeats`]: passes extended, concurrent heartbeats in one statement.
 //! - [`board`]: what a gateway keeps in memory to answer waiting places' polls without a query
 //!   each: the room's admission front, its drawn order, and who left the queue.
 //! - [`fair_order`]: the documented order of the pre-queue, and the room as the public sees it.
@@ -41,6 +42,7 @@ pub mod board;
 pub mod declare;
 pub mod fair_order;
 pub mod figures;
+pub mod heartbeats;
 pub mod join;
 pub mod places;
 

@@ -1,8 +1,6 @@
-//! A place as a poll sees it, and what the holder of a pass does with it: heartbeat and leave.
+//! A place as a poll sees it, and its holder's leave (heartbeats are batched: [`super::heartbeats`]).
 //!
-//! A heartbeat, and a leave, is one statement on the place's row. A heartbeat extends
-//! `pass_until` only while the pass is live by the database's clock, so it can never revive a place the ticker has freed
-//! (the ticker frees a place only once `pass_until` has passed, and both lock the row).
+//! A leave is one statement on the place's row, never on the room's.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -18,38 +16,52 @@ pub async fn read(
     namespace_id: NamespaceId,
     id: Uuid,
 ) -> Result<Option<Place>, DurableError> {
-    let row = sqlx::query!(
-        r#"SELECT p.id, p.room, p.subject, p.state, p.prequeue, p.ord, p.joined_at,
-                  p.renewed_at, p.pass_until, r.admitted_through, r.opens_at, r.admit_per_minute,
-                  r.heartbeat_seconds, now() AS "now!"
+    Ok(read_many(pg, &[id])
+        .await?
+        .into_iter()
+        .find(|place| place.namespace_id == namespace_id))
+}
+
+/// The places `ids` that exist, of whichever namespace, with their positions, in no order.
+pub(super) async fn read_many<'c>(
+    pg: impl sqlx::PgExecutor<'c>,
+    ids: &[Uuid],
+) -> Result<Vec<Place>, DurableError> {
+    let rows = sqlx::query!(
+        r#"SELECT p.id, p.namespace_id AS "namespace_id: NamespaceId", p.room, p.subject,
+                  p.state, p.prequeue, p.ord, p.joined_at, p.renewed_at, p.pass_until,
+                  r.admitted_through, r.opens_at, r.admit_per_minute, r.heartbeat_seconds,
+                  now() AS "now!"
              FROM room_places p
              JOIN rooms r ON r.namespace_id = p.namespace_id AND r.code = p.room
-            WHERE p.id = $1 AND p.namespace_id = $2"#,
-        id,
-        namespace_id as _
+            WHERE p.id = ANY($1)"#,
+        ids
     )
-    .fetch_optional(pg)
+    .fetch_all(pg)
     .await?;
-    Ok(row.map(|row| {
-        let state = current_state(&row.state, row.pass_until, row.now);
-        Place {
-            id: row.id,
-            namespace_id,
-            room: row.room,
-            subject: row.subject,
-            state,
-            prequeue: row.prequeue,
-            ord: row.ord,
-            joined_at: row.joined_at,
-            renewed_at: row.renewed_at,
-            pass_until: row.pass_until,
-            position: position(state, row.ord, row.admitted_through),
-            opens_at: row.opens_at,
-            admit_per_minute: row.admit_per_minute,
-            heartbeat_seconds: row.heartbeat_seconds,
-            observed_at: row.now,
-        }
-    }))
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let state = current_state(&row.state, row.pass_until, row.now);
+            Place {
+                id: row.id,
+                namespace_id: row.namespace_id,
+                room: row.room,
+                subject: row.subject,
+                state,
+                prequeue: row.prequeue,
+                ord: row.ord,
+                joined_at: row.joined_at,
+                renewed_at: row.renewed_at,
+                pass_until: row.pass_until,
+                position: position(state, row.ord, row.admitted_through),
+                opens_at: row.opens_at,
+                admit_per_minute: row.admit_per_minute,
+                heartbeat_seconds: row.heartbeat_seconds,
+                observed_at: row.now,
+            }
+        })
+        .collect())
 }
 
 /// What a heartbeat or a leave did.
@@ -64,50 +76,6 @@ pub enum PassChange {
     Ended(PlaceState),
     /// The place is another subject's: only its holder may change it.
     NotTheHolders,
-}
-
-/// Extends the admitted place `id` of `subject`: `pass_until` becomes the earlier of the
-/// admission plus `pass_seconds` and now plus `heartbeat_seconds` (whole seconds). `None` when
-/// there is no such place of that subject.
-pub async fn heartbeat(
-    pg: &PgPool,
-    namespace_id: NamespaceId,
-    id: Uuid,
-    subject: &str,
-) -> Result<Option<PassChange>, DurableError> {
-    let extended = sqlx::query!(
-        r#"UPDATE room_places p
-              SET renewed_at = date_trunc('second', now()),
-                  pass_until = least(
-                      date_trunc('second', p.admitted_at) + make_interval(secs => r.pass_seconds),
-                      date_trunc('second', now()) + make_interval(secs => r.heartbeat_seconds))
-             FROM rooms r
-            WHERE p.id = $1 AND p.namespace_id = $2 AND p.subject = $3
-              AND p.state = 'admitted' AND p.pass_until > now()
-              AND r.namespace_id = p.namespace_id AND r.code = p.room
-              AND r.heartbeat_seconds IS NOT NULL
-              AND least(
-                      date_trunc('second', p.admitted_at) + make_interval(secs => r.pass_seconds),
-                      date_trunc('second', now()) + make_interval(secs => r.heartbeat_seconds))
-                  > p.pass_until
-        RETURNING p.id"#,
-        id,
-        namespace_id as _,
-        subject
-    )
-    .fetch_optional(pg)
-    .await?;
-    let Some(place) = read(pg, namespace_id, id).await? else {
-        return Ok(None);
-    };
-    if place.subject != subject {
-        return Ok(None);
-    }
-    Ok(Some(match (extended, place.state) {
-        (Some(_), _) => PassChange::Changed(place),
-        (None, PlaceState::Admitted) => PassChange::Unchanged(place),
-        (None, state) => PassChange::Ended(state),
-    }))
 }
 
 /// Gives the place `id` of `subject` back: a waiting one leaves the queue at once; an admitted

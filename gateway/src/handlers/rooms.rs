@@ -14,6 +14,7 @@ use serde::Serialize;
 use sluice_durable::outbox::rfc3339;
 use sluice_durable::pass_keys::{self, PassClaims, PassKey};
 use sluice_durable::rooms::fair_order::{self, RoomView};
+use sluice_durable::rooms::heartbeats::HeartbeatRequest;
 use sluice_durable::rooms::join::{JoinRequest, Joined};
 use sluice_durable::rooms::places::{self, PassChange};
 use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
@@ -261,7 +262,13 @@ pub async fn heartbeat(
     let pass = reader.required_string("pass")?;
     reader.finish()?;
     let claims = read_pass(gateway, caller, subject, &pass).await?;
-    let change = places::heartbeat(&gateway.pg, caller.namespace_id, claims.jti, subject)
+    let change = gateway
+        .pass_heartbeats
+        .submit(HeartbeatRequest {
+            namespace_id: caller.namespace_id,
+            id: claims.jti,
+            subject: subject.to_string(),
+        })
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, extended) = outcome(change)?;

@@ -11,6 +11,7 @@ mod capacity;
 mod contract;
 mod fair_start;
 mod gateways;
+mod heartbeats;
 mod joins;
 pub(crate) mod kit;
 mod pace;
