@@ -61,6 +61,9 @@ impl Node {
 
     /// Starts the process, again while it exits at once (one that cannot reach a store at start
     /// does), for up to `patience`; the run's supervisor tries again later, as systemd would.
+    /// Always on the same ports: the callers were given a gateway's address once, as a load
+    /// balancer is (the listeners reuse addresses, and the ports come from below the kernel's
+    /// ephemeral range, so nothing else takes them meanwhile).
     pub(super) async fn spawn(
         &mut self,
         env: &Env,
@@ -72,10 +75,6 @@ impl Node {
         for attempt in 0.. {
             if attempt > 0 && tokio::time::Instant::now() >= give_up {
                 break;
-            }
-            if attempt == 4 {
-                self.port = free_port();
-                self.health_port = free_port();
             }
             let log = self.log_path(&env.dir, self.starts);
             self.starts += 1;
