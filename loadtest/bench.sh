@@ -7,8 +7,8 @@
 # while it runs: the numbers are ratios measured in one run on it.
 #
 # How long: the release build (about 10 minutes from scratch on 2 cores, seconds when nothing
-# changed), then sluice-bench-baselines (3 pairs x 3 rounds x 2 sides x 3 s, warm-ups and 3
-# pgbench runs: about 75 s with the defaults), then the drop scenario of 10,000 subjects, then
+# changed), then sluice-bench-baselines (5 pairs x 3 rounds x 2 sides x 3 s, warm-ups and 3
+# pgbench runs: about two minutes with the defaults), then the drop scenario of 10,000 subjects, then
 # 10,000 idle keep-alive connections against a gateway and a bare hyper server (about a minute),
 # and last the efficiency table (sluice-bench-table) from those three reports.
 # Arguments are passed to sluice-bench-baselines, e.g.

@@ -410,26 +410,35 @@ impl Tenant {
         forgotten.map(|_| ())
     }
 
-    /// Deletes every Redis key of the tenant's application (they share one hash tag), so a
-    /// benchmark leaves nothing behind on a shared Redis.
+    /// Deletes every Redis key of the tenant's application, so a benchmark leaves nothing
+    /// behind on a shared Redis.
     pub async fn forget_redis(&self) -> Result<u64, BoxError> {
-        use fred::interfaces::KeysInterface;
-        let pattern = projection::AppKeys::new(self.creds.application_id).pattern();
-        let client = self.redis.pool().next();
-        let mut cursor = "0".to_string();
-        let mut deleted = 0;
-        loop {
-            let (next, page): (String, Vec<String>) = client
-                .scan_page(cursor.as_str(), pattern.as_str(), Some(1_000), None)
-                .await?;
-            if !page.is_empty() {
-                deleted += client.unlink::<u64, _>(page).await?;
-            }
-            if next == "0" {
-                return Ok(deleted);
-            }
-            cursor = next;
+        forget_application(&self.redis, self.creds.application_id).await
+    }
+}
+
+/// Deletes every Redis key of `application_id` (they share one hash tag): to the application,
+/// what a `FLUSHALL` does, without touching anything else on a shared Redis. How many went.
+pub async fn forget_application(
+    redis: &Projection,
+    application_id: sluice_durable::ids::ApplicationId,
+) -> Result<u64, BoxError> {
+    use fred::interfaces::KeysInterface;
+    let pattern = projection::AppKeys::new(application_id).pattern();
+    let client = redis.pool().next();
+    let mut cursor = "0".to_string();
+    let mut deleted = 0;
+    loop {
+        let (next, page): (String, Vec<String>) = client
+            .scan_page(cursor.as_str(), pattern.as_str(), Some(1_000), None)
+            .await?;
+        if !page.is_empty() {
+            deleted += client.unlink::<u64, _>(page).await?;
         }
+        if next == "0" {
+            return Ok(deleted);
+        }
+        cursor = next;
     }
 }
 

@@ -42,6 +42,11 @@ handler = { kind = "quota", pool = "stock", mode = "committed" }
 code = "lobby"
 max_active = 1
 pass_seconds = 86400
+
+[[room]]
+code = "crowd"
+max_active = 1
+pass_seconds = 86400
 "#,
     crate::claim_declaration!()
 );

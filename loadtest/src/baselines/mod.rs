@@ -1,7 +1,7 @@
 //! Sluice against the baselines it claims to beat or approach, measured in one run on one machine
 //! against the same PostgreSQL and Redis (loopback only), with the ratios and their targets.
 //!
-//! Four pairs, each measured with the same closed-loop client (`--concurrency` callers, one
+//! Five pairs, each measured with the same closed-loop client (`--concurrency` callers, one
 //! HTTP/1.1 keep-alive connection each) for `--rounds` time-bounded rounds of `--seconds` per
 //! side, the two sides alternating so drift of the shared machine hits both alike; the median
 //! round of each side is compared:
@@ -28,6 +28,9 @@
 //! 4. Place polls (`place-polls`): `GET /v1/tickets/{ticket}` round-robin over places waiting in
 //!    a waiting room (one admitted ahead of them), against the same floor with one real place
 //!    answer.
+//! 5. Room joins (`room-joins`): `POST /v1/rooms/{room}:join`, a new subject each (`202`, a new
+//!    place), against the gateway's own durable command enqueues with the same callers; every
+//!    `202` join must have its place row.
 //!
 //! Targets are reported, not enforced: the exit status is non-zero only when the measurement
 //! itself went wrong (an unexpected status, a lost acceptance, a failing pgbench). The scratch
@@ -49,6 +52,7 @@ mod perf_gate;
 mod pgbench;
 mod place_polls;
 mod polls;
+mod room_joins;
 mod rounds;
 mod server;
 mod side;
@@ -102,7 +106,7 @@ pub struct Options {
     /// Also write the numbers as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Measure only these pairs (repeatable; all three by default): a profile of one answer
+    /// Measure only these pairs (repeatable; all five by default): a profile of one answer
     /// (`loadtest/profile.sh`) wants nothing else running.
     #[arg(long, value_enum)]
     pub only: Vec<Pair>,
@@ -127,6 +131,8 @@ pub enum Pair {
     Polls,
     /// A waiting room's place polls against a static hyper server.
     PlacePolls,
+    /// Room joins against command enqueues, on the same gateway.
+    RoomJoins,
 }
 
 impl Options {
@@ -304,6 +310,9 @@ async fn run_pairs(
     }
     if options.runs(Pair::PlacePolls) {
         comparisons.push(place_polls::pair(&bench).await?);
+    }
+    if options.runs(Pair::RoomJoins) {
+        comparisons.push(room_joins::pair(&bench).await?);
     }
     let problem = comparisons.iter().find_map(|c| c.problem.clone());
     Ok(Outcome {

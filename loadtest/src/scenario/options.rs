@@ -142,6 +142,11 @@ pub struct Options {
     /// heartbeat through their visit and then let the pass run out without leaving.
     #[arg(long, default_value_t = 0.2)]
     pub abandon_share: f64,
+    /// `room`: delete every Redis key of the run's application this many seconds after the
+    /// start, with people waiting and admitted (to the application, what a `FLUSHALL` does;
+    /// other users of a shared Redis keep theirs): every invariant must hold across it.
+    #[arg(long)]
+    pub flush_redis_after_seconds: Option<f64>,
     /// How long to wait after the last caller for every row to be terminal.
     #[arg(long, default_value_t = 120)]
     pub drain_seconds: u64,
@@ -201,6 +206,9 @@ impl Options {
             }
         };
         self.check_mode()?;
+        if self.scenario != Scenario::Room && self.flush_redis_after_seconds.is_some() {
+            return Err("--flush-redis-after-seconds is the room scenario's".into());
+        }
         if count == 0 {
             return Err("a run needs at least one caller".into());
         }
@@ -274,6 +282,12 @@ impl Options {
         }
         if !(self.after_start_seconds >= 0.0 && self.after_start_seconds.is_finite()) {
             return Err("--after-start-seconds must be zero or more".into());
+        }
+        if self
+            .flush_redis_after_seconds
+            .is_some_and(|after| !(after >= 0.0 && after.is_finite()))
+        {
+            return Err("--flush-redis-after-seconds must be zero or more".into());
         }
         // A slot is held at least as long as the first pass lives (a pass cannot be recalled,
         // so a leave frees nothing earlier): a run whose last person would wait past its

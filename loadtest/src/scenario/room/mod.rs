@@ -114,12 +114,29 @@ pub(super) async fn drive_on(
             person::person(&context, &room, subject, token, arrive_at).await;
         });
     }
+    let flush = options.flush_redis_after_seconds.map(|after| {
+        let at = origin
+            + Duration::from_secs(options.opens_in_seconds)
+            + Duration::from_secs_f64(after.max(0.0));
+        tokio::spawn(flush_redis(
+            tenant.redis.clone(),
+            tenant.creds.application_id,
+            at,
+        ))
+    });
     if !super::joined_all(&mut people, &options.interrupt).await {
         stop.cancel();
         bar.finish();
+        if let Some(flush) = flush {
+            flush.abort();
+        }
         return Err(Interrupted.into());
     }
     let duration = recorder.elapsed();
+    let flushed = match flush {
+        Some(flush) => Some(flush.await?),
+        None => None,
+    };
     stop.cancel();
     bar.finish();
     let processes = usage.await?;
@@ -166,6 +183,9 @@ pub(super) async fn drive_on(
                 .map_or(String::new(), |why| format!(" (first: {why})"))
         ),
     });
+    if let Some(flushed) = &flushed {
+        invariants.push(flushed_mid_room(flushed, &log.witnessed, opens_at_us));
+    }
     let people = &recorded.people;
     let endings = people.succeeded
         + people.rejected.values().sum::<u64>()
@@ -214,6 +234,59 @@ pub(super) async fn drive_on(
         room: Some(figures),
         targets,
     })
+}
+
+/// Empties Redis of the tenant's application at `at` (every key it has there: what a
+/// `FLUSHALL` does to it, while other users of a shared Redis keep theirs): when it did (Unix
+/// microseconds, the clock of the people's evidence) and how many keys went, or why it could
+/// not.
+async fn flush_redis(
+    redis: sluice_durable::projection::Projection,
+    application_id: sluice_durable::ids::ApplicationId,
+    at: Instant,
+) -> Result<(i64, u64), String> {
+    tokio::time::sleep_until(at.into()).await;
+    let flushed_at = chrono::Utc::now().timestamp_micros();
+    crate::bench_stack::forget_application(&redis, application_id)
+        .await
+        .map(|keys| (flushed_at, keys))
+        .map_err(|error| error.to_string())
+}
+
+/// The flush happened while the room was busy: someone had joined before it and someone was
+/// admitted after it, so the run's other invariants judged a room that lived through it.
+fn flushed_mid_room(
+    flushed: &Result<(i64, u64), String>,
+    witnessed: &[Witnessed],
+    opens_at_us: i64,
+) -> Check {
+    let name =
+        "Redis emptied of the application's keys mid-room, with places before and admissions after"
+            .to_string();
+    let (at, keys) = match flushed {
+        Ok(flushed) => *flushed,
+        Err(why) => {
+            return Check {
+                name,
+                holds: false,
+                detail: format!("the flush failed: {why}"),
+            };
+        }
+    };
+    let joined_before = witnessed.iter().filter(|w| w.join_answered_us < at).count();
+    let admitted_after = witnessed
+        .iter()
+        .filter(|w| w.first_iat.is_some_and(|iat| iat * 1_000_000 > at))
+        .count();
+    Check {
+        name,
+        holds: joined_before > 0 && admitted_after > 0,
+        detail: format!(
+            "{keys} keys deleted {:.1} s after the start: {joined_before} places joined before \
+             it, {admitted_after} first passes issued after it",
+            (at - opens_at_us) as f64 / 1e6
+        ),
+    }
 }
 
 fn text(data: &Value, field: &str) -> Option<String> {
