@@ -117,7 +117,7 @@ mod tests {
         assert_eq!(eta_seconds(Some(14), Some(10.0)), Some(2));
         assert_eq!(eta_seconds(Some(0), Some(0.5)), Some(2));
         assert_eq!(eta_seconds(Some(99), Some(3.0)), Some(33));
-        // The drop: 1,000 claims at 100 per second, the last one 10 s away.
+        // A drop of 1,000 claims drained at 100 per second, the last one 10 s away.
         assert_eq!(eta_seconds(Some(999), Some(100.0)), Some(10));
         assert_eq!(eta_seconds(Some(449), Some(100.0)), Some(5));
         assert_eq!(eta_seconds(Some(u64::MAX), Some(1e-300)), Some(u64::MAX));
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_paced_drain_is_estimated_from_its_starts() {
-        // The drop: 1,000 claims at per_second = 100 (burst 100, 64 in flight): 64 at
+        // A drop of 1,000 claims at per_second = 100 (burst 100, 64 in flight): 64 at
         // once, the rest of the burst as the first ones end, then one every 10 ms.
         let mut paced = vec![(0, 64), (30, 36)];
         paced.extend((1..=900).map(|i| (30 + 10 * i, 1)));

@@ -55,7 +55,7 @@ pub struct Report {
     /// before it existed).
     #[serde(default)]
     pub room: Option<RoomFigures>,
-    /// The issue's targets with the measured value, met or not.
+    /// The documented targets (docs/performance.md) with the measured value, met or not.
     pub targets: Vec<Target>,
     /// All invariants hold (targets are reported, not enforced).
     pub invariants_hold: bool,
@@ -378,7 +378,7 @@ pub struct Check {
     pub detail: String,
 }
 
-/// A target of the issue with the measured value.
+/// A documented target with the measured value.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
     pub name: String,

@@ -426,7 +426,7 @@ async fn drive_on(
     })
 }
 
-/// The targets for a drop, reported whatever the scenario (the numbers mean the same).
+/// The documented targets for a drop, reported whatever the scenario (the numbers mean the same).
 fn targets(
     options: &Options,
     recorded: &crate::record::Recorded,

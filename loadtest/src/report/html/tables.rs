@@ -10,7 +10,7 @@ use crate::report::{
     Check, Endpoint, PeakOf, Peaks, ProcessUsage, Reservations, RoomFigures, Target, Waiting,
 };
 
-/// The targets against what was measured: reported, not enforced, so a missed one is
+/// The documented targets (docs/performance.md) against what was measured: reported, not enforced, so a missed one is
 /// marked rather than failing the run.
 pub(super) fn targets(targets: &[Target]) -> String {
     let rows: Vec<String> = targets
