@@ -150,6 +150,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
                 SET status = 'executing', attempts = c.attempts + 1, lease_owner = $5,
                     attempt_id = old.attempt_id, started_at = COALESCE(c.started_at, old.started_at),
                     lease_expires_at = now() + make_interval(secs => $6::double precision / 1000),
+                    lease_ms = round($6::double precision)::integer,
                     updated_at = now(), in_doubt = c.in_doubt OR c.id = ANY($7)
                FROM old
               WHERE c.id = old.id AND old.in_time

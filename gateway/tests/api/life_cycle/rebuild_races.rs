@@ -481,3 +481,60 @@ async fn a_rebuild_the_gateway_stopped_waiting_for_runs_to_its_end() {
     assert_eq!(retried.status.as_u16(), 202, "{:?}", retried.body);
     assert_counts_settle(&stack, "claim").await;
 }
+
+/// A command at its backend keeps its permits through a rebuild even when PostgreSQL's record of
+/// its lease is older than its holder's last renewal in Redis (PostgreSQL out of reach while
+/// Redis renewed: here the row's `lease_expires_at` is set a second in the past, as the renewals
+/// PostgreSQL missed would leave it). The rebuild restores the permits for a whole lease from
+/// itself, so the account's next command waits for the first to end instead of joining it at the
+/// backend, and no sweeper takes the first from its holder: the backend never counts two calls
+/// at once, and each command is called once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_keeps_a_held_commands_permits_whatever_postgresql_last_renewed() {
+    let backend = Backend::start(handler(|_| async {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        Answer::succeeded(json!({}))
+    }))
+    .await;
+    let declaration = ocr_declaration(&backend.url("/ocr"), 5_000, 120, ONE_PER_ACCOUNT);
+    let stack = stack_with(&backend, &declaration).await;
+    let first = enqueue_ocr(&stack, "user-1", "gitee", "a", "one").await;
+    let executor = start_executor(&stack, fast_executor());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !arrivals_of(&backend, &first).is_empty()
+        })
+        .await,
+        "the first command reaches its backend"
+    );
+    let second = enqueue_ocr(&stack, "user-2", "gitee", "a", "two").await;
+    let first_id: uuid::Uuid = first.parse().expect("uuid");
+    let lapsed = sqlx::query(
+        "UPDATE commands SET lease_expires_at = now() - interval '1 second'
+          WHERE id = $1 AND status = 'executing'",
+    )
+    .bind(first_id)
+    .execute(&stack.pg)
+    .await
+    .expect("PostgreSQL's lease of the first command");
+    assert_eq!(lapsed.rows_affected(), 1, "{}", row(&stack, &first).await);
+    rebuild::rebuild(&stack.pg, &stack.redis, stack.creds.application_id)
+        .await
+        .expect("rebuild");
+    assert!(all_terminal(&stack, Duration::from_secs(30)).await);
+    for id in [&first, &second] {
+        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(
+            arrivals_of(&backend, id).len(),
+            1,
+            "{id} was called once: {:?}",
+            row(&stack, id).await
+        );
+    }
+    assert_eq!(
+        backend.peak_in_flight(),
+        1,
+        "the account's limit of one as the backend counted it"
+    );
+    executor.cancel();
+}
