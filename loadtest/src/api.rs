@@ -56,6 +56,14 @@ impl Exchange {
     }
 }
 
+/// Requests in flight at once from this process, each on a connection of its own: a process
+/// can hold only as many sockets as its open-file limit allows (and the stack it starts inherits
+/// that limit), so a run of more people than this queues their requests for a connection, as a
+/// browser's connection pool does; the wait counts in each exchange's time.
+pub const MAX_IN_FLIGHT: usize = 16_384;
+
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_IN_FLIGHT);
+
 /// One request with an optional bearer and JSON body.
 pub async fn exchange(
     client: &HttpClient,
@@ -65,6 +73,8 @@ pub async fn exchange(
     body: Option<String>,
 ) -> Exchange {
     let started = Instant::now();
+    // Waiting for a connection counts in the exchange's time, as it would in a browser.
+    let _connection = IN_FLIGHT.acquire().await;
     let outcome = match build(method, uri, bearer, body) {
         Ok(request) => match tokio::time::timeout(EXCHANGE_TIMEOUT, send(client, request)).await {
             Ok(outcome) => outcome,

@@ -360,7 +360,7 @@ pub(super) fn check_open_files(callers: u64) -> Result<(), BoxError> {
         .find(|line| line.starts_with("Max open files"))
         .and_then(|line| line.split_whitespace().nth(3))
         .and_then(|soft| soft.parse().ok());
-    let needed = callers.min(20_000) + 1_024;
+    let needed = callers.min(crate::api::MAX_IN_FLIGHT as u64) + 1_024;
     match soft {
         Some(soft) if soft < needed => Err(format!(
             "{callers} callers need about {needed} open files, the limit is {soft}: raise it \
