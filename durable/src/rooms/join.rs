@@ -195,7 +195,9 @@ async fn write_batch(
                 } else {
                     let seq = next_seq.entry(key.clone()).or_insert(door.next_seq);
                     *seq += 1;
-                    let id = Uuid::new_v4();
+                    // Time-ordered, like command ids: a drop's places go to the right-hand
+                    // pages of the id indexes instead of one random page each.
+                    let id = Uuid::now_v7();
                     live.insert((key, join.subject.clone()), id);
                     made.push(NewPlace {
                         id,
