@@ -76,6 +76,27 @@ pub(super) fn enqueue_body(n: u64, offer: &str) -> String {
     )
 }
 
+/// `POST /v1/rooms/{room}:join` by a new person each time, with a subject token of their own
+/// (an hour long) signed with the tenant's subject key.
+pub(super) fn new_person_joins(
+    key: &sluice_durable::tenancy::SubjectKeyOutput,
+    room: &str,
+) -> super::rounds::MakeRequest {
+    let path = format!("/v1/rooms/{room}:join");
+    let key = key.clone();
+    std::sync::Arc::new(move || {
+        let now = sluice_gateway::auth::now_unix();
+        let token = sluice_gateway::subject_token::issue(
+            &key.id,
+            key.secret.as_bytes(),
+            &format!("person-{}", next_number()),
+            now,
+            now + 3_600,
+        );
+        post(&path, &format!("Bearer {token}"), String::new())
+    })
+}
+
 /// An authenticated JSON `POST`.
 pub(super) fn post(path: &str, bearer: &str, body: String) -> Request<Full<Bytes>> {
     Request::post(path)

@@ -13,7 +13,7 @@ use hyper::StatusCode;
 use serde_json::Value;
 
 use super::Bench;
-use super::commands::{get, next_number, post};
+use super::commands::{get, new_person_joins};
 use super::polls::{capture, rounds, tickets};
 use super::rounds::{connect, exchange};
 use super::side::Comparison;
@@ -61,19 +61,7 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
 
 /// `total` people join the room, each with their own subject token; their place tickets.
 async fn join_places(bench: &Bench<'_>, total: u64) -> Result<Vec<String>, BoxError> {
-    let path = format!("/v1/rooms/{ROOM}:join");
-    let key = bench.tenant.creds.subject_key.clone();
-    let make = Arc::new(move || {
-        let now = sluice_gateway::auth::now_unix();
-        let token = sluice_gateway::subject_token::issue(
-            &key.id,
-            key.secret.as_bytes(),
-            &format!("person-{}", next_number()),
-            now,
-            now + 3_600,
-        );
-        post(&path, &format!("Bearer {token}"), String::new())
-    });
+    let make = new_person_joins(&bench.tenant.creds.subject_key, ROOM);
     tickets(bench, total, make, "join").await
 }
 

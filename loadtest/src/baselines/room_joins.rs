@@ -9,7 +9,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::Bench;
-use super::commands::{CLAIM, enqueue_body, next_number, post};
+use super::commands::{CLAIM, enqueue_body, new_person_joins, next_number, post};
 use super::rounds::{MakeRequest, http_round};
 use super::side::{Comparison, Side};
 use crate::bench_stack::BoxError;
@@ -20,21 +20,7 @@ pub(super) const ROOM: &str = "crowd";
 /// `--rounds` alternating rounds of joins and enqueues, then the places counted.
 pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
     let options = bench.options;
-    let joins = {
-        let path = format!("/v1/rooms/{ROOM}:join");
-        let key = bench.tenant.creds.subject_key.clone();
-        Arc::new(move || {
-            let now = sluice_gateway::auth::now_unix();
-            let token = sluice_gateway::subject_token::issue(
-                &key.id,
-                key.secret.as_bytes(),
-                &format!("person-{}", next_number()),
-                now,
-                now + 3_600,
-            );
-            post(&path, &format!("Bearer {token}"), String::new())
-        }) as MakeRequest
-    };
+    let joins = new_person_joins(&bench.tenant.creds.subject_key, ROOM);
     let enqueues = {
         let (path, bearer) = (
             format!("/v1/commands/{CLAIM}:enqueue"),

@@ -49,6 +49,19 @@ async fn counts_match_postgres(stack: &Stack, command: &str) -> Result<(), Strin
     }
 }
 
+/// Every command of `ids` succeeded, by PostgreSQL's row, after exactly one call at the backend.
+async fn each_succeeded_after_one_call(stack: &Stack, backend: &Backend, ids: &[String]) {
+    for id in ids {
+        assert_eq!(row(stack, id).await["status"], "succeeded", "{id}");
+        assert_eq!(
+            arrivals_of(backend, id).len(),
+            1,
+            "{id} was called once: {:?}",
+            row(stack, id).await
+        );
+    }
+}
+
 /// A forced rebuild of the stack's application on a task of its own, for a test to hold at a
 /// fault point while it makes another transition happen.
 fn spawn_rebuild(
@@ -105,15 +118,7 @@ async fn a_claim_after_the_rebuilds_snapshot_is_refused() {
     );
     held.release();
     assert!(all_terminal(&stack, Duration::from_secs(30)).await);
-    for id in &ids {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(
-            arrivals_of(&backend, id).len(),
-            1,
-            "{id} was called once: {:?}",
-            row(&stack, id).await
-        );
-    }
+    each_succeeded_after_one_call(&stack, &backend, &ids).await;
     assert_eq!(
         backend.peak_in_flight(),
         1,
@@ -422,10 +427,7 @@ async fn a_rebuild_that_lost_its_lock_writes_nothing_over_the_next_one() {
     assert_counts_settle(&stack, "ocr").await;
     gate.add_permits(1);
     assert!(all_terminal(&stack, Duration::from_secs(20)).await);
-    for id in [&first, &second] {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(arrivals_of(&backend, id).len(), 1, "{id} called once");
-    }
+    each_succeeded_after_one_call(&stack, &backend, &[first.clone(), second.clone()]).await;
     assert_eq!(backend.peak_in_flight(), 1);
     executor.cancel();
 }
@@ -522,15 +524,7 @@ async fn a_rebuild_keeps_a_held_commands_permits_whatever_postgresql_last_renewe
         .await
         .expect("rebuild");
     assert!(all_terminal(&stack, Duration::from_secs(30)).await);
-    for id in [&first, &second] {
-        assert_eq!(row(&stack, id).await["status"], "succeeded", "{id}");
-        assert_eq!(
-            arrivals_of(&backend, id).len(),
-            1,
-            "{id} was called once: {:?}",
-            row(&stack, id).await
-        );
-    }
+    each_succeeded_after_one_call(&stack, &backend, &[first.clone(), second.clone()]).await;
     assert_eq!(
         backend.peak_in_flight(),
         1,
