@@ -45,6 +45,7 @@ pub mod poll_policy;
 pub mod reads;
 pub mod response;
 pub mod room_board;
+pub mod room_poll_policy;
 pub mod room_ticker;
 pub mod router;
 pub mod sdk;

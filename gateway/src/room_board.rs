@@ -39,8 +39,12 @@ const USABLE: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub enum Look {
     /// Still waiting: `position` places ahead (`None` before the draw: everyone in the
-    /// pre-queue is at the start), as of `front.observed_at`.
-    Waiting { position: Option<u64>, front: Front },
+    /// pre-queue is at the start), as of `front.observed_at`, read `age` ago.
+    Waiting {
+        position: Option<u64>,
+        front: Front,
+        age: Duration,
+    },
     /// It left the queue (PostgreSQL committed the leave; nothing changes a left place again).
     Left { front: Front },
     /// The front reached it: admitted, or ended since. PostgreSQL holds what it is.
@@ -86,13 +90,13 @@ impl RoomBoards {
                 Arc::new(Board::default())
             })
             .await;
-        let Some(front) = board
+        let Some((front, age)) = board
             .front(pg, namespace_id, &seat.room, &self.reads)
             .await?
         else {
             return Ok(Look::Unknown);
         };
-        let look = board.place(id, seat, front);
+        let look = board.place(id, seat, front, age);
         if matches!(look, Look::Waiting { .. } | Look::Left { .. }) {
             self.answered.fetch_add(1, Ordering::Relaxed);
         }
@@ -123,14 +127,15 @@ struct Board {
 }
 
 impl Board {
-    /// The room's front, read again when older than [`FRESH`]; `None` when the room is gone.
+    /// The room's front and its age, read again when older than [`FRESH`]; `None` when the
+    /// room is gone.
     async fn front(
         &self,
         pg: &PgPool,
         namespace_id: NamespaceId,
         room: &str,
         reads: &AtomicU64,
-    ) -> Result<Option<Front>, DurableError> {
+    ) -> Result<Option<(Front, Duration)>, DurableError> {
         if let Some(front) = self.known(FRESH) {
             return Ok(Some(front));
         }
@@ -150,7 +155,7 @@ impl Board {
         }
         reads.fetch_add(1, Ordering::Relaxed);
         match self.read(pg, namespace_id, room, &mut reading).await {
-            Ok(front) => Ok(front),
+            Ok(front) => Ok(front.map(|front| (front, Duration::ZERO))),
             Err(error) => match self.known(USABLE) {
                 Some(front) => {
                     tracing::debug!(%error, room, "room front not read; answering from the last");
@@ -161,13 +166,14 @@ impl Board {
         }
     }
 
-    /// The last front if it was read within `age`.
-    fn known(&self, age: Duration) -> Option<Front> {
+    /// The last front and its age, if it was read within `age`.
+    fn known(&self, age: Duration) -> Option<(Front, Duration)> {
         let front = self.front.read().unwrap_or_else(|e| e.into_inner());
         front
             .as_ref()
-            .filter(|(_, at)| at.elapsed() < age)
-            .map(|(front, _)| front.clone())
+            .map(|(front, at)| (front, at.elapsed()))
+            .filter(|(_, elapsed)| *elapsed < age)
+            .map(|(front, elapsed)| (front.clone(), elapsed))
     }
 
     /// Reads the front, the leaves since the last read, and the draw once it is made.
@@ -210,8 +216,8 @@ impl Board {
         self.left.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where the place stands against `front`.
-    fn place(&self, id: Uuid, seat: &Seat, front: Front) -> Look {
+    /// Where the place stands against `front`, read `age` ago.
+    fn place(&self, id: Uuid, seat: &Seat, front: Front, age: Duration) -> Look {
         if self
             .left
             .read()
@@ -226,6 +232,7 @@ impl Board {
             return Look::Waiting {
                 position: None,
                 front,
+                age,
             };
         } else {
             match self.drawn.get().and_then(|order| order.get(&id)) {
@@ -239,6 +246,7 @@ impl Board {
         Look::Waiting {
             position: Some(u64::try_from(ord - front.admitted_through - 1).unwrap_or(0)),
             front,
+            age,
         }
     }
 }

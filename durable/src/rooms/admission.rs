@@ -15,6 +15,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use super::pace::{LOOSENED_PICKUP, LOOSENED_WINDOW};
 use super::{FIRST_PASS_PICKUP, PASS_GRACE};
 use crate::DurableError;
 use crate::ids::NamespaceId;
@@ -233,7 +234,9 @@ async fn holding(
 /// Admits the first `count` waiting places by queue order; the room's `admitted_through`
 /// follows. A pass's times are whole seconds (its `iat` and `exp`): it runs until the earlier
 /// of `pass_seconds` and, when heartbeats are required, the later of `heartbeat_seconds` and
-/// [`FIRST_PASS_PICKUP`] (the holder has not seen it yet).
+/// [`FIRST_PASS_PICKUP`] (the holder has not seen it yet), or [`LOOSENED_PICKUP`] within
+/// [`LOOSENED_WINDOW`] of an apply that loosened the room (its holder may have been told to
+/// come back later, under the old limits: [`super::pace`]).
 async fn admit(
     tx: &mut sqlx::PgConnection,
     room: &RoomRef,
@@ -251,7 +254,10 @@ async fn admit(
                       renewed_at = date_trunc('second', $4::timestamptz),
                       pass_until = date_trunc('second', $4::timestamptz) + make_interval(
                           secs => least(r.pass_seconds,
-                                        greatest(coalesce(r.heartbeat_seconds, r.pass_seconds), $5)))
+                                        greatest(coalesce(r.heartbeat_seconds, r.pass_seconds),
+                                                 CASE WHEN r.loosened_at
+                                                           > $4::timestamptz - make_interval(secs => $7)
+                                                      THEN $6::int ELSE $5::int END)))
                  FROM next, rooms r
                 WHERE p.id = next.id AND r.namespace_id = $1 AND r.code = $2
             RETURNING p.ord)
@@ -262,7 +268,9 @@ async fn admit(
         &room.code,
         count,
         now,
-        FIRST_PASS_PICKUP.as_secs() as i32
+        FIRST_PASS_PICKUP.as_secs() as i32,
+        LOOSENED_PICKUP.as_secs() as i32,
+        LOOSENED_WINDOW.as_secs_f64()
     )
     .fetch_optional(&mut *tx)
     .await?;

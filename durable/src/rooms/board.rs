@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pace;
 use crate::DurableError;
 use crate::ids::NamespaceId;
 
@@ -32,8 +33,7 @@ pub struct Front {
     pub admitted_through: i64,
     pub drawn: bool,
     pub opens_at: Option<DateTime<Utc>>,
-    pub admit_per_minute: Option<i32>,
-    pub heartbeat_seconds: Option<i32>,
+    pub pace: Pace,
     /// The database's clock when the row was read.
     pub observed_at: DateTime<Utc>,
 }
@@ -45,8 +45,8 @@ pub async fn front(
     room: &str,
 ) -> Result<Option<Front>, DurableError> {
     Ok(sqlx::query!(
-        r#"SELECT admitted_through, drawn_at IS NOT NULL AS "drawn!", opens_at, admit_per_minute,
-                  heartbeat_seconds, clock_timestamp() AS "now!"
+        r#"SELECT admitted_through, drawn_at IS NOT NULL AS "drawn!", opens_at, max_active,
+                  admit_per_minute, pass_seconds, heartbeat_seconds, clock_timestamp() AS "now!"
              FROM rooms WHERE namespace_id = $1 AND code = $2"#,
         namespace_id as _,
         room
@@ -57,8 +57,12 @@ pub async fn front(
         admitted_through: row.admitted_through,
         drawn: row.drawn,
         opens_at: row.opens_at,
-        admit_per_minute: row.admit_per_minute,
-        heartbeat_seconds: row.heartbeat_seconds,
+        pace: Pace {
+            max_active: row.max_active,
+            admit_per_minute: row.admit_per_minute,
+            pass_seconds: row.pass_seconds,
+            heartbeat_seconds: row.heartbeat_seconds,
+        },
         observed_at: row.now,
     }))
 }

@@ -5,7 +5,10 @@
 //! changes, so the SHA-256 published before the start always commits to the order drawn at it.
 //! Once the pre-queue has been drawn, the start and whether it is shuffled can no longer change.
 //! A room left out of a later declaration keeps its row (its passes run out as declared) and
-//! takes no more joins.
+//! takes no more joins. An apply that lets a room admit sooner than before (a larger or removed
+//! `max_active` or `admit_per_minute`, a start brought forward, a shorter first pass) records
+//! when (`loosened_at`): people were told when to come back under the old limits
+//! ([`super::pace`]).
 
 use chrono::{DateTime, Utc};
 use rand::RngCore as _;
@@ -56,7 +59,21 @@ pub async fn apply(
                                 heartbeat_seconds, opens_at, prequeue_seconds, shuffle_prequeue, seed)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (namespace_id, code) DO UPDATE
-                SET max_active = EXCLUDED.max_active,
+                SET loosened_at = CASE
+                        WHEN (rooms.max_active IS NOT NULL
+                              AND (EXCLUDED.max_active IS NULL
+                                   OR EXCLUDED.max_active > rooms.max_active))
+                          OR (rooms.admit_per_minute IS NOT NULL
+                              AND (EXCLUDED.admit_per_minute IS NULL
+                                   OR EXCLUDED.admit_per_minute > rooms.admit_per_minute))
+                          OR (rooms.drawn_at IS NULL AND rooms.opens_at IS NOT NULL
+                              AND (EXCLUDED.opens_at IS NULL OR EXCLUDED.opens_at < rooms.opens_at))
+                          OR least(EXCLUDED.pass_seconds,
+                                   greatest(coalesce(EXCLUDED.heartbeat_seconds, EXCLUDED.pass_seconds), $11::int))
+                             < least(rooms.pass_seconds,
+                                     greatest(coalesce(rooms.heartbeat_seconds, rooms.pass_seconds), $11::int))
+                        THEN clock_timestamp() ELSE rooms.loosened_at END,
+                    max_active = EXCLUDED.max_active,
                     admit_per_minute = EXCLUDED.admit_per_minute,
                     pass_seconds = EXCLUDED.pass_seconds,
                     heartbeat_seconds = EXCLUDED.heartbeat_seconds,
@@ -73,7 +90,8 @@ pub async fn apply(
             opens_at,
             room.prequeue_seconds.map(|n| n as i32),
             room.shuffle_prequeue,
-            &seed[..]
+            &seed[..],
+            super::FIRST_PASS_PICKUP.as_secs() as i32
         )
         .execute(&mut *tx)
         .await?;

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Place, PlaceState, RoomRefusal, places, position};
+use super::{Pace, Place, PlaceState, RoomRefusal, places, position};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher, GroupCommitConfig};
 use crate::ids::NamespaceId;
@@ -115,8 +115,7 @@ struct Door {
     next_seq: i64,
     admitted_through: i64,
     opens_at: Option<DateTime<Utc>>,
-    admit_per_minute: Option<i32>,
-    heartbeat_seconds: Option<i32>,
+    pace: Pace,
     /// Why it takes no joins now, if it does not.
     closed: Option<RoomRefusal>,
 }
@@ -275,7 +274,8 @@ async fn paused_under_lock(
 /// `None` when no such room is declared.
 async fn lock_room(tx: &mut PgConnection, key: &RoomKey) -> Result<Option<Door>, DurableError> {
     let row = sqlx::query!(
-        r#"SELECT next_seq, admitted_through, opens_at, admit_per_minute, heartbeat_seconds,
+        r#"SELECT next_seq, admitted_through, opens_at, max_active, admit_per_minute, pass_seconds,
+                  heartbeat_seconds,
                   opens_at - make_interval(secs => prequeue_seconds) AS prequeue_opens_at,
                   clock_timestamp() AS "clock!"
              FROM rooms WHERE namespace_id = $1 AND code = $2 AND declared
@@ -290,8 +290,12 @@ async fn lock_room(tx: &mut PgConnection, key: &RoomKey) -> Result<Option<Door>,
         next_seq: row.next_seq,
         admitted_through: row.admitted_through,
         opens_at: row.opens_at,
-        admit_per_minute: row.admit_per_minute,
-        heartbeat_seconds: row.heartbeat_seconds,
+        pace: Pace {
+            max_active: row.max_active,
+            admit_per_minute: row.admit_per_minute,
+            pass_seconds: row.pass_seconds,
+            heartbeat_seconds: row.heartbeat_seconds,
+        },
         closed: row
             .prequeue_opens_at
             .filter(|opens| row.clock < *opens)
@@ -410,8 +414,7 @@ fn new_place(join: &JoinRequest, made: &NewPlace, door: &Door) -> Place {
         pass_until: None,
         position: position(PlaceState::Waiting, ord, door.admitted_through),
         opens_at: door.opens_at,
-        admit_per_minute: door.admit_per_minute,
-        heartbeat_seconds: door.heartbeat_seconds,
+        pace: door.pace,
         observed_at: door.clock,
     }
 }

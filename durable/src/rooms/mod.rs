@@ -13,6 +13,8 @@
 //!   next places admitted within `max_active` and `admit_per_minute`.
 //! - [`places`]: a place as a poll sees it; a pass's leave.
 //! - [`heartbeats`]: passes extended, concurrent heartbeats in one statement.
+//! - [`pace`]: how soon a waiting place's turn can come at the earliest, so its holder can be
+//!   told to poll later the further back it is.
 //! - [`board`]: what a gateway keeps in memory to answer waiting places' polls without a query
 //!   each: the room's admission front, its drawn order, and who left the queue.
 //! - [`fair_order`]: the documented order of the pre-queue, and the room as the public sees it.
@@ -31,10 +33,11 @@ pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The first pass of a place lasts at least this long from its admission (never past
 /// `pass_seconds`), whatever `heartbeat_seconds` says: the pass reaches its holder only on their
-/// next poll, and a waiting person is advised to poll at most every 6 s (the gateway's longest
-/// jittered advice; 5 s in the pre-queue), so a pass that lasted a 5 s heartbeat from admission
-/// could lapse before its holder ever saw it. Heartbeats then extend it by `heartbeat_seconds`
-/// as declared.
+/// next poll, and a waiting person whose turn may come within their next wait is advised to poll
+/// at most every 6 s (the gateway's longest jittered advice near the front; further back, no
+/// later than their turn can come, see [`pace`]), so a pass that lasted a 5 s heartbeat from
+/// admission could lapse before its holder ever saw it. Heartbeats then extend it by
+/// `heartbeat_seconds` as declared.
 pub const FIRST_PASS_PICKUP: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub mod admission;
@@ -44,7 +47,10 @@ pub mod fair_order;
 pub mod figures;
 pub mod heartbeats;
 pub mod join;
+pub mod pace;
 pub mod places;
+
+pub use pace::Pace;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -114,9 +120,8 @@ pub struct Place {
     /// who left the queue ahead of it, so it is never less than the truth.
     pub position: Option<u64>,
     pub opens_at: Option<DateTime<Utc>>,
-    pub admit_per_minute: Option<i32>,
-    /// How often the holder must heartbeat (`None`: the pass runs `pass_seconds`).
-    pub heartbeat_seconds: Option<i32>,
+    /// The room's limits, as declared.
+    pub pace: Pace,
     /// The database's clock when the place was read.
     pub observed_at: DateTime<Utc>,
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Place, PlaceState, current_state, position};
+use super::{Pace, Place, PlaceState, current_state, position};
 use crate::DurableError;
 use crate::ids::NamespaceId;
 
@@ -30,8 +30,8 @@ pub(super) async fn read_many<'c>(
     let rows = sqlx::query!(
         r#"SELECT p.id, p.namespace_id AS "namespace_id: NamespaceId", p.room, p.subject,
                   p.state, p.prequeue, p.ord, p.joined_at, p.renewed_at, p.pass_until,
-                  r.admitted_through, r.opens_at, r.admit_per_minute, r.heartbeat_seconds,
-                  now() AS "now!"
+                  r.admitted_through, r.opens_at, r.max_active, r.admit_per_minute,
+                  r.pass_seconds, r.heartbeat_seconds, now() AS "now!"
              FROM room_places p
              JOIN rooms r ON r.namespace_id = p.namespace_id AND r.code = p.room
             WHERE p.id = ANY($1)"#,
@@ -56,8 +56,12 @@ pub(super) async fn read_many<'c>(
                 pass_until: row.pass_until,
                 position: position(state, row.ord, row.admitted_through),
                 opens_at: row.opens_at,
-                admit_per_minute: row.admit_per_minute,
-                heartbeat_seconds: row.heartbeat_seconds,
+                pace: Pace {
+                    max_active: row.max_active,
+                    admit_per_minute: row.admit_per_minute,
+                    pass_seconds: row.pass_seconds,
+                    heartbeat_seconds: row.heartbeat_seconds,
+                },
                 observed_at: row.now,
             }
         })

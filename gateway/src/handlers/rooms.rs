@@ -8,6 +8,8 @@
 //! signed here, on the way out, for the times the database committed, so it never claims more
 //! than the place holds.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use hyper::{HeaderMap, StatusCode};
 use serde::Serialize;
@@ -26,6 +28,7 @@ use crate::auth::{Caller, now_unix};
 use crate::error::{ApiError, ErrorCode};
 use crate::poll_policy;
 use crate::room_board::Look;
+use crate::room_poll_policy::{self, Standing};
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
 use crate::ticket::{PlaceClaims, Seat};
@@ -107,7 +110,7 @@ pub async fn join(
         Ok(Joined::Existing(place)) => (StatusCode::OK, place, true),
         Err(refusal) => return Err(refused(room, refusal)),
     };
-    let mut answer = place_answer(gateway, &place).await?;
+    let mut answer = place_answer(gateway, &place, Duration::ZERO).await?;
     answer.ticket = Some(place_ticket(gateway, &place));
     answer.deduplicated = Some(deduplicated);
     Ok((status, to_data(&answer)?))
@@ -126,23 +129,27 @@ pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
             .look(&gateway.pg, claims.namespace_id, claims.place_id, seat)
             .await?;
         let from_memory = match look {
-            Look::Waiting { position, front } => Some(remembered(
-                claims,
-                seat,
-                PlaceState::Waiting,
+            Look::Waiting {
                 position,
-                &front,
+                front,
+                age,
+            } => Some((
+                remembered(claims, seat, PlaceState::Waiting, position, &front),
+                age,
             )),
-            Look::Left { front } => Some(remembered(claims, seat, PlaceState::Left, None, &front)),
+            Look::Left { front } => Some((
+                remembered(claims, seat, PlaceState::Left, None, &front),
+                Duration::ZERO,
+            )),
             Look::AtItsTurn => None,
             Look::Unknown => {
                 let _permit = gateway.fallback_permit()?;
                 return read_place(gateway, claims).await;
             }
         };
-        if let Some(place) = from_memory {
+        if let Some((place, age)) = from_memory {
             sluice_durable::metrics::ticket_poll("memory");
-            let answer = place_answer(gateway, &place).await?;
+            let answer = place_answer(gateway, &place, age).await?;
             return Ok((StatusCode::OK, to_data(&answer)?));
         }
     }
@@ -155,7 +162,7 @@ async fn read_place(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
     let place = places::read(&gateway.pg, claims.namespace_id, claims.place_id)
         .await?
         .ok_or_else(|| ApiError::not_found("the place no longer exists"))?;
-    let answer = place_answer(gateway, &place).await?;
+    let answer = place_answer(gateway, &place, Duration::ZERO).await?;
     Ok((StatusCode::OK, to_data(&answer)?))
 }
 
@@ -181,8 +188,7 @@ fn remembered(
         pass_until: None,
         position,
         opens_at: front.opens_at,
-        admit_per_minute: front.admit_per_minute,
-        heartbeat_seconds: front.heartbeat_seconds,
+        pace: front.pace,
         observed_at: front.observed_at,
     }
 }
@@ -272,7 +278,7 @@ pub async fn heartbeat(
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, extended) = outcome(change)?;
-    let mut answer = to_data(&place_answer(gateway, &place).await?)?;
+    let mut answer = to_data(&place_answer(gateway, &place, Duration::ZERO).await?)?;
     answer["extended"] = extended.into();
     Ok((StatusCode::OK, answer))
 }
@@ -434,15 +440,20 @@ fn place_ticket(gateway: &Gateway, place: &Place) -> String {
     })
 }
 
-async fn place_answer(gateway: &Gateway, place: &Place) -> Result<PlaceAnswer, ApiError> {
+/// What a poll, a join, a heartbeat or a leave answers about `place`, read `age` ago.
+async fn place_answer(
+    gateway: &Gateway,
+    place: &Place,
+    age: Duration,
+) -> Result<PlaceAnswer, ApiError> {
     let rate = place
+        .pace
         .admit_per_minute
         .map(|per_minute| f64::from(per_minute) / 60.0);
     let until_open = place
         .opens_at
-        .map(|at| (at - place.observed_at).num_seconds())
-        .filter(|seconds| *seconds > 0)
-        .map(|seconds| seconds as u64);
+        .and_then(|at| (at - place.observed_at).to_std().ok())
+        .filter(|until| !until.is_zero());
     let waiting = place.state == PlaceState::Waiting;
     let eta_seconds = if !waiting {
         None
@@ -450,21 +461,22 @@ async fn place_answer(gateway: &Gateway, place: &Place) -> Result<PlaceAnswer, A
         poll_policy::eta_seconds(place.position, rate)
     } else {
         // Not drawn yet: everyone in the pre-queue is at the start.
-        until_open
+        until_open.map(|until| until.as_secs())
     };
-    let poll_after_ms = waiting.then(|| match (until_open, place.position) {
-        // Before the draw: no sooner than the start, and never rarer than the longest advice,
-        // so a start brought forward finds everyone within it (a first pass outlives it).
-        (Some(seconds), None) => seconds
-            .saturating_mul(1000)
-            .clamp(1_000, poll_policy::MAX_POLL_MS),
-        _ => poll_policy::poll_after_ms(place.position, rate, rand::random::<f64>()),
-    });
+    let standing = Standing {
+        position: place.position,
+        until_open,
+        age,
+        pace: place.pace,
+    };
+    let poll_after_ms =
+        waiting.then(|| room_poll_policy::place_poll_after_ms(&standing, rand::random::<f64>()));
     let (pass, pass_expires_at, heartbeat_after_ms) = match places::pass_times(place) {
         Some((issued, until)) => (
             Some(sign_pass(gateway, place, issued, until).await?),
             Some(rfc3339(until)),
             place
+                .pace
                 .heartbeat_seconds
                 .map(|seconds| u64::try_from(seconds).unwrap_or(0) * 1000 / 3),
         ),

@@ -53,9 +53,10 @@ pub fn plan(seed: u64, profile: Profile) -> Plan {
         gateways: 2,
         executors: 2,
     };
-    let declaration = declaration(&mut rng);
+    let mut declaration = declaration(&mut rng);
     let mut ops = workload(&mut rng, &declaration, profile);
     ops.extend(faults(&mut rng, &timing, profile));
+    ops.extend(room_changes(seed, &mut declaration, profile));
     ops.sort_by_key(|op| op.at_ms);
     Plan {
         seed,
@@ -328,6 +329,29 @@ fn workload(rng: &mut StdRng, decl: &Declaration, profile: Profile) -> Vec<Op> {
                     twice: person % 3 == 0,
                     quit_after_polls: (person % 4 == 1).then_some(1 + person % 3),
                 }),
+            });
+        }
+    }
+    ops
+}
+
+/// Rooms' pass lengths (which bound how long waiting people may be told to wait: 10 s passes
+/// keep them near, longer ones let those far back be told up to 30 s) and, for half the rooms,
+/// one raise of `max_active` in the middle half of the run while people wait. Drawn from a
+/// generator of its own, so every other draw of a seed stays what it was before these existed
+/// (recorded defects replay as they were found).
+fn room_changes(seed: u64, decl: &mut Declaration, profile: Profile) -> Vec<Op> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5261_6973_6552_6f6f);
+    let mut ops = Vec::new();
+    for room in &mut decl.rooms {
+        room.pass_seconds = *[10, 45, 90].choose(&mut rng).unwrap_or(&10);
+        if rng.random_bool(0.5) {
+            ops.push(Op {
+                at_ms: rng.random_range(profile.span_ms / 4..profile.span_ms * 3 / 4),
+                kind: OpKind::RaiseRoom {
+                    room: room.code.clone(),
+                    max_active: room.max_active + rng.random_range(1..=3),
+                },
             });
         }
     }

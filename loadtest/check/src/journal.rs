@@ -28,6 +28,8 @@ pub struct Records {
     #[serde(default)]
     pub quits: Vec<QuitRecord>,
     pub applies: Vec<ApplyRecord>,
+    #[serde(default)]
+    pub raises: Vec<RaiseRecord>,
     /// Answers no check expects at all (a `500`, a body that is not the contract's shape).
     pub strays: Vec<String>,
     /// Processes that exited by themselves, as the supervisor found them.
@@ -143,6 +145,21 @@ pub struct PlacePollRecord {
     pub answered_ms: i64,
     pub status: String,
     pub position: Option<u64>,
+    /// The wait advised before the next poll (`poll_after_ms`), while waiting.
+    #[serde(default)]
+    pub advice_ms: Option<u64>,
+}
+
+/// A room's `max_active` raised by an apply during the run, from when the apply was started
+/// (an origin may see the new limit from then on).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RaiseRecord {
+    pub room: String,
+    pub max_active: u32,
+    pub started_ms: i64,
+    pub applied: bool,
+    /// What `sluice apply` printed.
+    pub output: String,
 }
 
 /// A person leaving the queue with their ticket before their turn (`:leave` answered `200`).

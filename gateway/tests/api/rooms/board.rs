@@ -23,7 +23,8 @@ use crate::support::*;
 
 /// `gate`: two passes at most, long ones, no heartbeats (its figures hold still once settled).
 /// `lapse`: opens at `opens_at` (a pre-queue and a draw); its one pass needs a heartbeat every
-/// 5 s and gets none. `gone`: left out of the declaration once someone holds
+/// 5 s and gets none, and lasts 10 s at most (so its first pass is 10 s even though its start
+/// is brought forward, which would otherwise make first passes 40 s long). `gone`: left out of the declaration once someone holds
 /// a pass in it.
 fn rooms(opens_at: DateTime<Utc>, with_gone: bool) -> String {
     let gone = if with_gone {
@@ -41,7 +42,7 @@ pass_seconds = 600
 [[room]]
 code = "lapse"
 max_active = 1
-pass_seconds = 30
+pass_seconds = 10
 heartbeat_seconds = 5
 opens_at = "{}"
 

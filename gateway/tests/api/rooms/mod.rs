@@ -5,6 +5,7 @@
 //! board and in `/metrics`, counted from the places; the browser module's room handle and the
 //! hosted room page in real Chromium; waiting polls answered from memory against PostgreSQL.
 
+mod advice;
 mod board;
 mod browser;
 mod capacity;

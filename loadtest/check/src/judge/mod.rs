@@ -74,6 +74,8 @@ pub struct Stats {
     /// followed by a poll at the other gateway.
     pub place_positions: usize,
     pub quits: usize,
+    /// Waits advised to waiting places whose first pass came: judged against that pass's `exp`.
+    pub advised_waits: usize,
 }
 
 pub struct Evidence<'a> {

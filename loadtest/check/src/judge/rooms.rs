@@ -1,16 +1,18 @@
 //! A room's `max_active`, as the protected origin sees it: every pass it received verifies, and
 //! the places with a pass it would accept (from `iat` to `exp`, no leeway) never number more than
-//! `max_active` at any second. And its places, as PostgreSQL holds them: one live place per
+//! `max_active` at any second (the declared one, or a larger one an operator applied during the
+//! run, from the second the apply started). And its places, as PostgreSQL holds them: one live place per
 //! subject at any instant (joins sent twice at once, retries of joins whose answer was lost), and
 //! arrival numbers without gaps. And what waiting places were told (answered from the gateways'
 //! memory): never fewer places ahead than PostgreSQL's rows had waiting with a smaller order,
 //! and never `waiting` after the place left the queue, by a poll sent [`LEAVE_SEEN_MS`] after
-//! the leave was answered, at another gateway.
+//! the leave was answered, at another gateway. And the waits they were advised: never past the
+//! first pass their turn brought ([`advised_waits`]).
 
 use std::collections::BTreeMap;
 
 use super::{Evidence, Stats, Violation};
-use crate::journal::{FaultRecord, PlacePollRecord, QuitRecord};
+use crate::journal::{FaultRecord, PlacePollRecord, QuitRecord, RoomRecord};
 use crate::rows::PlaceRow;
 
 /// How soon after a leave of the queue is answered every gateway's polls know of it: a
@@ -27,6 +29,12 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
     places(&evidence.places, violations);
     stats.place_positions =
         told_positions(&evidence.places, &evidence.records.place_polls, violations);
+    stats.advised_waits = advised_waits(
+        &evidence.places,
+        &evidence.records.place_polls,
+        &evidence.records.rooms,
+        violations,
+    );
     stats.quits = quits(
         &evidence.records.quits,
         &evidence.records.place_polls,
@@ -62,20 +70,37 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
             }
         }
         events.sort_by_key(|(t, d)| (*t, *d));
-        let (mut open, mut most, mut at) = (0, 0, 0);
+        // The limit in force at second `t`: the declared one, or a raise applied by then (from
+        // the second its apply started).
+        let raises: Vec<(i64, u32)> = evidence
+            .records
+            .raises
+            .iter()
+            .filter(|r| r.applied && r.room == room.code)
+            .map(|r| (r.started_ms.div_euclid(1000), r.max_active))
+            .collect();
+        let limit_at = |t: i64| {
+            raises
+                .iter()
+                .filter(|(from, _)| *from <= t)
+                .map(|(_, max)| *max)
+                .fold(room.max_active, u32::max)
+        };
+        let mut open = 0;
+        let mut worst: Option<(i32, i64, u32)> = None;
         for (t, d) in events {
             open += d;
-            if open > most {
-                most = open;
-                at = t;
+            let limit = limit_at(t);
+            if open > limit as i32 && worst.is_none_or(|(most, _, _)| open > most) {
+                worst = Some((open, t, limit));
             }
         }
-        if most > room.max_active as i32 {
+        if let Some((most, at, limit)) = worst {
             violations.push(Violation::new(
                 "room-over-max-active",
                 format!(
-                    "room {}: {most} places with a live pass at second {at} (max_active {})",
-                    room.code, room.max_active
+                    "room {}: {most} places with a live pass at second {at} (max_active {limit})",
+                    room.code
                 ),
             ));
         }
@@ -170,6 +195,70 @@ fn told_positions(
     judged
 }
 
+/// A holder who polls when advised finds their first pass still live: a waiting answer's
+/// `poll_after_ms`, counted from its arrival, ends before the `exp` of the place's first pass
+/// (the pass with the earliest `iat` the person received; people here poll every 200 ms
+/// whatever they are told, so they receive it). Gateways advise those far back by how soon
+/// the room's limits let their turn come, assuming fewer than half of the places ahead leave
+/// meanwhile: an answer after which that many places with a smaller order left the queue
+/// (counted from [`STALE_FRONT_MS`] before it, as the answer may not have known of them) is
+/// excused. Returns how many advised waits were judged.
+fn advised_waits(
+    rows: &[PlaceRow],
+    polls: &[PlacePollRecord],
+    passes: &[RoomRecord],
+    violations: &mut Vec<Violation>,
+) -> usize {
+    let by_id: BTreeMap<&str, &PlaceRow> = rows.iter().map(|row| (row.id.as_str(), row)).collect();
+    let mut first_exp: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    for pass in passes {
+        let first = first_exp
+            .entry(pass.place.as_str())
+            .or_insert((pass.iat, pass.exp));
+        if pass.iat < first.0 {
+            *first = (pass.iat, pass.exp);
+        }
+    }
+    let mut judged = 0;
+    for poll in polls.iter().filter(|p| p.status == "waiting") {
+        let (Some(advice), Some(place), Some((_, exp))) = (
+            poll.advice_ms,
+            by_id.get(poll.place.as_str()),
+            first_exp.get(poll.place.as_str()),
+        ) else {
+            continue;
+        };
+        let (Some(ord), Some(admitted_ms)) = (place.ord, place.admitted_ms) else {
+            continue;
+        };
+        judged += 1;
+        let comes_back = poll.answered_ms + advice as i64;
+        if comes_back < exp * 1000 {
+            continue;
+        }
+        let left_ahead = rows
+            .iter()
+            .filter(|row| row.room == place.room && row.ord.is_some_and(|o| o < ord))
+            .filter(|row| row.state == "left" && row.admitted_ms.is_none())
+            .filter(|row| {
+                row.ended_ms
+                    .is_some_and(|at| at >= poll.answered_ms - STALE_FRONT_MS && at <= admitted_ms)
+            })
+            .count() as u64;
+        if 2 * left_ahead >= poll.position.unwrap_or(0) {
+            continue;
+        }
+        violations.push(Violation::new(
+            "advised-past-first-pass",
+            format!(
+                "room {}: place {} (order {ord}) told at {} (position {:?}, gateway {}) to come                  back in {advice} ms, at {comes_back}; admitted at {admitted_ms}, its first pass                  expired at {}000 ({left_ahead} places ahead left meanwhile)",
+                place.room, place.id, poll.answered_ms, poll.position, poll.gateway, exp
+            ),
+        ));
+    }
+    judged
+}
+
 /// A place that left the queue is not told `waiting` by a poll sent [`LEAVE_SEEN_MS`] or more
 /// after its leave was answered, unless the polled gateway may have been unable to read
 /// PostgreSQL from [`STALE_FRONT_MS`] before the leave to the answer (it then answers from its
@@ -244,6 +333,7 @@ mod tests {
             answered_ms,
             status: status.into(),
             position,
+            advice_ms: None,
         }
     }
 
@@ -277,6 +367,64 @@ mod tests {
         );
         // Told more than the truth (leavers ahead still counted): allowed.
         assert_eq!(judge(&[poll("c", 500, "waiting", Some(1))]), (1, vec![]));
+    }
+
+    /// Carol (order 3, two places ahead) is admitted at 30,000 ms with a first pass to 40 s.
+    #[test]
+    fn a_wait_advised_past_the_first_pass_is_found_unless_half_those_ahead_left() {
+        let mut carol = place("c", "carol", 3, (100, None), "admitted");
+        carol.admitted_ms = Some(30_000);
+        let ahead = |left_at: Option<i64>| {
+            [
+                place("a", "alice", 1, (100, None), "waiting"),
+                match left_at {
+                    Some(at) => place("b", "bob", 2, (100, Some(at)), "left"),
+                    None => place("b", "bob", 2, (100, None), "waiting"),
+                },
+                carol.clone(),
+            ]
+        };
+        let first_pass = RoomRecord {
+            person: 0,
+            room: "doors".into(),
+            place: "c".into(),
+            iat: 30,
+            exp: 40,
+            verified: true,
+            received_ms: 30_100,
+            left_ms: None,
+        };
+        let renewed = RoomRecord {
+            iat: 35,
+            exp: 45,
+            ..first_pass.clone()
+        };
+        let judge = |rows: &[PlaceRow], advice: u64| {
+            let mut told = poll("c", 20_000, "waiting", Some(2));
+            told.advice_ms = Some(advice);
+            let mut violations = Vec::new();
+            let judged = advised_waits(
+                rows,
+                &[told],
+                &[renewed.clone(), first_pass.clone()],
+                &mut violations,
+            );
+            (
+                judged,
+                violations.into_iter().map(|v| v.kind).collect::<Vec<_>>(),
+            )
+        };
+        // Back at 39,999: the first pass is live. Back at 40,000: it is not, whatever the
+        // heartbeat that renewed it later.
+        assert_eq!(judge(&ahead(None), 19_999), (1, vec![]));
+        assert_eq!(judge(&ahead(None), 20_000).1, ["advised-past-first-pass"]);
+        // One of the two ahead left the queue before carol's turn: excused.
+        assert_eq!(judge(&ahead(Some(25_000)), 20_000), (1, vec![]));
+        // It left long before the answer, which knew: not excused.
+        assert_eq!(
+            judge(&ahead(Some(10_000)), 20_000).1,
+            ["advised-past-first-pass"]
+        );
     }
 
     #[test]

@@ -146,6 +146,12 @@ pub enum OpKind {
     },
     /// A person's visit to a waiting room.
     Visit(Visit),
+    /// An operator raises a room's `max_active` while people wait: the declaration applied
+    /// again with the room's new limit (`sluice apply`).
+    RaiseRoom {
+        room: String,
+        max_active: u32,
+    },
     Fault(Fault),
 }
 
@@ -433,6 +439,7 @@ pub fn summary(plan: &Plan) -> BTreeMap<String, usize> {
             }
             OpKind::Cancel { .. } => "cancel".to_string(),
             OpKind::Visit(_) => "room visit".to_string(),
+            OpKind::RaiseRoom { .. } => "room max_active raised".to_string(),
             OpKind::Fault(f) => format!("fault {}", f.kind.label()),
         };
         *counts.entry(name).or_insert(0) += 1;

@@ -24,7 +24,7 @@ use setup::{apply, configure_application};
 
 use crate::backend::{Backend, BackendSpec};
 use crate::client::{Http, now_ms};
-use crate::journal::Journal;
+use crate::journal::{Journal, RaiseRecord};
 use crate::judge::{self, Evidence, Violation};
 use crate::plan::{Declaration, Handler, Op, OpKind, Plan};
 use crate::recorder::Recorder;
@@ -84,6 +84,15 @@ struct Shared {
     stack: Arc<AsyncMutex<Stack>>,
     /// The pass keys, as an origin caches them.
     keys: crate::passes::Keys,
+    /// What an apply during the run needs: where to write the declaration, the credentials'
+    /// file, the webhook backend's URL.
+    reapply: Reapply,
+}
+
+struct Reapply {
+    file: std::path::PathBuf,
+    credentials: String,
+    backend_url: String,
 }
 
 #[derive(Default, Clone)]
@@ -224,6 +233,11 @@ async fn run_on(
         over: CancellationToken::new(),
         stack: Arc::clone(stack),
         keys: crate::passes::Keys::default(),
+        reapply: Reapply {
+            file: ctx.dir.join("raised.toml"),
+            credentials: creds_arg.clone(),
+            backend_url: backend.url.clone(),
+        },
     });
     // The supervisor: every second, processes that died are reported and started again (those a
     // fault holds excepted), as systemd would.
@@ -336,8 +350,39 @@ async fn perform(shared: &Arc<Shared>, op: Op) {
         }
         OpKind::Cancel { n, gateway } => cancel(shared, n, gateway).await,
         OpKind::Visit(visit) => visit_room(shared, &visit).await,
+        OpKind::RaiseRoom { room, max_active } => raise_room(shared, &room, max_active).await,
         OpKind::Fault(fault) => fault_op(shared, &fault).await,
     }
+}
+
+/// Applies the declaration in force again with `room`'s `max_active` raised, recording when
+/// the apply started and whether it took (it may not, while a fault holds PostgreSQL).
+async fn raise_room(shared: &Shared, room: &str, max_active: u32) {
+    let mut decl = shared.decl.clone();
+    for declared in decl.rooms.iter_mut().filter(|r| r.code == room) {
+        declared.max_active = max_active;
+    }
+    let started_ms = now_ms();
+    let target = &shared.reapply;
+    let (applied, output) = match std::fs::write(&target.file, decl.to_toml(&target.backend_url)) {
+        Ok(()) => {
+            let file = target.file.to_string_lossy();
+            let stack = shared.stack.lock().await;
+            stack
+                .cli_verdict(&["apply", "--credentials", &target.credentials, "-f", &file])
+                .await
+        }
+        Err(error) => (false, error.to_string()),
+    };
+    shared.journal.with(|r| {
+        r.raises.push(RaiseRecord {
+            room: room.to_string(),
+            max_active,
+            started_ms,
+            applied,
+            output,
+        })
+    });
 }
 
 /// Gateway `i` (any index: taken modulo the gateways).

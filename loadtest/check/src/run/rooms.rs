@@ -165,6 +165,7 @@ async fn poll_place(shared: &Shared, visit: &Visit, at: usize, ticket: &str) -> 
             answered_ms: now_ms(),
             status: data["status"].as_str().unwrap_or_default().to_string(),
             position: data["queue"]["position"].as_u64(),
+            advice_ms: data["poll_after_ms"].as_u64(),
         };
         shared.journal.with(|r| r.place_polls.push(record));
     }
