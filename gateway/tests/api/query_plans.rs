@@ -20,13 +20,7 @@ const MAY_SCAN: &[(&str, &str)] = &[];
 /// it or a day of its [`History`] sequentially (less the allowed ones), each with its plan's
 /// nodes.
 pub async fn scans_of_commands(pg: &PgPool) -> (usize, Vec<String>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.sqlx");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("a .sqlx entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
+    let files = checked_query_files();
     let history = History::of(pg).await;
     let mut conn = pg.acquire().await.expect("a connection");
     sqlx::query("SET plan_cache_mode = force_generic_plan")
@@ -59,6 +53,38 @@ pub async fn scans_of_commands(pg: &PgPool) -> (usize, Vec<String>) {
         .await
         .expect("reset");
     (checked, scans)
+}
+
+/// The `.sqlx/` files, one per checked query, in name order.
+fn checked_query_files() -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.sqlx");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a .sqlx entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The text of the one checked query that contains every fragment of `fragments`, as the
+/// code runs it (read from `.sqlx/`, so a test never keeps a copy that could drift).
+pub fn checked_query(fragments: &[&str]) -> String {
+    let found: Vec<String> = checked_query_files()
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).expect("a .sqlx file");
+            let described: Value = serde_json::from_str(&text).expect("a .sqlx file is JSON");
+            described["query"].as_str().expect("its query").to_string()
+        })
+        .filter(|query| fragments.iter().all(|f| query.contains(f)))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "checked queries with {fragments:?}: {found:?}"
+    );
+    found.into_iter().next().unwrap_or_default()
 }
 
 /// `commands` or one of its days (a plan names the partition it reads).

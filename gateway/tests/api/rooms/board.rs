@@ -468,7 +468,7 @@ async fn a_long_history_and_queue_are_not_scanned() {
             .any(|(node, relation, _)| node == "Seq Scan" && relation == "room_places"),
         "a sequential scan of room_places: {plan:?}"
     );
-    for queue_index in ["room_places_live_subject", "room_places_waiting"] {
+    for queue_index in ["room_places_live_by_subject", "room_places_waiting"] {
         assert!(
             !plan.iter().any(|(_, _, index)| index == queue_index),
             "{queue_index} holds the whole queue: {plan:?}"
