@@ -13,8 +13,9 @@
 use chrono::{DateTime, Utc};
 use rand::RngCore as _;
 
+use super::Pace;
 use crate::DurableError;
-use crate::declaration::{Declaration, room_opens_at};
+use crate::declaration::{Declaration, RoomDecl, room_opens_at};
 use crate::field_error::FieldError;
 use crate::ids::NamespaceId;
 
@@ -26,8 +27,9 @@ pub async fn apply(
     for (index, room) in declaration.rooms.iter().enumerate() {
         let opens_at = room_opens_at(room);
         let started = sqlx::query!(
-            r#"SELECT opens_at, shuffle_prequeue, drawn_at FROM rooms
-                WHERE namespace_id = $1 AND code = $2 FOR UPDATE"#,
+            r#"SELECT opens_at, shuffle_prequeue, drawn_at, max_active, admit_per_minute,
+                      pass_seconds, heartbeat_seconds
+                 FROM rooms WHERE namespace_id = $1 AND code = $2 FOR UPDATE"#,
             namespace_id as _,
             &room.code
         )
@@ -52,6 +54,21 @@ pub async fn apply(
                 .into());
             }
         }
+        let pace = pace_of(room);
+        // Read under the row's lock, so what the upsert replaces is what was compared.
+        let loosened = started.as_ref().is_some_and(|row| {
+            let before = Pace {
+                max_active: row.max_active,
+                admit_per_minute: row.admit_per_minute,
+                pass_seconds: row.pass_seconds,
+                heartbeat_seconds: row.heartbeat_seconds,
+            };
+            let start_brought_forward = row.drawn_at.is_none()
+                && row
+                    .opens_at
+                    .is_some_and(|old| opens_at.is_none_or(|new| new < old));
+            start_brought_forward || pace.admits_sooner_than(&before)
+        });
         let mut seed = [0u8; 32];
         rand::rng().fill_bytes(&mut seed);
         sqlx::query!(
@@ -59,20 +76,7 @@ pub async fn apply(
                                 heartbeat_seconds, opens_at, prequeue_seconds, shuffle_prequeue, seed)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (namespace_id, code) DO UPDATE
-                SET loosened_at = CASE
-                        WHEN (rooms.max_active IS NOT NULL
-                              AND (EXCLUDED.max_active IS NULL
-                                   OR EXCLUDED.max_active > rooms.max_active))
-                          OR (rooms.admit_per_minute IS NOT NULL
-                              AND (EXCLUDED.admit_per_minute IS NULL
-                                   OR EXCLUDED.admit_per_minute > rooms.admit_per_minute))
-                          OR (rooms.drawn_at IS NULL AND rooms.opens_at IS NOT NULL
-                              AND (EXCLUDED.opens_at IS NULL OR EXCLUDED.opens_at < rooms.opens_at))
-                          OR least(EXCLUDED.pass_seconds,
-                                   greatest(coalesce(EXCLUDED.heartbeat_seconds, EXCLUDED.pass_seconds), $11::int))
-                             < least(rooms.pass_seconds,
-                                     greatest(coalesce(rooms.heartbeat_seconds, rooms.pass_seconds), $11::int))
-                        THEN clock_timestamp() ELSE rooms.loosened_at END,
+                SET loosened_at = CASE WHEN $11 THEN clock_timestamp() ELSE rooms.loosened_at END,
                     max_active = EXCLUDED.max_active,
                     admit_per_minute = EXCLUDED.admit_per_minute,
                     pass_seconds = EXCLUDED.pass_seconds,
@@ -83,15 +87,15 @@ pub async fn apply(
                     declared = true",
             namespace_id as _,
             &room.code,
-            room.max_active.map(|n| n as i32),
-            room.admit_per_minute.map(|n| n as i32),
-            room.pass_seconds as i32,
-            room.heartbeat_seconds.map(|n| n as i32),
+            pace.max_active,
+            pace.admit_per_minute,
+            pace.pass_seconds,
+            pace.heartbeat_seconds,
             opens_at,
             room.prequeue_seconds.map(|n| n as i32),
             room.shuffle_prequeue,
             &seed[..],
-            super::FIRST_PASS_PICKUP.as_secs() as i32
+            loosened
         )
         .execute(&mut *tx)
         .await?;
@@ -106,6 +110,16 @@ pub async fn apply(
     .execute(&mut *tx)
     .await?;
     Ok(())
+}
+
+/// The limits a declared room is applied with, as the rooms' rows hold them.
+fn pace_of(room: &RoomDecl) -> Pace {
+    Pace {
+        max_active: room.max_active.map(|n| n as i32),
+        admit_per_minute: room.admit_per_minute.map(|n| n as i32),
+        pass_seconds: room.pass_seconds as i32,
+        heartbeat_seconds: room.heartbeat_seconds.map(|n| n as i32),
+    }
 }
 
 /// A start may move until the draw, but not go while people wait in the pre-queue: they would

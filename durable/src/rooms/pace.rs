@@ -67,6 +67,18 @@ impl Pace {
         LONGEST_POLL_ADVICE.min(pass.min(LOOSENED_PICKUP).saturating_sub(PICKUP_MARGIN))
     }
 
+    /// Whether a room with these limits may admit sooner than it could with `before`: a larger
+    /// or removed `max_active` or `admit_per_minute`, or a shorter first pass (a slot taken
+    /// anew sooner). An apply that does so is recorded as a loosening (`rooms.loosened_at`).
+    pub fn admits_sooner_than(&self, before: &Pace) -> bool {
+        let raised = |now: Option<i32>, then: Option<i32>| {
+            then.is_some_and(|then| now.is_none_or(|now| now > then))
+        };
+        raised(self.max_active, before.max_active)
+            || raised(self.admit_per_minute, before.admit_per_minute)
+            || self.first_pass_seconds() < before.first_pass_seconds()
+    }
+
     /// The least time before a place with `ahead` places waiting before it can be admitted,
     /// if none of them leaves and the limits stay as they are: zero for a room without limits.
     ///
@@ -159,6 +171,33 @@ mod tests {
         assert_eq!(with_pass(20).longest_advice(), Duration::from_secs(16));
         assert_eq!(with_pass(300).longest_advice(), LONGEST_POLL_ADVICE);
         assert_eq!(with_pass(0).longest_advice(), Duration::ZERO);
+    }
+
+    #[test]
+    fn larger_or_removed_limits_and_shorter_first_passes_admit_sooner() {
+        let base = pace(Some(10), Some(60));
+        assert!(!base.admits_sooner_than(&base));
+        for (sooner, limits) in [
+            (true, pace(Some(11), Some(60))),
+            (true, pace(None, Some(60))),
+            (true, pace(Some(10), Some(61))),
+            (true, pace(Some(10), None)),
+            (false, pace(Some(9), Some(59))),
+            (false, pace(Some(10), Some(60))),
+        ] {
+            assert_eq!(limits.admits_sooner_than(&base), sooner, "{limits:?}");
+        }
+        // Limits added where there were none admit later, never sooner.
+        assert!(!base.admits_sooner_than(&pace(None, None)));
+        // First passes: 30 s heartbeats make them 30 s, 20 s ones 20 s; 8 s and 5 s ones both
+        // leave the 10 s pickup.
+        let heartbeat = |seconds| Pace {
+            heartbeat_seconds: Some(seconds),
+            ..base
+        };
+        assert!(heartbeat(20).admits_sooner_than(&heartbeat(30)));
+        assert!(!heartbeat(5).admits_sooner_than(&heartbeat(8)));
+        assert!(!heartbeat(30).admits_sooner_than(&heartbeat(20)));
     }
 
     /// The bound never shrinks as a place is further back, and never exceeds a year.
