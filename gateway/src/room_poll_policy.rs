@@ -42,10 +42,6 @@ pub fn place_poll_after_ms(standing: &Standing, jitter: f64) -> u64 {
         jitter.clamp(0.0, 1.0)
     };
     let longest = standing.pace.longest_advice().as_secs_f64() * 1000.0;
-    let rate = standing
-        .pace
-        .admit_per_minute
-        .map(|per_minute| f64::from(per_minute) / 60.0);
     match (standing.position, standing.until_open) {
         (None, Some(until_open)) => {
             let until_open = until_open.saturating_sub(standing.age).as_secs_f64() * 1000.0;
@@ -55,11 +51,15 @@ pub fn place_poll_after_ms(standing: &Standing, jitter: f64) -> u64 {
             } else {
                 // Far from the start: at most the longest advice, spread so the next polls
                 // do not come all together either.
-                (longest * (0.8 + 0.2 * unit)).min(until_open.max(0.0) + spread)
+                (longest * (0.8 + 0.2 * unit)).min(until_open + spread)
             };
             wait.round().max(poll_policy::MIN_JITTERED_POLL_MS as f64) as u64
         }
         (position, _) => {
+            let rate = standing
+                .pace
+                .admit_per_minute
+                .map(|per_minute| f64::from(per_minute) / 60.0);
             let near = poll_policy::poll_after_ms(position, rate, unit);
             let Some(ahead) = position else {
                 return near;

@@ -233,7 +233,8 @@ fn advised_waits(
         };
         judged += 1;
         let comes_back = poll.answered_ms + advice as i64;
-        if comes_back < exp * 1000 {
+        let expired_ms = exp * 1000;
+        if comes_back < expired_ms {
             continue;
         }
         let left_ahead = rows
@@ -251,8 +252,10 @@ fn advised_waits(
         violations.push(Violation::new(
             "advised-past-first-pass",
             format!(
-                "room {}: place {} (order {ord}) told at {} (position {:?}, gateway {}) to come                  back in {advice} ms, at {comes_back}; admitted at {admitted_ms}, its first pass                  expired at {}000 ({left_ahead} places ahead left meanwhile)",
-                place.room, place.id, poll.answered_ms, poll.position, poll.gateway, exp
+                "room {}: place {} (order {ord}) told at {} (position {:?}, gateway {}) to come \
+                 back in {advice} ms, at {comes_back}; admitted at {admitted_ms}, its first pass \
+                 expired at {expired_ms} ({left_ahead} places ahead left meanwhile)",
+                place.room, place.id, poll.answered_ms, poll.position, poll.gateway
             ),
         ));
     }

@@ -20,7 +20,7 @@ mod setup;
 use faults::fault_op;
 use intents::{cancel, enqueue_intent};
 use rooms::visit_room;
-use setup::{apply, configure_application};
+use setup::{apply, configure_application, sluice_apply};
 
 use crate::backend::{Backend, BackendSpec};
 use crate::client::{Http, now_ms};
@@ -364,16 +364,17 @@ async fn raise_room(shared: &Shared, room: &str, max_active: u32) {
     }
     let started_ms = now_ms();
     let target = &shared.reapply;
-    let (applied, output) = match std::fs::write(&target.file, decl.to_toml(&target.backend_url)) {
-        Ok(()) => {
-            let file = target.file.to_string_lossy();
-            let stack = shared.stack.lock().await;
-            stack
-                .cli_verdict(&["apply", "--credentials", &target.credentials, "-f", &file])
-                .await
-        }
-        Err(error) => (false, error.to_string()),
-    };
+    let stack = shared.stack.lock().await;
+    let (applied, output) = sluice_apply(
+        &stack,
+        &target.file,
+        &target.credentials,
+        &decl,
+        &target.backend_url,
+    )
+    .await
+    .unwrap_or_else(|error| (false, error.to_string()));
+    drop(stack);
     shared.journal.with(|r| {
         r.raises.push(RaiseRecord {
             room: room.to_string(),

@@ -1,6 +1,8 @@
 //! What a run sets up before its operations: the declaration (applied as the model predicts)
 //! and the application's budgets.
 
+use std::path::Path;
+
 use hyper::Method;
 use serde_json::json;
 
@@ -23,16 +25,13 @@ pub(super) async fn apply(
 ) -> Result<Declaration, RunError> {
     let conflicts = model::conflicts(&plan.declaration);
     let path = ctx.dir.join("declaration.toml");
-    let file = path.to_string_lossy().into_owned();
     // `sluice apply` of `decl`, recorded with the refusals the model expects of it.
     let apply_one = |decl: &Declaration, expected: Vec<String>| {
-        let (path, file) = (&path, &file);
-        let text = decl.to_toml(backend);
+        let (path, decl) = (&path, decl.clone());
         async move {
-            std::fs::write(path, &text).map_err(|e| RunError::Setup(e.to_string()))?;
-            let (applied, output) = stack
-                .cli_verdict(&["apply", "--credentials", creds, "-f", file])
-                .await;
+            let (applied, output) = sluice_apply(stack, path, creds, &decl, backend)
+                .await
+                .map_err(|e| RunError::Setup(e.to_string()))?;
             journal.with(|r| {
                 r.applies.push(ApplyRecord {
                     refused: !applied,
@@ -62,6 +61,22 @@ pub(super) async fn apply(
         )));
     }
     Ok(fixed)
+}
+
+/// Writes `decl` (its webhooks pointing at `backend`) to `path` and runs `sluice apply` on it
+/// with the credentials' file: whether it applied, and what it printed.
+pub(super) async fn sluice_apply(
+    stack: &Stack,
+    path: &Path,
+    credentials: &str,
+    decl: &Declaration,
+    backend: &str,
+) -> std::io::Result<(bool, String)> {
+    std::fs::write(path, decl.to_toml(backend))?;
+    let file = path.to_string_lossy();
+    Ok(stack
+        .cli_verdict(&["apply", "--credentials", credentials, "-f", &file])
+        .await)
 }
 
 pub(super) async fn configure_application(
