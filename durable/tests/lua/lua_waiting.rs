@@ -326,19 +326,22 @@ async fn concurrent_writers_never_show_a_pull_a_queue_other_than_at_one_instant(
             }
         }));
     }
-    let removing = |seqs: Vec<u64>, span: (u64, u64), lives: &Mutex<HashMap<u64, Life>>| {
-        let mut lives = lives.lock().expect("lives");
-        for seq in seqs {
-            // Several calls may remove it (a cancellation after its start): the first to begin
-            // and the first to end bound when it left, whichever removed it.
-            if let Some(life) = lives.get_mut(&seq) {
-                let (began, done) = life.removed.unwrap_or(span);
-                life.removed = Some((began.min(span.0), done.min(span.1)));
+    // Removals are logged apart from the additions: an admission may start a sequence before
+    // the writer that added it has logged its life, and that removal must not be lost.
+    let removals: std::sync::Arc<Mutex<HashMap<u64, (u64, u64)>>> = Default::default();
+    let removing =
+        |seqs: Vec<u64>, span: (u64, u64), removals: &Mutex<HashMap<u64, (u64, u64)>>| {
+            let mut removals = removals.lock().expect("removals");
+            for seq in seqs {
+                // Several calls may remove it (a cancellation after its start): the first to begin
+                // and the first to end bound when it left, whichever removed it.
+                let (began, done) = removals.get(&seq).copied().unwrap_or(span);
+                removals.insert(seq, (began.min(span.0), done.min(span.1)));
             }
-        }
-    };
+        };
     {
-        let (bench, clock, lives, ids) = (bench.clone(), clock.clone(), lives.clone(), ids.clone());
+        let (bench, clock, removals, ids) =
+            (bench.clone(), clock.clone(), removals.clone(), ids.clone());
         writers.push(tokio::spawn(async move {
             let mut shapes = Shapes(7);
             for _ in 0..200 {
@@ -353,12 +356,12 @@ async fn concurrent_writers_never_show_a_pull_a_queue_other_than_at_one_instant(
                 let start = clock.fetch_add(1, Ordering::SeqCst);
                 bench.land("job", resources[queue], id, "cancelled").await;
                 let end = clock.fetch_add(1, Ordering::SeqCst);
-                removing(vec![seq as u64], (start, end), &lives);
+                removing(vec![seq as u64], (start, end), &removals);
             }
         }));
     }
     {
-        let (bench, clock, lives) = (bench.clone(), clock.clone(), lives.clone());
+        let (bench, clock, removals) = (bench.clone(), clock.clone(), removals.clone());
         writers.push(tokio::spawn(async move {
             for _ in 0..60 {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -366,7 +369,7 @@ async fn concurrent_writers_never_show_a_pull_a_queue_other_than_at_one_instant(
                 let heads = bench.admit(2).await;
                 let end = clock.fetch_add(1, Ordering::SeqCst);
                 let seqs = heads.iter().map(|h| h.queue_seq as u64).collect();
-                removing(seqs, (start, end), &lives);
+                removing(seqs, (start, end), &removals);
             }
         }));
     }
@@ -394,7 +397,11 @@ async fn concurrent_writers_never_show_a_pull_a_queue_other_than_at_one_instant(
         writer.await.expect("writer");
     }
     done.store(true, Ordering::SeqCst);
-    let lives = lives.lock().expect("lives").clone();
+    let removals = removals.lock().expect("removals").clone();
+    let mut lives = lives.lock().expect("lives").clone();
+    for (seq, life) in lives.iter_mut() {
+        life.removed = removals.get(seq).copied();
+    }
     let (mut checked, mut covered_total) = (0usize, 0usize);
     for reader in readers {
         for (start, end, view) in reader.await.expect("reader") {
