@@ -188,8 +188,9 @@ export function createClient(options) {
   }
 
   /** One API call; resolves to {status, data, error, retryAfterMs}. Network errors reject. */
-  async function call(method, path, { body, auth = true, retryOn401 = true } = {}) {
+  async function call(method, path, { body, auth = true, retryOn401 = true, idempotencyKey } = {}) {
     const headers = { accept: "application/json" };
+    if (idempotencyKey) headers["idempotency-key"] = idempotencyKey;
     if (auth) headers.authorization = `Bearer ${await bearer()}`;
     if (body !== undefined) headers["content-type"] = "application/json";
     let response = await send(method, path, headers, body);
@@ -616,7 +617,7 @@ class RoomHandle extends StoredHandle {
 
   /** Joins once (solving the door's challenge if asked), or continues the stored place. */
   start() {
-    if (!this._load()) this._save({ joining: true });
+    if (!this._load()) this._save({ joining: true, joinKey: newRequestKey() });
     return this.resume();
   }
 
@@ -744,13 +745,17 @@ class RoomHandle extends StoredHandle {
       }
     }
     this._set({ state: "joining" });
+    // One key for this join, kept with it: a retry after a lost answer is answered the place the
+    // first attempt made, even if that place has ended meanwhile, never a second place.
+    const joinKey = stored.joinKey ?? this._save({ joinKey: newRequestKey() }).joinKey;
     let answer;
     try {
       answer = await this._call("POST", `/v1/rooms/${this._code}:join`, {
         body: proof ? { proof_of_work: { challenge: proof.challenge, nonce: proof.nonce } } : undefined,
+        idempotencyKey: joinKey,
       });
     } catch (error) {
-      // Unknown outcome: the same solution is sent again, and a place it bought is answered.
+      // Unknown outcome: the same key (and solution) is sent again, and a place it made is answered.
       return this._retry(null, error);
     }
     if (!this._running) return;

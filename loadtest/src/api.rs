@@ -72,10 +72,22 @@ pub async fn exchange(
     bearer: Option<&str>,
     body: Option<String>,
 ) -> Exchange {
+    exchange_with(client, method, uri, bearer, body, &[]).await
+}
+
+/// One request with an optional bearer and JSON body, and more headers (an `Idempotency-Key`).
+pub async fn exchange_with(
+    client: &HttpClient,
+    method: Method,
+    uri: &str,
+    bearer: Option<&str>,
+    body: Option<String>,
+    headers: &[(&str, &str)],
+) -> Exchange {
     let started = Instant::now();
     // Waiting for a connection counts in the exchange's time, as it would in a browser.
     let _connection = IN_FLIGHT.acquire().await;
-    let outcome = match build(method, uri, bearer, body) {
+    let outcome = match build(method, uri, bearer, body, headers) {
         Ok(request) => match tokio::time::timeout(EXCHANGE_TIMEOUT, send(client, request)).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::Unknown {
@@ -95,10 +107,14 @@ fn build(
     uri: &str,
     bearer: Option<&str>,
     body: Option<String>,
+    headers: &[(&str, &str)],
 ) -> Result<Request<Full<Bytes>>, String> {
     let mut builder = Request::builder().method(method).uri(uri);
     if let Some(bearer) = bearer {
         builder = builder.header("authorization", format!("Bearer {bearer}"));
+    }
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
     }
     let body = match body {
         Some(json) => {
@@ -120,7 +136,7 @@ pub async fn status_of(client: &HttpClient, uri: &str) -> Option<u16> {
 
 /// The status and body text of a plain `GET`; `None` when no answer came.
 pub async fn answer_of(client: &HttpClient, uri: &str) -> Option<(u16, String)> {
-    let request = build(Method::GET, uri, None, None).ok()?;
+    let request = build(Method::GET, uri, None, None, &[]).ok()?;
     let response = tokio::time::timeout(EXCHANGE_TIMEOUT, client.request(request))
         .await
         .ok()?

@@ -7,6 +7,11 @@
 //! the room, so the live places and spent challenges read there are exact: a repeated subject or
 //! challenge is answered without writing, and arrival numbers stay without gaps.
 //!
+//! A join may carry a key (`Idempotency-Key`): sent again with the same key, by the same subject
+//! to the same room, it is answered the place that key made, as it is now, even once that place
+//! has ended. In a rush the answer to a join is lost often (a dropped connection, a client's
+//! timeout); without a key the retry, arriving after the first place lapsed, would make a second.
+//!
 //! The clock is read while holding the room's row, so arrival numbers and the pre-queue cut
 //! (`clock < opens_at`) agree: every pre-queue place has a smaller number than every place that
 //! came after the start, and the draw (which takes the same lock) sees every pre-queue place
@@ -29,20 +34,23 @@ use crate::ids::NamespaceId;
 pub enum Joined {
     /// A new place, at the back of the queue (or in the pre-queue).
     New(Place),
-    /// The subject's live place, as it is now (a repeated join changes nothing).
+    /// The subject's live place, or the place its join key made, as it is now (a repeated
+    /// join changes nothing).
     Existing(Place),
 }
 
 /// One person asking for a place. `challenge_id` is the proof-of-work challenge the join
 /// solved, when the room asks for one: a new place records it, and a challenge already recorded
 /// is refused ([`RoomRefusal::ChallengeUsed`]) with nothing written. A repeated join of a
-/// subject with a live place uses up nothing.
+/// subject with a live place uses up nothing. `join_key` is the caller's key for this join: a
+/// join with a key the subject already used in the room is answered that key's place.
 #[derive(Debug, Clone)]
 pub struct JoinRequest {
     pub namespace_id: NamespaceId,
     pub room: String,
     pub subject: String,
     pub challenge_id: Option<Uuid>,
+    pub join_key: Option<String>,
 }
 
 /// What a join is answered: a place, or why the room took none.
@@ -86,6 +94,7 @@ pub async fn join(
         room: room.to_string(),
         subject: subject.to_string(),
         challenge_id,
+        join_key: None,
     };
     write_batch(pg, &[request])
         .await?
@@ -158,16 +167,26 @@ async fn write_batch(
         .collect();
     let mut doors = BTreeMap::new();
     let mut live: HashMap<(RoomKey, String), Uuid> = HashMap::new();
+    let mut keyed: HashMap<(RoomKey, String, String), Uuid> = HashMap::new();
     for key in &rooms {
         let door = lock_room(&mut tx, key).await?;
         if door.is_some() {
-            let subjects: Vec<String> = joins
-                .iter()
-                .filter(|j| j.namespace_id == key.0 && j.room == key.1)
-                .map(|j| j.subject.clone())
-                .collect();
+            let in_room = || {
+                joins
+                    .iter()
+                    .filter(|j| j.namespace_id == key.0 && j.room == key.1)
+            };
+            let subjects: Vec<String> = in_room().map(|j| j.subject.clone()).collect();
             for (subject, id) in live_places(&mut tx, key, &subjects).await? {
                 live.insert((key.clone(), subject), id);
+            }
+            let (keyed_subjects, join_keys): (Vec<String>, Vec<String>) = in_room()
+                .filter_map(|j| Some((j.subject.clone(), j.join_key.clone()?)))
+                .unzip();
+            for (subject, join_key, id) in
+                keyed_places(&mut tx, key, &keyed_subjects, &join_keys).await?
+            {
+                keyed.insert((key.clone(), subject, join_key), id);
             }
         }
         doors.insert(key.clone(), door);
@@ -183,7 +202,13 @@ async fn write_batch(
         let decision = match doors.get(&key).and_then(Option::as_ref) {
             None => Decision::Refused(RoomRefusal::NoRoom),
             Some(door) => {
-                if let Some(&id) = live.get(&(key.clone(), join.subject.clone())) {
+                let by_join_key = join
+                    .join_key
+                    .as_ref()
+                    .and_then(|k| keyed.get(&(key.clone(), join.subject.clone(), k.clone())));
+                if let Some(&id) = by_join_key {
+                    Decision::Existing(id)
+                } else if let Some(&id) = live.get(&(key.clone(), join.subject.clone())) {
                     Decision::Existing(id)
                 } else if paused.get(&join.namespace_id).copied().unwrap_or(false) {
                     Decision::Refused(RoomRefusal::Paused)
@@ -197,6 +222,9 @@ async fn write_batch(
                     // Time-ordered, like command ids: a drop's places go to the right-hand
                     // pages of the id indexes instead of one random page each.
                     let id = Uuid::now_v7();
+                    if let Some(join_key) = &join.join_key {
+                        keyed.insert((key.clone(), join.subject.clone(), join_key.clone()), id);
+                    }
                     live.insert((key, join.subject.clone()), id);
                     made.push(NewPlace {
                         id,
@@ -324,6 +352,34 @@ async fn live_places(
     .collect())
 }
 
+/// The places these (subject, join key) pairs made in the room, whatever their state now.
+async fn keyed_places(
+    tx: &mut PgConnection,
+    key: &RoomKey,
+    subjects: &[String],
+    join_keys: &[String],
+) -> Result<Vec<(String, String, Uuid)>, DurableError> {
+    if subjects.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query!(
+        r#"SELECT p.subject, p.join_key AS "join_key!", p.id
+             FROM unnest($3::text[], $4::text[]) AS asked (subject, join_key)
+             JOIN room_places p
+               ON p.subject = asked.subject AND p.namespace_id = $1 AND p.room = $2
+              AND p.join_key = asked.join_key"#,
+        key.0 as _,
+        &key.1,
+        subjects,
+        join_keys
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|row| (row.subject, row.join_key, row.id))
+    .collect())
+}
+
 /// The challenges of `ids` that already bought a place.
 async fn spent_challenges(
     tx: &mut PgConnection,
@@ -360,6 +416,7 @@ async fn insert_places(
     let mut prequeues = Vec::with_capacity(made.len());
     let mut clocks = Vec::with_capacity(made.len());
     let mut challenges: Vec<Option<Uuid>> = Vec::with_capacity(made.len());
+    let mut join_keys: Vec<Option<String>> = Vec::with_capacity(made.len());
     for place in made {
         let join = &joins[place.job];
         let clock = doors
@@ -375,15 +432,19 @@ async fn insert_places(
         prequeues.push(place.prequeue);
         clocks.push(clock);
         challenges.push(join.challenge_id);
+        join_keys.push(join.join_key.clone());
     }
     sqlx::query!(
         "INSERT INTO room_places
-                (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at, challenge_id)
+                (id, namespace_id, room, subject, seq, prequeue, ord, state, joined_at, challenge_id,
+                 join_key)
          SELECT id, namespace_id, room, subject, seq, prequeue,
-                CASE WHEN prequeue THEN NULL ELSE seq END, 'waiting', joined_at, challenge_id
+                CASE WHEN prequeue THEN NULL ELSE seq END, 'waiting', joined_at, challenge_id,
+                join_key
            FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[],
-                       $6::boolean[], $7::timestamptz[], $8::uuid[])
-                AS made (id, namespace_id, room, subject, seq, prequeue, joined_at, challenge_id)",
+                       $6::boolean[], $7::timestamptz[], $8::uuid[], $9::text[])
+                AS made (id, namespace_id, room, subject, seq, prequeue, joined_at, challenge_id,
+                         join_key)",
         &ids,
         &namespaces,
         &rooms,
@@ -391,7 +452,8 @@ async fn insert_places(
         &seqs,
         &prequeues,
         &clocks,
-        &challenges as &[Option<Uuid>]
+        &challenges as &[Option<Uuid>],
+        &join_keys as &[Option<String>]
     )
     .execute(&mut *tx)
     .await?;

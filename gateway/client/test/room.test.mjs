@@ -43,7 +43,7 @@ function gateway(script) {
   const fetch = async (url, init) => {
     const path = new URL(url).pathname;
     const body = init.body ? JSON.parse(init.body) : null;
-    calls.push({ method: init.method, path, body });
+    calls.push({ method: init.method, path, body, headers: init.headers });
     const route = path.startsWith("/v1/tickets/") ? "poll" : path.split(":").pop();
     let next = script[route]?.shift();
     if (typeof next === "function") next = next(body);
@@ -218,6 +218,29 @@ test("a 503 at the door backs off, never earlier than Retry-After, and keeps the
   await clock.drain(2);
   assert.deepEqual(gw.routes(), ["challenge", "join", "join", "poll"], "one solve for both joins");
   assert.deepEqual(gw.calls[1].body, gw.calls[2].body);
+});
+
+test("a join whose answer was lost is sent again with its key, and a new join has a new key", async () => {
+  const open = { status: 200, json: { data: { room: "doors", required: false, challenge: null, bits: 0, algorithm: "sha256-leading-zero-bits", expires_at: null, joins_per_second: null } } };
+  const { clock, gw, client } = setup({
+    challenge: [open, open],
+    join: [new TypeError("network down"), joined("left", 200), joined()],
+    poll: [polled("waiting")],
+  });
+  const room = client.room("doors");
+  room.start();
+  await clock.drain(2);
+  assert.deepEqual(gw.routes(), ["challenge", "join", "join"]);
+  const key = gw.calls[1].headers["idempotency-key"];
+  assert.match(key ?? "", /^k-[0-9a-f-]{32,36}$/, "the join carries a key");
+  assert.equal(gw.calls[2].headers["idempotency-key"], key, "the retry carries the same key");
+  assert.equal(room.state, "left", "the retry is answered the place the first attempt made");
+  room.clear();
+  room.start();
+  await clock.drain(2);
+  assert.deepEqual(gw.routes().slice(3), ["challenge", "join", "poll"]);
+  const again = gw.calls[4];
+  assert.notEqual(again.headers["idempotency-key"], key, "joining anew is a new join");
 });
 
 test("a room without proof of work joins with an empty body", async () => {

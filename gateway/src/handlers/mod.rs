@@ -78,10 +78,16 @@ const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 /// `Idempotency-Key`: 1–128 printable ASCII characters, no whitespace, exactly once.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    optional_idempotency_key(headers)?
+        .ok_or_else(|| ApiError::invalid("Idempotency-Key", "the header is required"))
+}
+
+/// `Idempotency-Key` where a call may go without one (a room's join): the same rules when sent.
+pub fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
-    let value = values
-        .next()
-        .ok_or_else(|| ApiError::invalid("Idempotency-Key", "the header is required"))?;
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
     if values.next().is_some() {
         return Err(ApiError::invalid("Idempotency-Key", "must be sent once"));
     }
@@ -101,7 +107,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
                 ),
             )
         })?;
-    Ok(key.to_string())
+    Ok(Some(key.to_string()))
 }
 
 /// Reads a body of at most `limit` bytes; larger is `413` before reading it all.

@@ -76,7 +76,8 @@ struct QueuePosition {
     observed_at: String,
 }
 
-/// `POST /v1/rooms/{room}:join`: `202` with a new place, `200` with the subject's live one.
+/// `POST /v1/rooms/{room}:join`: `202` with a new place, `200` with the subject's live one or
+/// the one its `Idempotency-Key` made.
 pub async fn join(
     gateway: &Gateway,
     caller: &Caller,
@@ -87,6 +88,7 @@ pub async fn join(
     let subject = caller.subject().ok_or_else(|| {
         ApiError::permission_denied("joining a room needs a subject token: a place is one person's")
     })?;
+    let join_key = super::optional_idempotency_key(headers)?;
     let mut proof = None;
     if !body.is_empty() {
         require_json(headers)?;
@@ -103,6 +105,7 @@ pub async fn join(
             room: room.to_string(),
             subject: subject.to_string(),
             challenge_id,
+            join_key,
         })
         .await?;
     let (status, place, deduplicated) = match joined {

@@ -328,6 +328,7 @@ fn workload(rng: &mut StdRng, decl: &Declaration, profile: Profile) -> Vec<Op> {
                     // Not drawn, so the rest of the plan stays what the seed drew before.
                     twice: person % 3 == 0,
                     quit_after_polls: (person % 4 == 1).then_some(1 + person % 3),
+                    rejoin_after_end: person % 5 == 1,
                 }),
             });
         }

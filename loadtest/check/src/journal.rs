@@ -30,6 +30,9 @@ pub struct Records {
     pub applies: Vec<ApplyRecord>,
     #[serde(default)]
     pub raises: Vec<RaiseRecord>,
+    /// Joins sent again, with the first join's key, after the place it made had ended.
+    #[serde(default)]
+    pub rejoins: Vec<RejoinRecord>,
     /// Answers no check expects at all (a `500`, a body that is not the contract's shape).
     pub strays: Vec<String>,
     /// Processes that exited by themselves, as the supervisor found them.
@@ -172,6 +175,19 @@ pub struct QuitRecord {
     /// What the leave found: `left` (it took the place out of the queue), or the place's state
     /// when its turn had come meanwhile.
     pub status: String,
+}
+
+/// A join sent again with the key of the person's first join once the place that join made
+/// had ended (an answer lost in the rush, retried late): it must be answered that place.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RejoinRecord {
+    pub person: u32,
+    pub room: String,
+    /// The place the first join made.
+    pub place: String,
+    /// The answer's status and the place it named (`None`: no answer, or none named).
+    pub status: Option<u16>,
+    pub answered_place: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

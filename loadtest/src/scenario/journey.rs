@@ -9,7 +9,7 @@ use hyper::Method;
 use rand::Rng;
 use serde_json::Value;
 
-use crate::api::{Exchange, Outcome, command_status, exchange, is_terminal};
+use crate::api::{Exchange, Outcome, command_status, exchange_with, is_terminal};
 use crate::driver::HttpClient;
 use crate::record::{Ending, Recorder, Wait};
 use sluice_durable::ids::CommandId;
@@ -108,8 +108,22 @@ impl Context {
         bearer: Option<&str>,
         body: Option<String>,
     ) -> Exchange {
+        self.call_with(endpoint, method, path, bearer, body, &[])
+            .await
+    }
+
+    /// [`Self::call`] with more headers.
+    pub(super) async fn call_with(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<String>,
+        headers: &[(&str, &str)],
+    ) -> Exchange {
         let uri = format!("{}{path}", self.base);
-        let answer = exchange(&self.client, method, &uri, bearer, body).await;
+        let answer = exchange_with(&self.client, method, &uri, bearer, body, headers).await;
         self.recorder.exchange(endpoint, &answer);
         answer
     }

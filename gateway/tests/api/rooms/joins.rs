@@ -117,6 +117,7 @@ async fn one_batch_answers_repeats_and_spent_challenges_from_what_it_made_itself
         room: room.into(),
         subject: subject.into(),
         challenge_id: challenge,
+        join_key: None,
     };
     let challenge = uuid::Uuid::new_v4();
     let batch = [
@@ -218,5 +219,89 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
     assert!(
         pages > 0 && pages < (ASKED * 10) as i64,
         "{pages} pages for {ASKED} subjects among {PLACES} places: {plan}"
+    );
+}
+
+/// A join sent again with its `Idempotency-Key` (its answer was lost) is answered the place that
+/// key made, as it is now, even once that place has ended; a new key after it ended makes a new
+/// place; a malformed key is refused and writes nothing. Witness: the subject's rows in
+/// PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_retried_with_its_key_is_answered_its_place_even_once_ended() {
+    let stack = stack_with_rooms("[[room]]\ncode = \"doors\"\nmax_active = 1\n").await;
+    let rows = || async {
+        let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+            "SELECT id::text, join_key, state FROM room_places
+              WHERE namespace_id = $1 AND room = 'doors' AND subject = 'alice' ORDER BY seq",
+        )
+        .bind(stack.creds.namespace_id)
+        .fetch_all(&stack.pg)
+        .await
+        .expect("alice's places");
+        rows
+    };
+    let join_id = |reply: &crate::support::Reply| {
+        reply.data()["join_id"]
+            .as_str()
+            .expect("a join id")
+            .to_owned()
+    };
+
+    let first = join_keyed(&stack, "doors", "alice", "k-1").await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{:?}", first.body);
+    let first_id = join_id(&first);
+    let ticket = first.data()["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_owned();
+    let left = leave(&stack, "alice", "ticket", &ticket).await;
+    assert_eq!(left.status, StatusCode::OK, "{:?}", left.body);
+
+    // The retry of the first join, after its place ended: that place, not a second one.
+    let retried = join_keyed(&stack, "doors", "alice", "k-1").await;
+    assert_eq!(retried.status, StatusCode::OK, "{:?}", retried.body);
+    assert_eq!(join_id(&retried), first_id);
+    assert_eq!(retried.data()["status"], "left");
+    assert_eq!(retried.data()["deduplicated"], true);
+    assert_eq!(rows().await.len(), 1, "a retried join made a second place");
+
+    // Malformed keys: refused, nothing written.
+    for key in ["has space", &"k".repeat(129)] {
+        let refused = join_keyed(&stack, "doors", "alice", key).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{key:?}");
+        assert_eq!(refused.body["error"]["details"]["field"], "Idempotency-Key");
+    }
+    assert_eq!(rows().await.len(), 1);
+
+    // Joining again on purpose (a new key) makes a new place; without a key, the live one.
+    let again = join_keyed(&stack, "doors", "alice", "k-2").await;
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{:?}", again.body);
+    let again_id = join_id(&again);
+    assert_ne!(again_id, first_id);
+    let unkeyed = join(&stack, "doors", "alice").await;
+    assert_eq!(
+        (unkeyed.status, join_id(&unkeyed)),
+        (StatusCode::OK, again_id.clone())
+    );
+    let old_key = join_keyed(&stack, "doors", "alice", "k-1").await;
+    assert_eq!(
+        (old_key.status, join_id(&old_key)),
+        (StatusCode::OK, first_id.clone())
+    );
+    // Another subject's key of the same text is its own.
+    let bob = join_keyed(&stack, "doors", "bob", "k-1").await;
+    assert_eq!(bob.status, StatusCode::ACCEPTED, "{:?}", bob.body);
+
+    let rows: Vec<(String, Option<String>)> = rows()
+        .await
+        .into_iter()
+        .map(|(id, key, _)| (id, key))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (first_id, Some("k-1".into())),
+            (again_id, Some("k-2".into()))
+        ]
     );
 }

@@ -27,6 +27,19 @@ pub async fn join(stack: &Stack, room: &str, subject: &str) -> Reply {
         .await
 }
 
+/// A join sent with `Idempotency-Key: key`.
+pub async fn join_keyed(stack: &Stack, room: &str, subject: &str, key: &str) -> Reply {
+    stack
+        .request_with(
+            hyper::Method::POST,
+            &format!("/v1/rooms/{room}:join"),
+            Some(&stack.subject_token(subject)),
+            None,
+            &[("idempotency-key", key)],
+        )
+        .await
+}
+
 /// Runs `attempt` until it says done (`Ok` with its value) or `within` has passed (`Err` with
 /// the last value), 50 ms apart.
 pub async fn until<T, F, Fut>(within: Duration, mut attempt: F) -> Result<T, T>

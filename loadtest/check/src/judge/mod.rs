@@ -76,6 +76,8 @@ pub struct Stats {
     pub quits: usize,
     /// Waits advised to waiting places whose first pass came: judged against that pass's `exp`.
     pub advised_waits: usize,
+    /// Joins sent again with their key after their place ended.
+    pub rejoins: usize,
 }
 
 pub struct Evidence<'a> {

@@ -7,12 +7,14 @@
 //! memory): never fewer places ahead than PostgreSQL's rows had waiting with a smaller order,
 //! and never `waiting` after the place left the queue, by a poll sent [`LEAVE_SEEN_MS`] after
 //! the leave was answered, at another gateway. And the waits they were advised: never past the
-//! first pass their turn brought ([`advised_waits`]).
+//! first pass their turn brought ([`advised_waits`]). And joins sent with a key: each visit sends
+//! every attempt of its join with one key, so PostgreSQL holds at most one place per visit, and
+//! a join sent again with that key after its place ended is answered that place ([`rejoins`]).
 
 use std::collections::BTreeMap;
 
 use super::{Evidence, Stats, Violation};
-use crate::journal::{FaultRecord, PlacePollRecord, QuitRecord, RoomRecord};
+use crate::journal::{FaultRecord, PlacePollRecord, QuitRecord, RejoinRecord, RoomRecord};
 use crate::rows::PlaceRow;
 
 /// How soon after a leave of the queue is answered every gateway's polls know of it: a
@@ -27,6 +29,7 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
     stats.passes = evidence.records.rooms.len();
     stats.places = evidence.places.len();
     places(&evidence.places, violations);
+    stats.rejoins = rejoins(&evidence.places, &evidence.records.rejoins, violations);
     stats.place_positions =
         told_positions(&evidence.places, &evidence.records.place_polls, violations);
     stats.advised_waits = advised_waits(
@@ -127,6 +130,17 @@ fn places(rows: &[PlaceRow], violations: &mut Vec<Violation>) {
         seqs.entry(place.room.as_str()).or_default().push(place.seq);
     }
     for ((room, subject), mut lives) in by_subject {
+        // A person visits a room once, and every attempt of the visit's join carries its key.
+        if lives.len() > 1 {
+            violations.push(Violation::new(
+                "one-join-two-places",
+                format!(
+                    "room {room}: {subject}'s one keyed join made {} places: {:?}",
+                    lives.len(),
+                    lives.iter().map(|l| l.2).collect::<Vec<_>>()
+                ),
+            ));
+        }
         lives.sort();
         for pair in lives.windows(2) {
             let (earlier, later) = (pair[0], pair[1]);
@@ -156,6 +170,38 @@ fn places(rows: &[PlaceRow], violations: &mut Vec<Violation>) {
             ));
         }
     }
+}
+
+/// Each join sent again with its key after its place ended: answered that place (`200`, the
+/// same join id), never a new one. Unanswered ones (a fault on the way) are not judged. Also
+/// each must name a place PostgreSQL holds for that person. Returns how many were judged.
+fn rejoins(rows: &[PlaceRow], rejoins: &[RejoinRecord], violations: &mut Vec<Violation>) -> usize {
+    let mut judged = 0;
+    for rejoin in rejoins {
+        let Some(status) = rejoin.status else {
+            continue;
+        };
+        if matches!(status, 429 | 500..) {
+            continue;
+        }
+        judged += 1;
+        let named = rejoin.answered_place.as_deref();
+        let subject = format!("person-{}", rejoin.person);
+        let held = rows
+            .iter()
+            .any(|p| Some(p.id.as_str()) == named && p.subject == subject && p.room == rejoin.room);
+        if status != 200 || named != Some(rejoin.place.as_str()) || !held {
+            violations.push(Violation::new(
+                "rejoin-not-its-place",
+                format!(
+                    "room {}: person {} sent their join again with its key after place {} \
+                     ended, answered {status} naming {named:?}",
+                    rejoin.room, rejoin.person, rejoin.place
+                ),
+            ));
+        }
+    }
+    judged
 }
 
 /// Each waiting place's told position against the places PostgreSQL had waiting ahead of it

@@ -227,6 +227,10 @@ pub struct Visit {
     /// then polls once more at the other gateway.
     #[serde(default)]
     pub quit_after_polls: Option<u32>,
+    /// Once the place has ended (left, or left the queue), sends the first join again with its
+    /// key, as a retry whose original's answer was lost: it must name the ended place.
+    #[serde(default)]
+    pub rejoin_after_end: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

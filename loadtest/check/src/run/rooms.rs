@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{Shared, gateway};
 use crate::client::now_ms;
-use crate::journal::{PlacePollRecord, QuitRecord, RoomRecord};
+use crate::journal::{PlacePollRecord, QuitRecord, RejoinRecord, RoomRecord};
 use crate::plan::{RoomExit, Visit};
 use crate::token::subject_token;
 
@@ -25,15 +25,30 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
     };
     let base = gateway(shared, visit.gateway).to_string();
     let join_url = format!("{base}/v1/rooms/{}:join", visit.room);
+    // Every attempt of the visit's join carries one key: a retry of an attempt whose answer was
+    // lost is answered the place that attempt made, never a second one.
+    let join_key = format!("visit-{}", visit.person);
+    let send_join = |bearer: String| {
+        let (url, key) = (join_url.clone(), join_key.clone());
+        async move {
+            shared
+                .http
+                .send(
+                    hyper::Method::POST,
+                    &url,
+                    Some(&bearer),
+                    Some(&json!({})),
+                    &[("idempotency-key", &key)],
+                )
+                .await
+        }
+    };
     let mut joined = None;
     for attempt in 0..20 {
         let reply = if visit.twice && attempt == 0 {
             // Twice at once: both answers must name one place.
-            let (bearer, body) = (token(), json!({}));
-            let (first, second) = tokio::join!(
-                shared.http.post(&join_url, Some(&bearer), &body),
-                shared.http.post(&join_url, Some(&bearer), &body),
-            );
+            let bearer = token();
+            let (first, second) = tokio::join!(send_join(bearer.clone()), send_join(bearer));
             let ids = [&first, &second].map(|r| {
                 matches!(r.status(), Some(200 | 202))
                     .then(|| r.data()["join_id"].as_str().map(str::to_string))
@@ -49,10 +64,7 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
             }
             if ids[0].is_some() { first } else { second }
         } else {
-            shared
-                .http
-                .post(&join_url, Some(&token()), &json!({}))
-                .await
+            send_join(token()).await
         };
         match reply.status() {
             Some(200 | 202) => {
@@ -92,7 +104,10 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
         if data["status"] == "waiting" {
             waiting_polls += 1;
             if visit.quit_after_polls == Some(waiting_polls) {
-                quit(shared, visit, &base, &place, &ticket, &token()).await;
+                let ended = quit(shared, visit, &base, &place, &ticket, &token()).await;
+                if ended && visit.rejoin_after_end {
+                    rejoin(shared, visit, &place, send_join(token()).await);
+                }
                 return;
             }
         }
@@ -139,6 +154,9 @@ pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
                         room.left_ms = Some(left);
                     }
                 });
+                if visit.rejoin_after_end {
+                    rejoin(shared, visit, &place, send_join(token()).await);
+                }
             }
         }
     }
@@ -172,9 +190,29 @@ async fn poll_place(shared: &Shared, visit: &Visit, at: usize, ticket: &str) -> 
     data
 }
 
+/// Records the answer to a join sent again, with the first join's key, after `place` ended.
+fn rejoin(shared: &Shared, visit: &Visit, place: &str, reply: crate::client::Reply) {
+    let record = RejoinRecord {
+        person: visit.person,
+        room: visit.room.clone(),
+        place: place.to_string(),
+        status: reply.status(),
+        answered_place: reply.data()["join_id"].as_str().map(str::to_string),
+    };
+    shared.journal.with(|r| r.rejoins.push(record));
+}
+
 /// Leaves the queue with the ticket, then, a second later (a gateway reads its rooms again
-/// five times a second), polls at the other gateway: it must know.
-async fn quit(shared: &Shared, visit: &Visit, base: &str, place: &str, ticket: &str, bearer: &str) {
+/// five times a second), polls at the other gateway: it must know. Whether the leave ended the
+/// place (`left`; a place whose turn had come meanwhile holds a pass instead).
+async fn quit(
+    shared: &Shared,
+    visit: &Visit,
+    base: &str,
+    place: &str,
+    ticket: &str,
+    bearer: &str,
+) -> bool {
     let reply = shared
         .http
         .post(
@@ -184,7 +222,7 @@ async fn quit(shared: &Shared, visit: &Visit, base: &str, place: &str, ticket: &
         )
         .await;
     if reply.status() != Some(200) {
-        return;
+        return false;
     }
     let record = QuitRecord {
         person: visit.person,
@@ -196,9 +234,11 @@ async fn quit(shared: &Shared, visit: &Visit, base: &str, place: &str, ticket: &
             .unwrap_or_default()
             .to_string(),
     };
+    let ended = record.status == "left";
     shared.journal.with(|r| r.quits.push(record));
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     poll_place(shared, visit, visit.gateway + 1, ticket).await;
+    ended
 }
 
 /// Verifies a pass as an origin does (EdDSA against the published keys) and records it.

@@ -207,10 +207,20 @@ async fn join(
     arrived: Instant,
 ) -> Result<(Value, i64, i64), Ending> {
     let path = format!("/v1/rooms/{}:join", room.code);
+    // One key for every attempt of this join: an attempt whose answer was lost may have made a
+    // place, and the retry must be answered that place (even once it has ended), not a second.
+    let join_key = format!("join-{}", uuid::Uuid::new_v4());
     for retry in 0.. {
         let sent_us = unix_us();
         let answer = context
-            .call(JOIN, Method::POST, &path, Some(token), None)
+            .call_with(
+                JOIN,
+                Method::POST,
+                &path,
+                Some(token),
+                None,
+                &[("idempotency-key", &join_key)],
+            )
             .await;
         let (ending, advice) = match answer.outcome {
             Outcome::Success { data, .. } => return Ok((data, sent_us, unix_us())),
