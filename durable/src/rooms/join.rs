@@ -352,7 +352,11 @@ async fn live_places(
     .collect())
 }
 
-/// The places these (subject, join key) pairs made in the room, whatever their state now.
+/// The places these subjects made in the room with any of these join keys, whatever their
+/// state now (a superset of the asked pairs: each join looks up its own pair). Written as
+/// `= ANY` on the index's columns, as [`live_places`] is, so that a plan made while the room was
+/// empty still probes the index (a join of the two arrays planned then hashed the whole room,
+/// 32 ms a batch at 100,000 places).
 async fn keyed_places(
     tx: &mut PgConnection,
     key: &RoomKey,
@@ -363,11 +367,9 @@ async fn keyed_places(
         return Ok(Vec::new());
     }
     Ok(sqlx::query!(
-        r#"SELECT p.subject, p.join_key AS "join_key!", p.id
-             FROM unnest($3::text[], $4::text[]) AS asked (subject, join_key)
-             JOIN room_places p
-               ON p.subject = asked.subject AND p.namespace_id = $1 AND p.room = $2
-              AND p.join_key = asked.join_key"#,
+        r#"SELECT subject, join_key AS "join_key!", id FROM room_places
+            WHERE subject = ANY($3) AND namespace_id = $1 AND room = $2
+              AND join_key IS NOT NULL AND join_key = ANY($4)"#,
         key.0 as _,
         &key.1,
         subjects,

@@ -172,33 +172,61 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
     const PLACES: i64 = 20_000;
     const ASKED: usize = 48;
     let stack = stack_with_rooms("[[room]]\ncode = \"fresh\"\nmax_active = 1\n").await;
-    let query = crate::query_plans::checked_query(&["FROM room_places", "subject = ANY($3)"]);
+    // The two lookups of a batch: its subjects' live places, and the places of their join keys.
+    let lookups = [
+        (
+            "live_places",
+            "(uuid, text, text[])",
+            crate::query_plans::checked_query(&[
+                "FROM room_places",
+                "subject = ANY($3)",
+                "state IN ('waiting', 'admitted')",
+            ]),
+        ),
+        (
+            "keyed_places",
+            "(uuid, text, text[], text[])",
+            crate::query_plans::checked_query(&["FROM room_places", "join_key = ANY($4)"]),
+        ),
+    ];
     let mut conn = stack.pg.acquire().await.expect("a connection");
-    for statement in [
-        "SET plan_cache_mode = force_generic_plan".to_string(),
-        format!("PREPARE live_places (uuid, text, text[]) AS {query}"),
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(&mut *conn)
-            .await
-            .expect("prepare");
-    }
-    let asked: Vec<String> = (0..ASKED).map(|i| format!("asked-{i}")).collect();
-    let run = format!(
-        "EXECUTE live_places('{}', 'fresh', '{{{}}}')",
-        stack.creds.namespace_id,
-        asked.join(",")
-    );
-    // The first execution makes the generic plan, on the empty table, and keeps it.
-    let empty: Vec<(String, uuid::Uuid)> = sqlx::query_as(sqlx::AssertSqlSafe(run.clone()))
-        .fetch_all(&mut *conn)
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
         .await
-        .expect("the lookup on an empty room");
-    assert!(empty.is_empty());
+        .expect("generic plans");
+    let asked: Vec<String> = (0..ASKED).map(|i| format!("person-{}", 1 + i * 397)).collect();
+    let keys: Vec<String> = (0..ASKED).map(|i| format!("key-{}", 1 + i * 397)).collect();
+    let mut runs = Vec::new();
+    for (name, types, query) in &lookups {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PREPARE {name} {types} AS {query}"
+        )))
+        .execute(&mut *conn)
+        .await
+        .expect("prepare");
+        let keys_argument = if types.matches("text[]").count() == 2 {
+            format!(", '{{{}}}'", keys.join(","))
+        } else {
+            String::new()
+        };
+        let run = format!(
+            "EXECUTE {name}('{}', 'fresh', '{{{}}}'{keys_argument})",
+            stack.creds.namespace_id,
+            asked.join(",")
+        );
+        // The first execution makes the generic plan, on the empty table, and keeps it.
+        let empty = sqlx::raw_sql(sqlx::AssertSqlSafe(run.clone()))
+            .fetch_all(&mut *conn)
+            .await
+            .expect("the lookup on an empty room");
+        assert!(empty.is_empty());
+        runs.push(run);
+    }
     sqlx::query(
         "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
-                                  joined_at)
-         SELECT gen_random_uuid(), $1, 'fresh', 'person-' || i, i, false, i, 'waiting', now()
+                                  joined_at, join_key)
+         SELECT gen_random_uuid(), $1, 'fresh', 'person-' || i, i, false, i, 'waiting', now(),
+                'key-' || i
            FROM generate_series(1, $2) AS i",
     )
     .bind(stack.creds.namespace_id)
@@ -206,20 +234,31 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
     .execute(&stack.pg)
     .await
     .expect("a room of 20,000");
-    let explained: (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {run}"
-    )))
-    .fetch_one(&mut *conn)
-    .await
-    .expect("explain the kept plan");
-    let plan = &explained.0[0]["Plan"];
-    let pages = plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
-        + plan["Shared Read Blocks"].as_i64().unwrap_or(0);
-    println!("{ASKED} subjects looked up among {PLACES} places: {pages} pages; {plan}");
-    assert!(
-        pages > 0 && pages < (ASKED * 10) as i64,
-        "{pages} pages for {ASKED} subjects among {PLACES} places: {plan}"
-    );
+    for run in runs {
+        let explained: (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {run}"
+        )))
+        .fetch_one(&mut *conn)
+        .await
+        .expect("explain the kept plan");
+        let plan = &explained.0[0]["Plan"];
+        let pages = plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
+            + plan["Shared Read Blocks"].as_i64().unwrap_or(0);
+        let found = plan["Actual Rows"].as_i64().unwrap_or(0);
+        println!("{run}: {ASKED} subjects among {PLACES} places, {found} found, {pages} pages");
+        assert_eq!(
+            found, ASKED as i64,
+            "every asked subject's place is found: {plan}"
+        );
+        assert!(
+            pages < (ASKED * 10) as i64,
+            "{pages} pages for {ASKED} subjects among {PLACES} places: {plan}"
+        );
+        assert!(
+            !plan.to_string().contains("Seq Scan"),
+            "the kept plan reads the whole room: {plan}"
+        );
+    }
 }
 
 /// A join sent again with its `Idempotency-Key` (its answer was lost) is answered the place that
