@@ -5,29 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub use crate::connections::{HttpClient, IDLE_CONNECTION};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// How long a connection is kept idle for reuse: less than the gateway's idle keep-alive limit
-/// (`header_read_timeout_ms`, 10 s by default). A request written on a connection the gateway
-/// is closing at that instant is reset unanswered, which the run would count against the
-/// gateway although it only kept its documented limit.
-pub const IDLE_CONNECTION: Duration = Duration::from_secs(5);
-
-pub fn http_client(max_idle: usize) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(max_idle)
-        .pool_idle_timeout(IDLE_CONNECTION)
-        .build(connector)
+/// A client of at most `max_connections` kept-alive connections ([`crate::connections`]).
+pub fn http_client(max_connections: usize) -> HttpClient {
+    HttpClient::new(max_connections)
 }
 
 /// What one run measured.

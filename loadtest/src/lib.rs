@@ -22,6 +22,7 @@
 pub mod api;
 pub mod baselines;
 pub mod bench_stack;
+pub mod connections;
 pub mod driver;
 pub mod holders;
 pub mod invariants;

@@ -163,7 +163,11 @@ async fn drive(
     tenant: &Tenant,
     helpers: &Helpers,
 ) -> Result<Report, BoxError> {
-    let client = http_client(arrivals.len().min(20_000));
+    let client = http_client(
+        options
+            .max_connections
+            .unwrap_or_else(|| arrivals.len().min(20_000)),
+    );
     let sluice_bin = options
         .sluice_bin
         .clone()

@@ -150,6 +150,13 @@ pub struct Options {
     /// How long to wait after the last caller for every row to be terminal.
     #[arg(long, default_value_t = 120)]
     pub drain_seconds: u64,
+    /// Connections to the gateway held at once (kept alive and reused; requests beyond them
+    /// wait their turn, and the wait counts in their latency). By default one per caller up to
+    /// 20,000: a drop's people each open their own. A room of 100,000 on one machine cannot
+    /// hold one per person; fewer stand for the pooled connections of a load balancer in
+    /// front of the gateway.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Refuse runs larger than this many callers (the generator is bounded in count).
     #[arg(long, default_value_t = 200_000)]
     pub max_callers: u64,
