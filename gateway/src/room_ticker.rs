@@ -1,6 +1,7 @@
 //! The waiting rooms' admission ticker: every [`TICK`], each room with people waiting, passes
 //! live or a draw due gets one step of `sluice_durable::rooms::admission` (the draw at
-//! `opens_at`, lapsed passes freed, the next people admitted).
+//! `opens_at`, lapsed passes freed, the next people admitted); once a second the places'
+//! planner statistics are refreshed if a drop has outgrown them (`statistics`).
 //!
 //! Every gateway runs one. A step locks its room's row with `SKIP LOCKED`, so gateways never
 //! wait for each other and admit together exactly as one would; with none running, nobody is
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::rooms::admission;
+use sluice_durable::rooms::{admission, statistics};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::Gateway;
@@ -17,16 +18,29 @@ use crate::state::Gateway;
 /// How often rooms are stepped: the delay between a freed place and the next admission.
 pub const TICK: Duration = Duration::from_millis(200);
 
+/// How many ticks apart the places' planner statistics are looked at (once a second).
+const STATISTICS_EVERY: u32 = 5;
+
 /// Steps every busy room each [`TICK`] until `shutdown`.
 pub async fn run(gateway: Arc<Gateway>, shutdown: CancellationToken) {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A failure is logged when it starts and when it ends, not at every tick of an outage.
     let mut failing = false;
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             _ = interval.tick() => {}
             () = shutdown.cancelled() => return,
+        }
+        ticks = ticks.wrapping_add(1);
+        if ticks.is_multiple_of(STATISTICS_EVERY) {
+            // A failure here costs only plans; the rooms' steps below report an outage.
+            match statistics::refresh(&gateway.pg).await {
+                Ok(true) => tracing::debug!("room places analyzed"),
+                Ok(false) => {}
+                Err(error) => tracing::debug!(%error, "room places not analyzed"),
+            }
         }
         let outcome = step_all(&gateway).await;
         match (&outcome, failing) {

@@ -49,6 +49,7 @@ pub mod heartbeats;
 pub mod join;
 pub mod pace;
 pub mod places;
+pub mod statistics;
 
 pub use pace::Pace;
 

@@ -251,3 +251,106 @@ async fn a_crowd_heartbeating_at_once_is_answered_with_the_committed_pass() {
         );
     }
 }
+
+/// The heartbeats' statement, planned while the room's statistics say nobody is admitted (a
+/// drop's room outgrows them within seconds) and kept, then run against 20,000 admitted
+/// places: it finds its places by id, never by scanning the admitted ones. Witness: the
+/// executed plan's nodes on `room_places` and the pages it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_statement_finds_its_places_by_id_whatever_the_statistics_said() {
+    const PLACES: i64 = 20_000;
+    const ASKED: usize = 48;
+    let stack = stack_with_rooms(BEAT).await;
+    let query = crate::query_plans::checked_query(&["WITH asked AS", "FOR UPDATE OF p"]);
+    let mut conn = stack.pg.acquire().await.expect("a connection");
+    // The ticker's analysis would refresh the statistics under the test: it skips while this
+    // lock is held.
+    sqlx::raw_sql(
+        "SELECT pg_advisory_lock(hashtextextended('sluice:rooms:analyze', 0));
+         SET plan_cache_mode = force_generic_plan",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("hold the analysis lock");
+    // Places the room's counters do not know of, so the ticker leaves them alone.
+    sqlx::query(
+        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
+                                  joined_at)
+         SELECT gen_random_uuid(), $1, 'beat', 'person-' || i, i, false, i, 'waiting', now()
+           FROM generate_series(1, $2) AS i",
+    )
+    .bind(stack.creds.namespace_id)
+    .bind(PLACES)
+    .execute(&mut *conn)
+    .await
+    .expect("a room of 20,000 waiting");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ANALYZE room_places;
+         PREPARE beats (uuid[], uuid[], text[]) AS {query};
+         EXECUTE beats('{{}}', '{{}}', '{{}}')"
+    )))
+    .execute(&mut *conn)
+    .await
+    .expect("plan while nobody is admitted");
+    sqlx::query(
+        "UPDATE room_places SET state = 'admitted', admitted_at = now(), renewed_at = now(),
+                                pass_until = now() + interval '5 seconds'
+          WHERE namespace_id = $1 AND room = 'beat'",
+    )
+    .bind(stack.creds.namespace_id)
+    .execute(&mut *conn)
+    .await
+    .expect("admit them all");
+    let asked: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, subject FROM room_places WHERE namespace_id = $1 AND room = 'beat'
+          ORDER BY seq LIMIT $2",
+    )
+    .bind(stack.creds.namespace_id)
+    .bind(ASKED as i64)
+    .fetch_all(&mut *conn)
+    .await
+    .expect("some places");
+    let list = |items: Vec<String>| format!("'{{{}}}'", items.join(","));
+    let run = format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE beats({}, {}, {})",
+        list(asked.iter().map(|(id, _)| id.to_string()).collect()),
+        list(vec![stack.creds.namespace_id.to_string(); ASKED]),
+        list(asked.iter().map(|(_, s)| s.clone()).collect()),
+    );
+    let explained: (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(run))
+        .fetch_one(&mut *conn)
+        .await
+        .expect("explain the kept plan");
+    let plan = &explained.0[0]["Plan"];
+    let mut scans = Vec::new();
+    scans_of(plan, "room_places", &mut scans);
+    println!("{ASKED} heartbeats among {PLACES} admitted: scans {scans:?}");
+    assert_eq!(
+        plan["Actual Rows"], ASKED,
+        "every asked pass is extended: {plan}"
+    );
+    assert!(!scans.is_empty(), "no scan of room_places found: {plan}");
+    for scan in &scans {
+        assert!(
+            !scan.starts_with("Seq Scan")
+                && (scan.ends_with("room_places_pkey") || scan.starts_with("Bitmap Heap Scan")),
+            "room_places read by {scan}, not by id: {plan}"
+        );
+    }
+}
+
+/// The scans of `relation` in an executed plan, and every index scan of a bitmap (which names
+/// no relation), as "node type using index".
+fn scans_of(node: &serde_json::Value, relation: &str, found: &mut Vec<String>) {
+    let scans_relation = node["Relation Name"] == relation && node["Node Type"] != "ModifyTable";
+    if scans_relation || node["Node Type"] == "Bitmap Index Scan" {
+        found.push(format!(
+            "{} using {}",
+            node["Node Type"].as_str().unwrap_or("?"),
+            node["Index Name"].as_str().unwrap_or("-")
+        ));
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        scans_of(child, relation, found);
+    }
+}

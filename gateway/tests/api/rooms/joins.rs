@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::StatusCode;
 
@@ -194,7 +195,9 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
         .execute(&mut *conn)
         .await
         .expect("generic plans");
-    let asked: Vec<String> = (0..ASKED).map(|i| format!("person-{}", 1 + i * 397)).collect();
+    let asked: Vec<String> = (0..ASKED)
+        .map(|i| format!("person-{}", 1 + i * 397))
+        .collect();
     let keys: Vec<String> = (0..ASKED).map(|i| format!("key-{}", 1 + i * 397)).collect();
     let mut runs = Vec::new();
     for (name, types, query) in &lookups {
@@ -342,5 +345,47 @@ async fn a_join_retried_with_its_key_is_answered_its_place_even_once_ended() {
             (first_id, Some("k-1".into())),
             (again_id, Some("k-2".into()))
         ]
+    );
+}
+
+/// A room that grows by thousands of places gets fresh planner statistics within seconds, from
+/// the admission ticker, not a minute later from autovacuum. Witness: PostgreSQL's own record
+/// of the table's last manual analysis (`pg_stat_user_tables.last_analyze`; autovacuum's are
+/// recorded apart, in `last_autoanalyze`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_that_grows_is_analyzed_by_the_ticker_within_seconds() {
+    let stack = stack_with_rooms("[[room]]\ncode = \"growing\"\nmax_active = 1\n").await;
+    let analyzed = || async {
+        let at: (Option<chrono::DateTime<chrono::Utc>>,) = sqlx::query_as(
+            "SELECT last_analyze FROM pg_stat_user_tables WHERE relid = 'room_places'::regclass",
+        )
+        .fetch_one(&stack.pg)
+        .await
+        .expect("the table's statistics");
+        at.0
+    };
+    let before: (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()")
+        .fetch_one(&stack.pg)
+        .await
+        .expect("the clock");
+    sqlx::query(
+        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
+                                  joined_at)
+         SELECT gen_random_uuid(), $1, 'growing', 'person-' || i, i, false, i, 'waiting', now()
+           FROM generate_series(1, 5000) AS i",
+    )
+    .bind(stack.creds.namespace_id)
+    .execute(&stack.pg)
+    .await
+    .expect("5,000 places at once");
+    let outcome = until(Duration::from_secs(15), || async {
+        let at = analyzed().await;
+        (at.is_some_and(|at| at > before.0), at)
+    })
+    .await;
+    assert!(
+        outcome.is_ok(),
+        "room_places last analyzed at {outcome:?}, grown at {}",
+        before.0
     );
 }
