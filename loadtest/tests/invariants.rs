@@ -451,6 +451,7 @@ mod room {
             state: "left".into(),
             joined_at_us,
             admitted_at_us,
+            pass_until: None,
         }
     }
 
@@ -674,5 +675,42 @@ mod room {
         };
         let (check, _) = freeing(&[abandoner, never], &rows, 1, 0, false);
         assert!(!check.holds, "{check:?}");
+    }
+
+    #[test]
+    fn freeing_counts_slots_taken_by_passes_their_holders_never_saw() {
+        // max_active 1: an abandoner holds [T0, T0+5]; the slot goes at T0+6.2 to a place whose
+        // holder never sees its pass (PostgreSQL's exp T0+16), then at T0+17.2 to the next.
+        let abandoner = person(1, false, T0, T0 + 5, Exit::Abandoned);
+        let unseen = Witnessed {
+            first_iat: None,
+            last_exp: None,
+            jtis: HashSet::new(),
+            exit: Exit::NotAdmitted,
+            ..person(2, false, T0 + 6, T0 + 16, Exit::Left)
+        };
+        let next = person(3, false, T0 + 17, T0 + 20, Exit::Left);
+        let mut rows = vec![
+            row(&abandoner, 1, T0 * S, Some(T0 * S)),
+            row(&unseen, 2, (T0 + 1) * S, Some((T0 + 6) * S + 200_000)),
+            row(&next, 3, (T0 + 1) * S, Some((T0 + 17) * S + 200_000)),
+        ];
+        rows[1].pass_until = Some(T0 + 16);
+        let people = [abandoner.clone(), unseen.clone(), next.clone()];
+        let (check, delays) = freeing(&people, &rows, 1, 0, false);
+        assert!(check.holds, "{check:?}");
+        assert_eq!(delays, [1_200_000]);
+        // Without PostgreSQL's record of that pass, the slot looks empty for 12 s.
+        rows[1].pass_until = None;
+        let (check, _) = freeing(&people, &rows, 1, 0, false);
+        assert!(!check.holds, "{check:?}");
+        // A heartbeat PostgreSQL committed whose answer the abandoner never read holds the
+        // slot until its exp: the refill is measured from there.
+        rows[1].pass_until = Some(T0 + 16);
+        rows[0].pass_until = Some(T0 + 6);
+        rows[1].admitted_at_us = Some((T0 + 7) * S + 200_000);
+        let (check, delays) = freeing(&people, &rows, 1, 0, false);
+        assert!(check.holds, "{check:?}");
+        assert_eq!(delays, [1_200_000]);
     }
 }

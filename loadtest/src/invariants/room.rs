@@ -71,6 +71,9 @@ pub struct PlaceRow {
     pub state: String,
     pub joined_at_us: i64,
     pub admitted_at_us: Option<i64>,
+    /// The `exp` (Unix seconds) of the newest pass PostgreSQL committed for the place, seen by
+    /// its holder or not: its slot is taken until then.
+    pub pass_until: Option<i64>,
 }
 
 /// The room's fair start as published: the commitment read before the start, the seed read
@@ -93,11 +96,21 @@ pub async fn rows(
     namespace: NamespaceId,
     room: &str,
 ) -> Result<Vec<PlaceRow>, BoxError> {
-    type Row = (Uuid, String, i64, bool, String, i64, Option<i64>);
+    type Row = (
+        Uuid,
+        String,
+        i64,
+        bool,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+    );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, subject, seq, prequeue, state,
                 (extract(epoch FROM joined_at) * 1000000)::int8,
-                (extract(epoch FROM admitted_at) * 1000000)::int8
+                (extract(epoch FROM admitted_at) * 1000000)::int8,
+                extract(epoch FROM pass_until)::int8
            FROM room_places WHERE namespace_id = $1 AND room = $2",
     )
     .bind(namespace)
@@ -107,14 +120,17 @@ pub async fn rows(
     Ok(rows
         .into_iter()
         .map(
-            |(id, subject, seq, prequeue, state, joined_at_us, admitted_at_us)| PlaceRow {
-                id,
-                subject,
-                seq,
-                prequeue,
-                state,
-                joined_at_us,
-                admitted_at_us,
+            |(id, subject, seq, prequeue, state, joined_at_us, admitted_at_us, pass_until)| {
+                PlaceRow {
+                    id,
+                    subject,
+                    seq,
+                    prequeue,
+                    state,
+                    joined_at_us,
+                    admitted_at_us,
+                    pass_until,
+                }
             },
         )
         .collect())
@@ -421,6 +437,16 @@ pub fn freeing(
         .iter()
         .filter_map(|r| Some((r.id, r.admitted_at_us?)))
         .collect();
+    let committed_exp: HashMap<Uuid, i64> = rows
+        .iter()
+        .filter_map(|r| Some((r.id, r.pass_until?)))
+        .collect();
+    // A pass is accepted through the later of the newest `exp` its holder saw and the newest
+    // PostgreSQL committed (a heartbeat whose answer came too late still extended it).
+    let last_exp = |w: &Witnessed| {
+        let committed = committed_exp.get(&w.join_id).copied();
+        w.last_exp.max(committed).filter(|_| w.last_exp.is_some())
+    };
     // (time, live step, waiting step)
     let mut events: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     let mut add = |at: i64, live: i64, waiting: i64| {
@@ -428,16 +454,25 @@ pub fn freeing(
         e.0 += live;
         e.1 += waiting;
     };
+    let mut seen = HashSet::new();
     for w in witnessed {
-        let (Some(iat), Some(exp)) = (w.first_iat, w.last_exp) else {
+        let (Some(iat), Some(exp)) = (w.first_iat, last_exp(w)) else {
             continue;
         };
+        seen.insert(w.join_id);
         let from = admitted_at
             .get(&w.join_id)
             .copied()
             .unwrap_or(iat * SECOND_US);
         add(from, 1, 0);
         add((exp + 1) * SECOND_US, -1, 0);
+    }
+    // An admission its holder never saw takes its slot all the same, until its pass's `exp`.
+    for row in rows.iter().filter(|r| !seen.contains(&r.id)) {
+        if let (Some(from), Some(exp)) = (row.admitted_at_us, row.pass_until) {
+            add(from, 1, 0);
+            add((exp + 1) * SECOND_US, -1, 0);
+        }
     }
     for row in rows {
         let from = row.joined_at_us.max(opens_at_us);
@@ -464,7 +499,7 @@ pub fn freeing(
         .iter()
         .filter(|w| matches!(w.exit, Exit::Abandoned | Exit::RanOut))
     {
-        let Some(exp) = w.last_exp else { continue };
+        let Some(exp) = last_exp(w) else { continue };
         let freed = (exp + 1) * SECOND_US;
         // The state once everything at the freeing instant happened.
         let start = timeline.partition_point(|(at, _, _)| *at <= freed);
