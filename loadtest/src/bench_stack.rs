@@ -296,7 +296,13 @@ impl ScratchDatabase {
         })
     }
 
+    /// Drops the database, unless `SLUICE_BENCH_KEEP_DATABASE` is set (to read a run's rows
+    /// afterwards: its name is printed then).
     pub async fn drop_now(self) -> Result<(), BoxError> {
+        if std::env::var_os("SLUICE_BENCH_KEEP_DATABASE").is_some() {
+            eprintln!("kept the run's database: {}", self.url);
+            return Ok(());
+        }
         let admin = db::connect(&self.admin_url, 1).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
