@@ -29,6 +29,15 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
     stats.passes = evidence.records.rooms.len();
     stats.places = evidence.places.len();
     places(&evidence.places, violations);
+    let mut visits: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    for op in &evidence.plan.ops {
+        if let crate::plan::OpKind::Visit(visit) = &op.kind {
+            *visits
+                .entry((visit.room.as_str(), format!("person-{}", visit.person)))
+                .or_default() += 1;
+        }
+    }
+    keyed_joins(&evidence.places, &visits, violations);
     stats.rejoins = rejoins(&evidence.places, &evidence.records.rejoins, violations);
     stats.place_positions =
         told_positions(&evidence.places, &evidence.records.place_polls, violations);
@@ -130,17 +139,6 @@ fn places(rows: &[PlaceRow], violations: &mut Vec<Violation>) {
         seqs.entry(place.room.as_str()).or_default().push(place.seq);
     }
     for ((room, subject), mut lives) in by_subject {
-        // A person visits a room once, and every attempt of the visit's join carries its key.
-        if lives.len() > 1 {
-            violations.push(Violation::new(
-                "one-join-two-places",
-                format!(
-                    "room {room}: {subject}'s one keyed join made {} places: {:?}",
-                    lives.len(),
-                    lives.iter().map(|l| l.2).collect::<Vec<_>>()
-                ),
-            ));
-        }
         lives.sort();
         for pair in lives.windows(2) {
             let (earlier, later) = (pair[0], pair[1]);
@@ -166,6 +164,37 @@ fn places(rows: &[PlaceRow], violations: &mut Vec<Violation>) {
                     "room {room}: {} places numbered {:?}…",
                     numbers.len(),
                     &numbers[..numbers.len().min(12)]
+                ),
+            ));
+        }
+    }
+}
+
+/// Every attempt of a visit's join carries the visit's one key, so PostgreSQL holds at most one
+/// place per visit: a subject with more places in a room than visits to it had a retried join
+/// make a second place. `visits` counts the plan's visits by (room, subject).
+fn keyed_joins(
+    rows: &[PlaceRow],
+    visits: &BTreeMap<(&str, String), usize>,
+    violations: &mut Vec<Violation>,
+) {
+    let mut made: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for place in rows {
+        made.entry((place.room.as_str(), place.subject.as_str()))
+            .or_default()
+            .push(place.id.as_str());
+    }
+    for ((room, subject), ids) in made {
+        let allowed = visits
+            .get(&(room, subject.to_string()))
+            .copied()
+            .unwrap_or(0);
+        if ids.len() > allowed {
+            violations.push(Violation::new(
+                "one-join-two-places",
+                format!(
+                    "room {room}: {subject}'s {allowed} keyed join(s) made {} places: {ids:?}",
+                    ids.len()
                 ),
             ));
         }
@@ -527,6 +556,31 @@ mod tests {
         let mut violations = Vec::new();
         places(rows, &mut violations);
         violations.into_iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn a_keyed_join_makes_one_place_per_visit() {
+        let rows = [
+            place("a", "person-1", 1, (100, Some(200)), "left"),
+            place("b", "person-1", 2, (250, None), "waiting"),
+            place("c", "person-2", 3, (260, None), "waiting"),
+        ];
+        let judge = |visits: &[(&'static str, usize)]| {
+            let visits: BTreeMap<(&str, String), usize> = visits
+                .iter()
+                .map(|(subject, n)| (("doors", (*subject).to_string()), *n))
+                .collect();
+            let mut violations = Vec::new();
+            keyed_joins(&rows, &visits, &mut violations);
+            violations.into_iter().map(|v| v.kind).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            judge(&[("person-1", 1), ("person-2", 1)]),
+            ["one-join-two-places"]
+        );
+        assert!(judge(&[("person-1", 2), ("person-2", 1)]).is_empty());
+        // A place nobody's visit asked for.
+        assert_eq!(judge(&[("person-1", 2)]), ["one-join-two-places"]);
     }
 
     #[test]
