@@ -272,18 +272,7 @@ async fn the_heartbeat_statement_finds_its_places_by_id_whatever_the_statistics_
     .execute(&mut *conn)
     .await
     .expect("hold the analysis lock");
-    // Places the room's counters do not know of, so the ticker leaves them alone.
-    sqlx::query(
-        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
-                                  joined_at)
-         SELECT gen_random_uuid(), $1, 'beat', 'person-' || i, i, false, i, 'waiting', now()
-           FROM generate_series(1, $2) AS i",
-    )
-    .bind(stack.creds.namespace_id)
-    .bind(PLACES)
-    .execute(&mut *conn)
-    .await
-    .expect("a room of 20,000 waiting");
+    insert_waiting_places(&stack, "beat", PLACES).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "ANALYZE room_places;
          PREPARE beats (uuid[], uuid[], text[]) AS {query};

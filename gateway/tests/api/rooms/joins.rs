@@ -225,18 +225,7 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
         assert!(empty.is_empty());
         runs.push(run);
     }
-    sqlx::query(
-        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
-                                  joined_at, join_key)
-         SELECT gen_random_uuid(), $1, 'fresh', 'person-' || i, i, false, i, 'waiting', now(),
-                'key-' || i
-           FROM generate_series(1, $2) AS i",
-    )
-    .bind(stack.creds.namespace_id)
-    .bind(PLACES)
-    .execute(&stack.pg)
-    .await
-    .expect("a room of 20,000");
+    insert_waiting_places(&stack, "fresh", PLACES).await;
     for run in runs {
         let explained: (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {run}"
@@ -368,16 +357,7 @@ async fn a_room_that_grows_is_analyzed_by_the_ticker_within_seconds() {
         .fetch_one(&stack.pg)
         .await
         .expect("the clock");
-    sqlx::query(
-        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
-                                  joined_at)
-         SELECT gen_random_uuid(), $1, 'growing', 'person-' || i, i, false, i, 'waiting', now()
-           FROM generate_series(1, 5000) AS i",
-    )
-    .bind(stack.creds.namespace_id)
-    .execute(&stack.pg)
-    .await
-    .expect("5,000 places at once");
+    insert_waiting_places(&stack, "growing", 5_000).await;
     let outcome = until(Duration::from_secs(15), || async {
         let at = analyzed().await;
         (at.is_some_and(|at| at > before.0), at)

@@ -27,6 +27,25 @@ pub async fn join(stack: &Stack, room: &str, subject: &str) -> Reply {
         .await
 }
 
+/// `count` waiting places written straight into `room` (subjects `person-1`…, join keys
+/// `key-1`…, queue order = arrival number), past the room's counters, so the admission ticker
+/// leaves them alone: a room at the size of a drop for tests of its statements.
+pub async fn insert_waiting_places(stack: &Stack, room: &str, count: i64) {
+    sqlx::query(
+        "INSERT INTO room_places (id, namespace_id, room, subject, seq, prequeue, ord, state,
+                                  joined_at, join_key)
+         SELECT gen_random_uuid(), $1, $2, 'person-' || i, i, false, i, 'waiting', now(),
+                'key-' || i
+           FROM generate_series(1, $3) AS i",
+    )
+    .bind(stack.creds.namespace_id)
+    .bind(room)
+    .bind(count)
+    .execute(&stack.pg)
+    .await
+    .unwrap_or_else(|e| panic!("{count} places in {room}: {e}"));
+}
+
 /// A join sent with `Idempotency-Key: key`.
 pub async fn join_keyed(stack: &Stack, room: &str, subject: &str, key: &str) -> Reply {
     stack

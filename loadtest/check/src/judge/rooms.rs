@@ -33,7 +33,10 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
     for op in &evidence.plan.ops {
         if let crate::plan::OpKind::Visit(visit) = &op.kind {
             *visits
-                .entry((visit.room.as_str(), format!("person-{}", visit.person)))
+                .entry((
+                    visit.room.as_str(),
+                    crate::plan::visitor_subject(visit.person),
+                ))
                 .or_default() += 1;
         }
     }
@@ -215,7 +218,7 @@ fn rejoins(rows: &[PlaceRow], rejoins: &[RejoinRecord], violations: &mut Vec<Vio
         }
         judged += 1;
         let named = rejoin.answered_place.as_deref();
-        let subject = format!("person-{}", rejoin.person);
+        let subject = crate::plan::visitor_subject(rejoin.person);
         let held = rows
             .iter()
             .any(|p| Some(p.id.as_str()) == named && p.subject == subject && p.room == rejoin.room);

@@ -233,6 +233,12 @@ pub struct Visit {
     pub rejoin_after_end: bool,
 }
 
+/// The subject a visiting person joins as (their subject token's `sub`, and `room_places`'
+/// `subject`).
+pub fn visitor_subject(person: u32) -> String {
+    format!("person-{person}")
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub enum RoomExit {
     /// Heartbeats `beats` times, then leaves.

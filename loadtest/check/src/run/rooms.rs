@@ -8,13 +8,13 @@ use serde_json::json;
 use super::{Shared, gateway};
 use crate::client::now_ms;
 use crate::journal::{PlacePollRecord, QuitRecord, RejoinRecord, RoomRecord};
-use crate::plan::{RoomExit, Visit};
+use crate::plan::{RoomExit, Visit, visitor_subject};
 use crate::token::subject_token;
 
 /// A person's visit: join, wait for the pass, verify it as an origin would, then heartbeat and
 /// leave, or walk away.
 pub(super) async fn visit_room(shared: &Arc<Shared>, visit: &Visit) {
-    let subject = format!("person-{}", visit.person);
+    let subject = visitor_subject(visit.person);
     let token = || {
         subject_token(
             &shared.creds.subject_key.id,
