@@ -120,8 +120,8 @@ async fn write_batch(
                    AND r.heartbeat_seconds IS NOT NULL)
          UPDATE room_places p
             SET renewed_at = date_trunc('second', now()), pass_until = e.until
-           FROM extended e, locked l
-          WHERE p.id = ANY($1) AND p.id = e.id AND l.id = e.id AND e.until > l.pass_until
+           FROM extended e
+          WHERE p.id = ANY($1) AND p.id = e.id AND e.until > p.pass_until
         RETURNING p.id"#,
         &ids,
         &namespaces,
