@@ -5,7 +5,9 @@
 //! limits say how soon the turn can come at the earliest ([`Pace::earliest_turn`]); the advice is
 //! a share of that, up to [`Pace::longest_advice`] (30 s), so a crowd of 100,000 asks for a few thousand
 //! polls a second instead of 20,000. In the pre-queue, nobody is admitted before the start:
-//! people are told to come back at it, spread over its first seconds. Both bounds assume the
+//! people are told to come back at it, spread over its first seconds, longer for a larger crowd
+//! ([`Pace::start_spread`]); those who come before the draw is visible are spread over it again.
+//! Both bounds assume the
 //! limits as declared; an apply that loosens them makes the next first passes long enough for
 //! anyone told to wait before it (`sluice_durable::rooms::pace`).
 
@@ -15,10 +17,6 @@ use sluice_durable::rooms::Pace;
 use sluice_durable::rooms::pace::DEEP_SHARE;
 
 use crate::poll_policy;
-
-/// Over how long after the start the pre-queue's polls are spread: those who come before the
-/// draw are told to come back a second later, and a first pass outlives both.
-pub const START_SPREAD: Duration = Duration::from_secs(3);
 
 /// Where a waiting place stands, as the advice needs it.
 #[derive(Debug, Clone, Copy)]
@@ -30,11 +28,13 @@ pub struct Standing {
     /// How old the room's front the position was told from is.
     pub age: Duration,
     pub pace: Pace,
+    /// Joins the room had (`next_seq`): before the draw, how many may come back at the start.
+    pub crowd: i64,
 }
 
 /// Milliseconds the holder of a waiting place should wait before polling again. `jitter` is
 /// uniform in [0, 1) (clamped; NaN counts as 0.5); it only ever shortens the deep advice, which
-/// must not pass the earliest turn, and spreads the pre-queue over [`START_SPREAD`].
+/// must not pass the earliest turn, and spreads the pre-queue over [`Pace::start_spread`].
 pub fn place_poll_after_ms(standing: &Standing, jitter: f64) -> u64 {
     let unit = if jitter.is_nan() {
         0.5
@@ -42,10 +42,11 @@ pub fn place_poll_after_ms(standing: &Standing, jitter: f64) -> u64 {
         jitter.clamp(0.0, 1.0)
     };
     let longest = standing.pace.longest_advice().as_secs_f64() * 1000.0;
+    let start_spread = standing.pace.start_spread(standing.crowd).as_secs_f64() * 1000.0;
     match (standing.position, standing.until_open) {
         (None, Some(until_open)) => {
             let until_open = until_open.saturating_sub(standing.age).as_secs_f64() * 1000.0;
-            let spread = START_SPREAD.as_secs_f64() * 1000.0 * unit;
+            let spread = start_spread * unit;
             let wait = if until_open + spread <= longest {
                 until_open + spread
             } else {
@@ -55,6 +56,11 @@ pub fn place_poll_after_ms(standing: &Standing, jitter: f64) -> u64 {
             };
             wait.round().max(poll_policy::MIN_JITTERED_POLL_MS as f64) as u64
         }
+        // Past the start and not drawn yet (the draw of a large pre-queue takes seconds): back
+        // over the start's spread again, not all within the next second.
+        (None, None) => (start_spread * unit)
+            .round()
+            .max(poll_policy::MIN_JITTERED_POLL_MS as f64) as u64,
         (position, _) => {
             let rate = standing
                 .pace
@@ -88,6 +94,7 @@ mod tests {
             until_open: until_open.map(Duration::from_secs),
             age: Duration::ZERO,
             pace,
+            crowd: 1_000,
         }
     }
 
@@ -183,11 +190,17 @@ mod tests {
             place_poll_after_ms(&standing(None, Some(0), pace), 0.0),
             400
         );
-        // Past the start and not drawn yet: the advice without a position.
-        assert_eq!(
-            place_poll_after_ms(&standing(None, None, pace), 0.5),
-            poll_policy::poll_after_ms(None, None, 0.5)
-        );
+        // Past the start and not drawn yet: over the start's spread again.
+        assert_eq!(place_poll_after_ms(&standing(None, None, pace), 0.5), 1_500);
+        assert_eq!(place_poll_after_ms(&standing(None, None, pace), 0.0), 400);
+        // A crowd of 100,000 comes back over 10 s, before the draw and again after the start.
+        let crowd = |position, until_open| Standing {
+            crowd: 100_000,
+            ..standing(position, until_open, pace)
+        };
+        assert_eq!(place_poll_after_ms(&crowd(None, Some(12)), 0.5), 17_000);
+        assert_eq!(place_poll_after_ms(&crowd(None, Some(12)), 1.0), 22_000);
+        assert_eq!(place_poll_after_ms(&crowd(None, None), 0.5), 5_000);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! admissions per second and an alert can watch abandonments.
 //!
 //! Bounded like the pools: one query of at most [`MAX_ROOMS`] rooms (by namespace and code, the
-//! primary key's order), each room's live passes one range of `room_places_active`, within
+//! primary key's order), each room's live passes one range of `room_places_admitted`, within
 //! [`ROOMS_BUDGET`]. A failed or slow read never fails the scrape: it is exported as
 //! `sluice_rooms_up 0` with no room figures.
 

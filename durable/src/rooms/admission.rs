@@ -2,7 +2,8 @@
 //!
 //! 0. leaves since the last step are counted into the room's figures;
 //! 1. at or after `opens_at`, once: the draw, which gives the pre-queue its order
-//!    ([`super::fair_order`]);
+//!    ([`super::fair_order`]), committed alone (the next steps follow in a transaction of their
+//!    own, so the first passes' times are those of their commit);
 //! 2. admitted places whose pass has lapsed (`pass_until` plus [`PASS_GRACE`] has passed) end
 //!    (`expired`);
 //! 3. the first waiting places by queue order are admitted, as many as `max_active` leaves room
@@ -15,8 +16,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::pace::{LOOSENED_PICKUP, LOOSENED_WINDOW};
-use super::{FIRST_PASS_PICKUP, PASS_GRACE};
+use super::PASS_GRACE;
+use super::pace::{LOOSENED_PICKUP, LOOSENED_WINDOW, Pace, first_pass_after_start};
 use crate::DurableError;
 use crate::ids::NamespaceId;
 
@@ -56,11 +57,34 @@ pub async fn busy_rooms(pg: &PgPool) -> Result<Vec<RoomRef>, DurableError> {
 }
 
 /// One step for `room`; `None` when another ticker holds the room right now.
+///
+/// The draw commits on its own, and the first admissions follow in a transaction of their own:
+/// a pass's times are its admission's, and the draw of a large pre-queue takes seconds (about
+/// 2 s for 100,000 places here), which passes drawn and admitted in one transaction would have
+/// spent unseen (they become visible at the commit).
 pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, DurableError> {
+    let Some(first) = step_once(pg, room).await? else {
+        return Ok(None);
+    };
+    if !first.drawn {
+        return Ok(Some(first));
+    }
+    Ok(Some(match step_once(pg, room).await? {
+        Some(then) => Stepped {
+            drawn: true,
+            ..then
+        },
+        None => first,
+    }))
+}
+
+/// One transaction: a draw alone when one is due, else the rest of the step.
+async fn step_once(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, DurableError> {
     let mut tx = pg.begin().await?;
     let Some(row) = sqlx::query!(
-        r#"SELECT max_active, admit_per_minute, opens_at,
-                  shuffle_prequeue, seed, drawn_at, waiting, tokens, tokens_at,
+        r#"SELECT max_active, admit_per_minute, pass_seconds, heartbeat_seconds, opens_at,
+                  shuffle_prequeue, seed, drawn_at, drawn_crowd, next_seq, waiting, tokens,
+                  tokens_at,
                   clock_timestamp() AS "now!"
              FROM rooms WHERE namespace_id = $1 AND code = $2
               FOR UPDATE SKIP LOCKED"#,
@@ -84,11 +108,11 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
         // Before the start with nothing to count: nothing to write.
         return Ok(Some(stepped));
     }
-    if opened {
-        if row.opens_at.is_some() && row.drawn_at.is_none() {
-            draw(&mut tx, room, &row.seed, row.shuffle_prequeue).await?;
-            stepped.drawn = true;
-        }
+    if opened && row.opens_at.is_some() && row.drawn_at.is_none() {
+        draw(&mut tx, room, &row.seed, row.shuffle_prequeue).await?;
+        stepped.drawn = true;
+    }
+    if opened && !stepped.drawn {
         stepped.expired = expire(&mut tx, room, now).await?;
         let room_left = match row.max_active {
             Some(max) => (i64::from(max) - holding(&mut tx, room, now).await?).max(0),
@@ -99,23 +123,30 @@ pub async fn step(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durabl
             .min(waiting)
             .min(MAX_ADMITTED_PER_STEP);
         if wanted > 0 {
-            stepped.admitted = admit(&mut tx, room, wanted, now).await?;
+            let pace = Pace {
+                max_active: row.max_active,
+                admit_per_minute: row.admit_per_minute,
+                pass_seconds: row.pass_seconds,
+                heartbeat_seconds: row.heartbeat_seconds,
+            };
+            let pickup = first_pass_after_start(&pace, row.drawn_at, row.drawn_crowd, now);
+            stepped.admitted = admit(&mut tx, room, wanted, now, pickup).await?;
         }
     }
     sqlx::query!(
         "UPDATE rooms
-            SET active = active - $3 + $4 - $8, waiting = waiting - $4 - $9,
+            SET active = active - $3 + $4 - $7, waiting = waiting - $4 - $8,
                 admitted_total = admitted_total + $4, lapsed_total = lapsed_total + $3,
-                left_total = left_total + $8 + $9,
-                tokens = $5, tokens_at = $10,
-                drawn_at = CASE WHEN $7 THEN $6 ELSE drawn_at END
+                left_total = left_total + $7 + $8,
+                tokens = $5, tokens_at = $9,
+                drawn_at = CASE WHEN $6 THEN clock_timestamp() ELSE drawn_at END,
+                drawn_crowd = CASE WHEN $6 THEN next_seq ELSE drawn_crowd END
           WHERE namespace_id = $1 AND code = $2",
         room.namespace_id as _,
         &room.code,
         stepped.expired as i64,
         stepped.admitted as i64,
         bucket.after(stepped.admitted),
-        now,
         stepped.drawn,
         leaves.active,
         leaves.waiting,
@@ -212,16 +243,21 @@ async fn expire(
 }
 
 /// Places holding a slot of `max_active` at `now`: admitted or given back, with a pass an
-/// origin may still accept.
+/// origin may still accept. Two ranges of two indexes (`room_places_admitted`,
+/// `room_places_given_back`), neither keyed by `pass_until`, which heartbeats move.
 async fn holding(
     tx: &mut sqlx::PgConnection,
     room: &RoomRef,
     now: DateTime<Utc>,
 ) -> Result<i64, DurableError> {
     Ok(sqlx::query_scalar!(
-        r#"SELECT count(*) AS "holding!" FROM room_places
-            WHERE namespace_id = $1 AND room = $2 AND state IN ('admitted', 'left')
-              AND pass_until > $3::timestamptz - make_interval(secs => $4)"#,
+        r#"SELECT (SELECT count(*) FROM room_places
+                    WHERE namespace_id = $1 AND room = $2 AND state = 'admitted'
+                      AND pass_until > $3::timestamptz - make_interval(secs => $4))
+                + (SELECT count(*) FROM room_places
+                    WHERE namespace_id = $1 AND room = $2 AND holds_until IS NOT NULL
+                      AND holds_until > $3::timestamptz - make_interval(secs => $4))
+                  AS "holding!""#,
         room.namespace_id as _,
         &room.code,
         now,
@@ -233,15 +269,17 @@ async fn holding(
 
 /// Admits the first `count` waiting places by queue order; the room's `admitted_through`
 /// follows. A pass's times are whole seconds (its `iat` and `exp`): it runs until the earlier
-/// of `pass_seconds` and, when heartbeats are required, the later of `heartbeat_seconds` and
-/// [`FIRST_PASS_PICKUP`] (the holder has not seen it yet), or [`LOOSENED_PICKUP`] within
-/// [`LOOSENED_WINDOW`] of an apply that loosened the room (its holder may have been told to
+/// of `pass_seconds` and, when heartbeats are required, the latest of `heartbeat_seconds`,
+/// `pickup` (the holder has not seen it yet: [`super::FIRST_PASS_PICKUP`], longer while a pre-queue is
+/// still coming back at the start, [`first_pass_after_start`]) and, within [`LOOSENED_WINDOW`]
+/// of an apply that loosened the room, [`LOOSENED_PICKUP`] (its holder may have been told to
 /// come back later, under the old limits: [`super::pace`]).
 async fn admit(
     tx: &mut sqlx::PgConnection,
     room: &RoomRef,
     count: i64,
     now: DateTime<Utc>,
+    pickup: std::time::Duration,
 ) -> Result<u64, DurableError> {
     let admitted = sqlx::query!(
         r#"WITH next AS (
@@ -255,9 +293,10 @@ async fn admit(
                       pass_until = date_trunc('second', $4::timestamptz) + make_interval(
                           secs => least(r.pass_seconds,
                                         greatest(coalesce(r.heartbeat_seconds, r.pass_seconds),
+                                                 $5::int,
                                                  CASE WHEN r.loosened_at
                                                            > $4::timestamptz - make_interval(secs => $7)
-                                                      THEN $6::int ELSE $5::int END)))
+                                                      THEN $6::int ELSE 0 END)))
                  FROM next, rooms r
                 WHERE p.id = next.id AND r.namespace_id = $1 AND r.code = $2
             RETURNING p.ord)
@@ -268,7 +307,7 @@ async fn admit(
         &room.code,
         count,
         now,
-        FIRST_PASS_PICKUP.as_secs() as i32,
+        i32::try_from(pickup.as_secs()).unwrap_or(i32::MAX),
         LOOSENED_PICKUP.as_secs() as i32,
         LOOSENED_WINDOW.as_secs_f64()
     )

@@ -34,6 +34,8 @@ pub struct Front {
     pub drawn: bool,
     pub opens_at: Option<DateTime<Utc>>,
     pub pace: Pace,
+    /// Joins so far (`next_seq`): before the draw, how many may come back at the start.
+    pub crowd: i64,
     /// The database's clock when the row was read.
     pub observed_at: DateTime<Utc>,
 }
@@ -46,7 +48,8 @@ pub async fn front(
 ) -> Result<Option<Front>, DurableError> {
     Ok(sqlx::query!(
         r#"SELECT admitted_through, drawn_at IS NOT NULL AS "drawn!", opens_at, max_active,
-                  admit_per_minute, pass_seconds, heartbeat_seconds, clock_timestamp() AS "now!"
+                  admit_per_minute, pass_seconds, heartbeat_seconds, next_seq,
+                  clock_timestamp() AS "now!"
              FROM rooms WHERE namespace_id = $1 AND code = $2"#,
         namespace_id as _,
         room
@@ -63,6 +66,7 @@ pub async fn front(
             pass_seconds: row.pass_seconds,
             heartbeat_seconds: row.heartbeat_seconds,
         },
+        crowd: row.next_seq,
         observed_at: row.now,
     }))
 }

@@ -6,10 +6,11 @@
 //! range of a partial index, so a room with a long queue or a long history costs no more to
 //! show than a quiet one:
 //!
-//! - `active`: admitted places whose pass is live now (`room_places_active`); the row's own
+//! - `active`: admitted places whose pass is live now (`room_places_admitted`, at most
+//!   `max_active` places; no index is keyed by `pass_until`, which heartbeats move); the row's own
 //!   `active` also counts a lapsed pass until the ticker's next step ends it.
 //! - `holding`: places holding a slot of `max_active`, admitted or given back while their last
-//!   pass may still be accepted (`room_places_holding`, as [`super::admission`] counts them).
+//!   pass may still be accepted (`room_places_admitted` and `room_places_given_back`, as [`super::admission`] counts them).
 //! - `admitted_last_minute`: places admitted in the last [`ADMITTED_WINDOW`]
 //!   (`room_places_admitted_at`).
 

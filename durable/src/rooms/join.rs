@@ -479,6 +479,8 @@ fn new_place(join: &JoinRequest, made: &NewPlace, door: &Door) -> Place {
         position: position(PlaceState::Waiting, ord, door.admitted_through),
         opens_at: door.opens_at,
         pace: door.pace,
+        // Joins so far, this one included (at most the room's `next_seq` once committed).
+        crowd: made.seq,
         observed_at: door.clock,
     }
 }

@@ -36,8 +36,10 @@ pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// next poll, and a waiting person whose turn may come within their next wait is advised to poll
 /// at most every 6 s (the gateway's longest jittered advice near the front; further back, no
 /// later than their turn can come, see [`pace`]), so a pass that lasted a 5 s heartbeat from
-/// admission could lapse before its holder ever saw it. Heartbeats then extend it by
-/// `heartbeat_seconds` as declared.
+/// admission could lapse before its holder ever saw it. Admitted while a pre-queue is still
+/// coming back at the start, it lasts this long past the end of that return
+/// ([`pace::first_pass_after_start`]). Heartbeats then extend it by `heartbeat_seconds` as
+/// declared.
 pub const FIRST_PASS_PICKUP: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub mod admission;
@@ -123,6 +125,9 @@ pub struct Place {
     pub opens_at: Option<DateTime<Utc>>,
     /// The room's limits, as declared.
     pub pace: Pace,
+    /// Joins the room had when read (`next_seq`): before the draw, how many may come back at
+    /// the start ([`Pace::start_spread`]).
+    pub crowd: i64,
     /// The database's clock when the place was read.
     pub observed_at: DateTime<Utc>,
 }

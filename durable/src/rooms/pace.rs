@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use super::FIRST_PASS_PICKUP;
 
 /// The longest a waiting person is ever told to wait before polling again.
@@ -34,6 +36,17 @@ pub const LOOSENED_PICKUP: Duration =
 /// plus the age of the room's front a gateway may still answer from (5 s, the front read
 /// before the apply), plus the apply's own time between its stamp and its commit (15 s).
 pub const LOOSENED_WINDOW: Duration = Duration::from_secs(LONGEST_POLL_ADVICE.as_secs() + 20);
+
+/// The least time over which a pre-queue is asked back at the start: those who come before
+/// the draw is visible are asked back again over the same time.
+pub const START_SPREAD: Duration = Duration::from_secs(3);
+
+/// How many of a pre-queue are asked back a second at the start, at most: at the start everyone
+/// in a pre-queue polls to learn their drawn place, and those admitted by the draw must reach
+/// their first pass before it lapses. 100,000 people asked back over 3 s came at 33,000 polls a
+/// second, three times what a 2-core machine answered beside its PostgreSQL and the admitted
+/// people's heartbeats; every answer then took seconds, and first passes lapsed unseen.
+pub const START_RETURNS_PER_SECOND: u64 = 10_000;
 
 /// How much longer a first pass lasts than the longest wait advised before it: what the advice
 /// near the front (at most 6 s) leaves of [`FIRST_PASS_PICKUP`], for the poll's own time.
@@ -65,6 +78,18 @@ impl Pace {
     pub fn longest_advice(&self) -> Duration {
         let pass = Duration::from_secs(u64::try_from(self.pass_seconds).unwrap_or(0));
         LONGEST_POLL_ADVICE.min(pass.min(LOOSENED_PICKUP).saturating_sub(PICKUP_MARGIN))
+    }
+
+    /// Over how long after the start a pre-queue is asked back, when `crowd` people had joined
+    /// the room: [`START_SPREAD`], or longer at [`START_RETURNS_PER_SECOND`], never past
+    /// [`Pace::longest_advice`]. Gateways spread the pre-queue's polls over it, and the
+    /// admission step gives the first passes it admits meanwhile time to be picked up after it
+    /// ([`first_pass_after_start`]). Monotone in `crowd`, which only grows before the draw, so a
+    /// gateway's spread is never longer than the step's.
+    pub fn start_spread(&self, crowd: i64) -> Duration {
+        let crowd = u64::try_from(crowd).unwrap_or(0);
+        let by_size = Duration::from_secs_f64(crowd as f64 / START_RETURNS_PER_SECOND as f64);
+        START_SPREAD.max(by_size.min(self.longest_advice()))
     }
 
     /// Whether a room with these limits may admit sooner than it could with `before`: a larger
@@ -102,6 +127,27 @@ impl Pace {
         // A year is as good as forever, and keeps the conversion finite.
         Duration::from_secs_f64(least.clamp(0.0, 31_536_000.0))
     }
+}
+
+/// The pick-up time of a first pass admitted at `now` in a room drawn at `drawn_at` from a
+/// crowd of `drawn_crowd`: [`FIRST_PASS_PICKUP`], plus what is left of the start's spread. The
+/// pre-queue was asked back over the spread after the start, and those who came before the draw
+/// was visible over the spread again, so all of it has polled by `drawn_at` plus the spread; a
+/// place admitted before then must not lapse before its holder's poll.
+pub fn first_pass_after_start(
+    pace: &Pace,
+    drawn_at: Option<DateTime<Utc>>,
+    drawn_crowd: Option<i64>,
+    now: DateTime<Utc>,
+) -> Duration {
+    let (Some(drawn_at), Some(crowd)) = (drawn_at, drawn_crowd) else {
+        return FIRST_PASS_PICKUP;
+    };
+    let returns_until = drawn_at
+        + chrono::Duration::from_std(pace.start_spread(crowd)).unwrap_or(chrono::Duration::zero());
+    let left = (returns_until - now).to_std().unwrap_or(Duration::ZERO);
+    // Whole seconds, rounded up: the pass's times are whole seconds.
+    FIRST_PASS_PICKUP + Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0))
 }
 
 #[cfg(test)]
@@ -159,6 +205,71 @@ mod tests {
         let slow = pace(None, Some(20));
         assert_eq!(slow.earliest_turn(0), Duration::ZERO);
         assert_eq!(slow.earliest_turn(1), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_larger_pre_queue_comes_back_over_longer_never_past_the_longest_advice() {
+        let room = pace(Some(20_000), None);
+        assert_eq!(room.start_spread(0), START_SPREAD);
+        assert_eq!(room.start_spread(10_000), START_SPREAD);
+        assert_eq!(room.start_spread(100_000), Duration::from_secs(10));
+        assert_eq!(room.start_spread(10_000_000), LONGEST_POLL_ADVICE);
+        assert_eq!(room.start_spread(-1), START_SPREAD);
+        let mut last = Duration::ZERO;
+        for crowd in (0..1_000_000).step_by(997) {
+            let spread = room.start_spread(crowd);
+            assert!(spread >= last, "{crowd}: {spread:?} after {last:?}");
+            last = spread;
+        }
+        let short_pass = Pace {
+            pass_seconds: 20,
+            ..room
+        };
+        assert_eq!(short_pass.start_spread(1_000_000), Duration::from_secs(16));
+    }
+
+    #[test]
+    fn first_passes_admitted_while_the_pre_queue_comes_back_outlast_its_return() {
+        let room = pace(Some(20_000), None);
+        let drawn_at = DateTime::from_timestamp(1_800_000_000, 0).expect("an instant");
+        let at = |millis: i64| drawn_at + chrono::Duration::milliseconds(millis);
+        // No draw (a room without a start), or one of an old build: the pickup.
+        assert_eq!(
+            first_pass_after_start(&room, None, None, at(0)),
+            FIRST_PASS_PICKUP
+        );
+        assert_eq!(
+            first_pass_after_start(&room, Some(drawn_at), None, at(0)),
+            FIRST_PASS_PICKUP
+        );
+        // 100,000 come back over 10 s from the draw: a pass admitted then lasts past it.
+        let crowd = Some(100_000);
+        assert_eq!(
+            first_pass_after_start(&room, Some(drawn_at), crowd, at(0)),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            first_pass_after_start(&room, Some(drawn_at), crowd, at(2_500)),
+            Duration::from_secs(18)
+        );
+        assert_eq!(
+            first_pass_after_start(&room, Some(drawn_at), crowd, at(10_000)),
+            FIRST_PASS_PICKUP
+        );
+        assert_eq!(
+            first_pass_after_start(&room, Some(drawn_at), crowd, at(60_000)),
+            FIRST_PASS_PICKUP
+        );
+        // Whatever the instant of the admission, its pass ends no sooner than the pickup after
+        // the last return.
+        for millis in (0..12_000).step_by(37) {
+            let pickup = first_pass_after_start(&room, Some(drawn_at), crowd, at(millis));
+            let ends = at(millis) + chrono::Duration::from_std(pickup).expect("short");
+            assert!(
+                ends >= at(10_000) + chrono::Duration::seconds(10),
+                "{millis}"
+            );
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub(super) async fn read_many<'c>(
     let rows = sqlx::query!(
         r#"SELECT p.id, p.namespace_id AS "namespace_id: NamespaceId", p.room, p.subject,
                   p.state, p.prequeue, p.ord, p.joined_at, p.renewed_at, p.pass_until,
-                  r.admitted_through, r.opens_at, r.max_active, r.admit_per_minute,
+                  r.admitted_through, r.opens_at, r.max_active, r.admit_per_minute, r.next_seq,
                   r.pass_seconds, r.heartbeat_seconds, now() AS "now!"
              FROM room_places p
              JOIN rooms r ON r.namespace_id = p.namespace_id AND r.code = p.room
@@ -62,6 +62,7 @@ pub(super) async fn read_many<'c>(
                     pass_seconds: row.pass_seconds,
                     heartbeat_seconds: row.heartbeat_seconds,
                 },
+                crowd: row.next_seq,
                 observed_at: row.now,
             }
         })

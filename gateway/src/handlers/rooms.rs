@@ -192,6 +192,7 @@ fn remembered(
         position,
         opens_at: front.opens_at,
         pace: front.pace,
+        crowd: front.crowd,
         observed_at: front.observed_at,
     }
 }
@@ -471,6 +472,7 @@ async fn place_answer(
         until_open,
         age,
         pace: place.pace,
+        crowd: place.crowd,
     };
     let poll_after_ms =
         waiting.then(|| room_poll_policy::place_poll_after_ms(&standing, rand::random::<f64>()));

@@ -280,7 +280,9 @@ fn told_positions(
 /// the room's limits let their turn come, assuming fewer than half of the places ahead leave
 /// meanwhile: an answer after which that many places with a smaller order left the queue
 /// (counted from [`STALE_FRONT_MS`] before it, as the answer may not have known of them) is
-/// excused. Returns how many advised waits were judged.
+/// excused. Those told to come back at the start (in the pre-queue, before the draw) are not:
+/// an admission while the pre-queue comes back gives a first pass that outlasts the spread.
+/// Returns how many advised waits were judged.
 fn advised_waits(
     rows: &[PlaceRow],
     polls: &[PlacePollRecord],
@@ -324,7 +326,12 @@ fn advised_waits(
                     .is_some_and(|at| at >= poll.answered_ms - STALE_FRONT_MS && at <= admitted_ms)
             })
             .count() as u64;
-        if 2 * left_ahead >= poll.position.unwrap_or(0) {
+        // A pre-queue place told to come back at the start (no position yet) is excused by
+        // nothing: its first pass outlasts the start's spread whoever leaves.
+        if poll
+            .position
+            .is_some_and(|position| 2 * left_ahead >= position)
+        {
             continue;
         }
         violations.push(Violation::new(
@@ -504,6 +511,20 @@ mod tests {
         // It left long before the answer, which knew: not excused.
         assert_eq!(
             judge(&ahead(Some(10_000)), 20_000).1,
+            ["advised-past-first-pass"]
+        );
+        // Told in the pre-queue (no position yet): no leave excuses it.
+        let mut at_start = poll("c", 20_000, "waiting", None);
+        at_start.advice_ms = Some(20_000);
+        let mut violations = Vec::new();
+        advised_waits(
+            &ahead(Some(25_000)),
+            &[at_start],
+            &[renewed.clone(), first_pass.clone()],
+            &mut violations,
+        );
+        assert_eq!(
+            violations.into_iter().map(|v| v.kind).collect::<Vec<_>>(),
             ["advised-past-first-pass"]
         );
     }
