@@ -480,7 +480,12 @@ async fn serve(args: ServeArgs) -> CliResult {
     projection::connect::check_eviction_policy(&redis).await?;
     let listener = crate::server::bind(settings.listen)?;
     let admin = bind_admin(settings.admin_listen).await?;
-    let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
+    let ticker_pg = settings
+        .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
+        .await?;
+    let gateway = Arc::new(
+        Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
+    );
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
     tracing::info!(listen = %settings.listen, admin = %admin.local_addr()?, "gateway serving");

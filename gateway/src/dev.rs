@@ -160,7 +160,12 @@ pub async fn run(args: DevArgs) -> CliResult {
     let listener = crate::server::bind(settings.listen)?;
     let admin = crate::cli::bind_admin(settings.admin_listen).await?;
     let admin_address = admin.local_addr()?;
-    let gateway = Arc::new(Gateway::new(pg, redis, tickets, settings.gateway_config()));
+    let ticker_pg = settings
+        .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
+        .await?;
+    let gateway = Arc::new(
+        Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
+    );
     let _ = gateway.demo.set(Demo {
         namespace_id: creds.namespace_id,
         subject_key_id: creds.subject_key.id.clone(),

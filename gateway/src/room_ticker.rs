@@ -3,6 +3,9 @@
 //! `opens_at`, lapsed passes freed, the next people admitted); once a second the places'
 //! planner statistics are refreshed if a drop has outgrown them (`statistics`).
 //!
+//! It runs on connections of its own (`Gateway::ticker_pg`, [`TICKER_CONNECTIONS`] in a
+//! serving process), so a crowd's requests holding the process's pool never delay an admission.
+//!
 //! Every gateway runs one. A step locks its room's row with `SKIP LOCKED`, so gateways never
 //! wait for each other and admit together exactly as one would; with none running, nobody is
 //! admitted, but nothing is lost either (the places wait in PostgreSQL).
@@ -14,6 +17,10 @@ use sluice_durable::rooms::{admission, statistics};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::Gateway;
+
+/// The admission ticker's connections in a serving process (beside `pg_pool_size`): one step
+/// at a time, and one spare for a connection being replaced.
+pub const TICKER_CONNECTIONS: u32 = 2;
 
 /// How often rooms are stepped: the delay between a freed place and the next admission.
 pub const TICK: Duration = Duration::from_millis(200);
@@ -36,7 +43,7 @@ pub async fn run(gateway: Arc<Gateway>, shutdown: CancellationToken) {
         ticks = ticks.wrapping_add(1);
         if ticks.is_multiple_of(STATISTICS_EVERY) {
             // A failure here costs only plans; the rooms' steps below report an outage.
-            match statistics::refresh(&gateway.pg).await {
+            match statistics::refresh(&gateway.ticker_pg).await {
                 Ok(true) => tracing::debug!("room places analyzed"),
                 Ok(false) => {}
                 Err(error) => tracing::debug!(%error, "room places not analyzed"),
@@ -56,8 +63,8 @@ pub async fn run(gateway: Arc<Gateway>, shutdown: CancellationToken) {
 /// waiting for the next tick: each is stepped, and the first failure is reported.
 async fn step_all(gateway: &Gateway) -> Result<(), sluice_durable::DurableError> {
     let mut first_failure = None;
-    for room in admission::busy_rooms(&gateway.pg).await? {
-        if let Err(error) = admission::step(&gateway.pg, &room).await {
+    for room in admission::busy_rooms(&gateway.ticker_pg).await? {
+        if let Err(error) = admission::step(&gateway.ticker_pg, &room).await {
             tracing::debug!(%error, namespace = %room.namespace_id, room = %room.code, "room step failed");
             first_failure.get_or_insert(error);
         }

@@ -250,12 +250,12 @@ impl Settings {
 
     /// The process's pool of `pg_pool_size` connections to `database_url`.
     pub async fn postgres(&self) -> Result<PgPool, DurableError> {
-        db::connect_in(
-            &self.database_url,
-            self.pg_pool_size,
-            self.database_pool_mode,
-        )
-        .await
+        self.postgres_sized(self.pg_pool_size).await
+    }
+
+    /// A pool of `size` connections to `database_url`, set up as the process's own.
+    pub async fn postgres_sized(&self, size: u32) -> Result<PgPool, DurableError> {
+        db::connect_in(&self.database_url, size, self.database_pool_mode).await
     }
 
     /// A few connections of a tool (`sluice bootstrap`, `apply`, `rebuild`, …), through the

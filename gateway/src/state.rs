@@ -15,6 +15,7 @@ use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::rebuild;
 use sluice_durable::rooms::heartbeats::PassHeartbeats;
 use sluice_durable::rooms::join::RoomJoiner;
+use sluice_durable::rooms::leaves::PlaceLeaves;
 use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -46,12 +47,18 @@ pub type SubjectKey = (NamespaceId, Arc<Vec<u8>>);
 
 pub struct Gateway {
     pub pg: PgPool,
+    /// The waiting rooms' admission ticker's own connections (`pg` unless a process gives it
+    /// some): at the size of a drop the requests' queries hold every connection of `pg` in turn,
+    /// and a ticker waiting its turn among them refilled freed slots seconds late.
+    pub ticker_pg: PgPool,
     pub redis: Projection,
     pub committer: GroupCommitter,
     /// Concurrent room joins share one transaction, as acceptances do.
     pub room_joins: RoomJoiner,
     /// Concurrent pass heartbeats share one statement.
     pub pass_heartbeats: PassHeartbeats,
+    /// Concurrent leaves share one transaction.
+    pub place_leaves: PlaceLeaves,
     /// Concurrent enqueues of one application share one `intake.lua` call.
     pub intake: IntakeBatcher,
     pub tickets: TicketKeys,
@@ -81,6 +88,11 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The same gateway, its admission ticker on connections of its own.
+    pub fn with_ticker_pool(self, ticker_pg: PgPool) -> Self {
+        Self { ticker_pg, ..self }
+    }
+
     pub fn new(pg: PgPool, redis: Projection, tickets: TicketKeys, config: GatewayConfig) -> Self {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
         Self {
@@ -90,6 +102,10 @@ impl Gateway {
             ),
             room_joins: sluice_durable::rooms::join::start(pg.clone(), config.group_commit.clone()),
             pass_heartbeats: sluice_durable::rooms::heartbeats::start(
+                pg.clone(),
+                config.group_commit.clone(),
+            ),
+            place_leaves: sluice_durable::rooms::leaves::start(
                 pg.clone(),
                 config.group_commit.clone(),
             ),
@@ -129,6 +145,7 @@ impl Gateway {
             demo: std::sync::OnceLock::new(),
             arrivals: crate::arrival_rate::ArrivalRates::default(),
             room_boards: crate::room_board::RoomBoards::default(),
+            ticker_pg: pg.clone(),
             pg,
             redis,
             tickets,

@@ -7,9 +7,10 @@
 //! second per gateway whatever the number of polls), and whether the place left the queue
 //! (leaves read since the last look, by `ended_at`).
 //!
-//! A leave's `ended_at` is the clock of its one statement; the statement commits at most
-//! `statement_timeout` (10 s) after reading it, so reading every leave since [`LEAVES_OVERLAP`]
-//! before the previous read's clock misses none that commits in time. One that commits later
+//! A leave's `ended_at` is the clock of its batch's `UPDATE` ([`super::leaves`]); the batch
+//! commits after that statement and one read, each within `statement_timeout` (10 s), so
+//! reading every leave since [`LEAVES_OVERLAP`] before the previous read's clock misses none
+//! that commits in time. One that commits later
 //! still (a stalled disk) is seen by polls from memory only at its turn, when its poll reads
 //! PostgreSQL anyway.
 

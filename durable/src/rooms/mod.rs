@@ -11,7 +11,8 @@
 //!   each room's row once (arrival order, pause).
 //! - [`admission`]: the ticker's step: the fair draw at `opens_at`, lapsed passes freed, the
 //!   next places admitted within `max_active` and `admit_per_minute`.
-//! - [`places`]: a place as a poll sees it; a pass's leave.
+//! - [`places`]: a place as a poll sees it.
+//! - [`leaves`]: places given back, concurrent leaves in one transaction.
 //! - [`heartbeats`]: passes extended, concurrent heartbeats in one statement.
 //! - [`pace`]: how soon a waiting place's turn can come at the earliest, so its holder can be
 //!   told to poll later the further back it is.
@@ -49,6 +50,7 @@ pub mod fair_order;
 pub mod figures;
 pub mod heartbeats;
 pub mod join;
+pub mod leaves;
 pub mod pace;
 pub mod places;
 pub mod statistics;

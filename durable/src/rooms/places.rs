@@ -1,6 +1,5 @@
-//! A place as a poll sees it, and its holder's leave (heartbeats are batched: [`super::heartbeats`]).
-//!
-//! A leave is one statement on the place's row, never on the room's.
+//! A place as a poll sees it (heartbeats and leaves, batched, are [`super::heartbeats`] and
+//! [`super::leaves`]).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -81,44 +80,6 @@ pub enum PassChange {
     Ended(PlaceState),
     /// The place is another subject's: only its holder may change it.
     NotTheHolders,
-}
-
-/// Gives the place `id` of `subject` back: a waiting one leaves the queue at once; an admitted
-/// one ends, and its slot is free once its last pass can no longer be accepted (its `exp`
-/// plus the grace, see [`super`]). A place that had already ended is answered as it is, another
-/// subject's is [`PassChange::NotTheHolders`], and `None` means there is no such place.
-///
-/// One statement on the place's row, so a leave never waits for the ticker's hold on the room's
-/// row; the ticker counts it into the room's figures at its next step (`leave_counted`). A pass
-/// that ran out meanwhile is not left: it expired (the ticker records it).
-pub async fn leave(
-    pg: &PgPool,
-    namespace_id: NamespaceId,
-    id: Uuid,
-    subject: &str,
-) -> Result<Option<PassChange>, DurableError> {
-    let left = sqlx::query_scalar!(
-        "UPDATE room_places
-            SET state = 'left', ended_at = clock_timestamp(), leave_counted = false
-          WHERE id = $1 AND namespace_id = $2 AND subject = $3
-            AND (state = 'waiting' OR (state = 'admitted' AND pass_until > now()))
-        RETURNING id",
-        id,
-        namespace_id as _,
-        subject
-    )
-    .fetch_optional(pg)
-    .await?;
-    let Some(place) = read(pg, namespace_id, id).await? else {
-        return Ok(None);
-    };
-    if place.subject != subject {
-        return Ok(Some(PassChange::NotTheHolders));
-    }
-    Ok(Some(match left {
-        Some(_) => PassChange::Changed(place),
-        None => PassChange::Unchanged(place),
-    }))
 }
 
 /// When a place's pass was last signed and when it ends, for the pass's `iat` and `exp`.

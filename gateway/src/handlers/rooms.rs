@@ -18,6 +18,7 @@ use sluice_durable::pass_keys::{self, PassClaims, PassKey};
 use sluice_durable::rooms::fair_order::{self, RoomView};
 use sluice_durable::rooms::heartbeats::HeartbeatRequest;
 use sluice_durable::rooms::join::{JoinRequest, Joined};
+use sluice_durable::rooms::leaves::LeaveRequest;
 use sluice_durable::rooms::places::{self, PassChange};
 use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
 use uuid::Uuid;
@@ -324,7 +325,13 @@ pub async fn leave(
             ));
         }
     };
-    let change = places::leave(&gateway.pg, caller.namespace_id, place_id, subject)
+    let change = gateway
+        .place_leaves
+        .submit(LeaveRequest {
+            namespace_id: caller.namespace_id,
+            id: place_id,
+            subject: subject.to_string(),
+        })
         .await?
         .ok_or_else(|| ApiError::not_found("no such place"))?;
     let (place, changed) = outcome(change)?;

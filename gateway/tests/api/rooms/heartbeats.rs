@@ -19,7 +19,7 @@ const PEOPLE: usize = 40;
 
 /// Long enough that the first pass (which lasts at least the pick-up time) is shorter than what
 /// a heartbeat gives, so a heartbeat a second after admission extends it.
-const BEAT: &str = r#"
+pub(super) const BEAT: &str = r#"
 [[room]]
 code = "beat"
 max_active = 40
@@ -31,7 +31,7 @@ heartbeat_seconds = 15
 /// Joins `PEOPLE` subjects and waits until PostgreSQL has admitted them all and its clock has
 /// left the second of the last admission (heartbeats extend in whole seconds). Their place ids
 /// and tickets, by subject.
-async fn admitted_crowd(stack: &Stack) -> HashMap<String, (Uuid, String)> {
+pub(super) async fn admitted_crowd(stack: &Stack) -> HashMap<String, (Uuid, String)> {
     let mut crowd = HashMap::new();
     for p in 0..PEOPLE {
         let subject = format!("p{p}");

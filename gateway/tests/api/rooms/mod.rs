@@ -15,6 +15,7 @@ mod gateways;
 mod heartbeats;
 mod joins;
 pub(crate) mod kit;
+mod leaves;
 mod pace;
 mod page;
 mod polls;
