@@ -476,13 +476,13 @@ async fn serve(args: ServeArgs) -> CliResult {
     )?;
     let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
     let pg = settings.postgres().await?;
+    let ticker_pg = settings
+        .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
+        .await?;
     let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     projection::connect::check_eviction_policy(&redis).await?;
     let listener = crate::server::bind(settings.listen)?;
     let admin = bind_admin(settings.admin_listen).await?;
-    let ticker_pg = settings
-        .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
-        .await?;
     let gateway = Arc::new(
         Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
     );

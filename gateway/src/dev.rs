@@ -157,12 +157,10 @@ pub async fn run(args: DevArgs) -> CliResult {
     tokio::spawn(watch_signals(shutdown.clone()));
     let executor = Executor::new(pg.clone(), redis.clone(), settings.executor_config());
     let executor_task = tokio::spawn(executor.run(shutdown.clone()));
+    let ticker_pg = db::connect(&database_url, crate::room_ticker::TICKER_CONNECTIONS).await?;
     let listener = crate::server::bind(settings.listen)?;
     let admin = crate::cli::bind_admin(settings.admin_listen).await?;
     let admin_address = admin.local_addr()?;
-    let ticker_pg = settings
-        .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
-        .await?;
     let gateway = Arc::new(
         Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
     );
