@@ -33,21 +33,16 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::PlaceState;
-use super::places::{PassChange, read_many};
+use super::places::{HolderOutcome, HolderRequest, PassChange, columns, only, read_many};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher, GroupCommitConfig};
 use crate::ids::NamespaceId;
 
-/// The holder `subject` asking to extend the pass of its place `id`.
-#[derive(Debug, Clone)]
-pub struct HeartbeatRequest {
-    pub namespace_id: NamespaceId,
-    pub id: Uuid,
-    pub subject: String,
-}
+/// The holder asking to extend the pass of its place.
+pub type HeartbeatRequest = HolderRequest;
 
 /// What a heartbeat is answered: `None` when the namespace has no such place of that subject.
-pub type HeartbeatOutcome = Option<PassChange>;
+pub type HeartbeatOutcome = HolderOutcome;
 
 /// Pass heartbeats as a batched write.
 pub struct Heartbeats;
@@ -83,24 +78,14 @@ pub async fn heartbeat(
     id: Uuid,
     subject: &str,
 ) -> Result<HeartbeatOutcome, DurableError> {
-    let request = HeartbeatRequest {
-        namespace_id,
-        id,
-        subject: subject.to_string(),
-    };
-    write_batch(pg, &[request])
-        .await?
-        .pop()
-        .ok_or_else(|| DurableError::CommitFailed("a batch of one answered nothing".into()))
+    only(write_batch(pg, &[HolderRequest::new(namespace_id, id, subject)]).await?)
 }
 
 async fn write_batch(
     pool: &PgPool,
     jobs: &[HeartbeatRequest],
 ) -> Result<Vec<HeartbeatOutcome>, DurableError> {
-    let ids: Vec<Uuid> = jobs.iter().map(|job| job.id).collect();
-    let namespaces: Vec<Uuid> = jobs.iter().map(|job| job.namespace_id.as_uuid()).collect();
-    let subjects: Vec<String> = jobs.iter().map(|job| job.subject.clone()).collect();
+    let (ids, namespaces, subjects) = columns(jobs);
     let mut tx = pool.begin().await?;
     let extended: HashSet<Uuid> = sqlx::query_scalar!(
         r#"WITH asked AS (

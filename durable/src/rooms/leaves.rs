@@ -20,21 +20,16 @@ use std::collections::{HashMap, HashSet};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::places::{PassChange, read_many};
+use super::places::{HolderOutcome, HolderRequest, PassChange, columns, only, read_many};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher, GroupCommitConfig};
 use crate::ids::NamespaceId;
 
-/// The holder `subject` giving its place `id` back.
-#[derive(Debug, Clone)]
-pub struct LeaveRequest {
-    pub namespace_id: NamespaceId,
-    pub id: Uuid,
-    pub subject: String,
-}
+/// The holder giving its place back.
+pub type LeaveRequest = HolderRequest;
 
 /// What a leave is answered: `None` when the namespace has no such place.
-pub type LeaveOutcome = Option<PassChange>;
+pub type LeaveOutcome = HolderOutcome;
 
 /// Leaves as a batched write.
 pub struct Leaves;
@@ -72,24 +67,14 @@ pub async fn leave(
     id: Uuid,
     subject: &str,
 ) -> Result<LeaveOutcome, DurableError> {
-    let request = LeaveRequest {
-        namespace_id,
-        id,
-        subject: subject.to_string(),
-    };
-    write_batch(pg, &[request])
-        .await?
-        .pop()
-        .ok_or_else(|| DurableError::CommitFailed("a batch of one answered nothing".into()))
+    only(write_batch(pg, &[HolderRequest::new(namespace_id, id, subject)]).await?)
 }
 
 async fn write_batch(
     pool: &PgPool,
     jobs: &[LeaveRequest],
 ) -> Result<Vec<LeaveOutcome>, DurableError> {
-    let ids: Vec<Uuid> = jobs.iter().map(|job| job.id).collect();
-    let namespaces: Vec<Uuid> = jobs.iter().map(|job| job.namespace_id.as_uuid()).collect();
-    let subjects: Vec<String> = jobs.iter().map(|job| job.subject.clone()).collect();
+    let (ids, namespaces, subjects) = columns(jobs);
     let mut tx = pool.begin().await?;
     let left: HashSet<Uuid> = sqlx::query_scalar!(
         r#"WITH asked AS (

@@ -68,6 +68,44 @@ pub(super) async fn read_many<'c>(
         .collect())
 }
 
+/// A holder asking to change its place (a heartbeat or a leave): `subject` names the place
+/// `id` of the namespace, and only the place's own subject may change it.
+#[derive(Debug, Clone)]
+pub struct HolderRequest {
+    pub namespace_id: NamespaceId,
+    pub id: Uuid,
+    pub subject: String,
+}
+
+/// What a holder's request is answered: `None` when the namespace has no such place.
+pub type HolderOutcome = Option<PassChange>;
+
+/// A batch of holders' requests as the batch statements take them: ids, namespaces, subjects.
+pub(super) fn columns(jobs: &[HolderRequest]) -> (Vec<Uuid>, Vec<Uuid>, Vec<String>) {
+    (
+        jobs.iter().map(|job| job.id).collect(),
+        jobs.iter().map(|job| job.namespace_id.as_uuid()).collect(),
+        jobs.iter().map(|job| job.subject.clone()).collect(),
+    )
+}
+
+impl HolderRequest {
+    pub fn new(namespace_id: NamespaceId, id: Uuid, subject: &str) -> Self {
+        Self {
+            namespace_id,
+            id,
+            subject: subject.to_string(),
+        }
+    }
+}
+
+/// The one answer of a batch of one (tools and tests run a heartbeat or a leave alone).
+pub(super) fn only(mut outcomes: Vec<HolderOutcome>) -> Result<HolderOutcome, DurableError> {
+    outcomes
+        .pop()
+        .ok_or_else(|| DurableError::CommitFailed("a batch of one answered nothing".into()))
+}
+
 /// What a heartbeat or a leave did.
 #[derive(Debug)]
 pub enum PassChange {
