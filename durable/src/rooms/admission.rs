@@ -83,8 +83,7 @@ async fn step_once(pg: &PgPool, room: &RoomRef) -> Result<Option<Stepped>, Durab
     let mut tx = pg.begin().await?;
     let Some(row) = sqlx::query!(
         r#"SELECT max_active, admit_per_minute, pass_seconds, heartbeat_seconds, opens_at,
-                  shuffle_prequeue, seed, drawn_at, drawn_crowd, next_seq, waiting, tokens,
-                  tokens_at,
+                  shuffle_prequeue, seed, drawn_at, drawn_crowd, waiting, tokens, tokens_at,
                   clock_timestamp() AS "now!"
              FROM rooms WHERE namespace_id = $1 AND code = $2
               FOR UPDATE SKIP LOCKED"#,

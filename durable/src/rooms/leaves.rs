@@ -11,9 +11,8 @@
 //! room's figures at its next step (`leave_counted`), and gateways answering polls from memory
 //! learn of it by `ended_at` ([`super::board`]). A waiting place leaves at once; an admitted one
 //! only while its pass is live (one that ran out meanwhile expired, which the ticker records).
-//! The places are found by their ids alone and locked in the order of the primary key, as a
-//! heartbeat batch locks its own, so a batch of leaves and one of heartbeats sharing places
-//! never wait on each other in a cycle.
+//! The places are found by their ids alone, and locked in the order [`super`] states for every
+//! batch of places, heartbeats' included.
 
 use std::collections::{HashMap, HashSet};
 

@@ -27,7 +27,11 @@
 //! (`exp < now`, as the `jsonwebtoken` crate does, accepts a pass through its `exp` second).
 //!
 //! Lock order, everywhere: the room's row, then place rows. Heartbeats and leaves lock only their
-//! place (the ticker counts leaves into the room's row at its next step).
+//! places (the ticker counts leaves into the room's row at its next step). A batch of them
+//! finds its places through the primary key (`id = ANY`), which visits them in id order, so
+//! two batches sharing places lock them in the same order; were a plan ever to visit them
+//! otherwise, PostgreSQL would refuse one of two batches waiting on each other in a cycle after
+//! its deadlock timeout (`503`, retried by the holders like any unavailable answer).
 
 /// How long after a pass's `exp` its place still holds its slot (see the module's notes).
 pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
