@@ -123,6 +123,18 @@ start_scratch_postgres() {
   return 1
 }
 
+# Applies every migration to the database at URL $1 with psql: each in one transaction, as sqlx
+# applies it, except those whose first line is `-- no-transaction` (CREATE INDEX CONCURRENTLY
+# cannot run in one). Run from the repository's root.
+apply_migrations() {
+  local url=$1 migration single
+  for migration in durable/migrations/*.sql; do
+    single=(-1)
+    [ "$(head -n 1 "$migration")" = "-- no-transaction" ] && single=()
+    psql "$url" -v ON_ERROR_STOP=1 -q "${single[@]}" -f "$migration" >/dev/null
+  done
+}
+
 stop_scratch_postgres() {
   if [ -n "${SCRATCH_PG_DIR:-}" ] && [ -d "$SCRATCH_PG_DIR/data" ]; then
     (cd "$SCRATCH_PG_DIR" && "${SCRATCH_PG_AS[@]}" "$(pg_bindir)/pg_ctl" -D data -m immediate -s stop) || true

@@ -25,13 +25,7 @@ require_cargo
 require_postgres
 require_setpriv
 start_scratch_postgres
-# Each migration in one transaction, as sqlx applies it, except those whose first line is
-# `-- no-transaction` (CREATE INDEX CONCURRENTLY cannot run in one).
-for migration in durable/migrations/*.sql; do
-  single=(-1)
-  [ "$(head -n 1 "$migration")" = "-- no-transaction" ] && single=()
-  psql "$SCRATCH_PG_URL" -v ON_ERROR_STOP=1 -q "${single[@]}" -f "$migration" >/dev/null
-done
+apply_migrations "$SCRATCH_PG_URL"
 
 described=$(mktemp -d)
 trap 'rm -rf "$described"; stop_scratch_postgres' EXIT

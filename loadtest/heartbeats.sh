@@ -33,11 +33,7 @@ cleanup() {
 trap cleanup EXIT
 
 psql "$server" -q -c "CREATE DATABASE $database" >/dev/null
-for migration in durable/migrations/*.sql; do
-  single=(-1)
-  [ "$(head -n 1 "$migration")" = "-- no-transaction" ] && single=()
-  psql "$url" -v ON_ERROR_STOP=1 -q "${single[@]}" -f "$migration" >/dev/null
-done
+apply_migrations "$url"
 
 # The statement the gateway runs, from the checked queries, as a function of its parameters.
 statement=$(for file in .sqlx/*.json; do
