@@ -56,6 +56,7 @@ pub fn check(evidence: &Evidence<'_>, violations: &mut Vec<Violation>, stats: &m
         &evidence.records.faults,
         violations,
     );
+    left_never_admitted(&evidence.records.quits, &evidence.places, violations);
     // (room, place) → the span its passes cover.
     let mut places: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
     for pass in &evidence.records.rooms {
@@ -392,6 +393,33 @@ fn quits(
     judged
 }
 
+/// A leave answered `left` took a waiting place out of the queue: PostgreSQL's row stays left
+/// and never admitted, even when an admission step was reaching for it as the leave committed.
+fn left_never_admitted(quits: &[QuitRecord], places: &[PlaceRow], violations: &mut Vec<Violation>) {
+    for quit in quits.iter().filter(|q| q.status == "left") {
+        let Some(row) = places.iter().find(|p| p.id == quit.place) else {
+            violations.push(Violation::new(
+                "left-place-missing",
+                format!(
+                    "room {}: place {} left at {}, and PostgreSQL has no such place",
+                    quit.room, quit.place, quit.answered_ms
+                ),
+            ));
+            continue;
+        };
+        if row.state != "left" || row.admitted_ms.is_some() {
+            violations.push(Violation::new(
+                "left-then-admitted",
+                format!(
+                    "room {}: place {} left the queue at {}, and PostgreSQL has it {} (admitted \
+                     at {:?})",
+                    quit.room, quit.place, quit.answered_ms, row.state, row.admitted_ms
+                ),
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,6 +555,44 @@ mod tests {
             violations.into_iter().map(|v| v.kind).collect::<Vec<_>>(),
             ["advised-past-first-pass"]
         );
+    }
+
+    #[test]
+    fn a_place_that_left_the_queue_and_was_admitted_all_the_same_is_found() {
+        let quit = QuitRecord {
+            person: 0,
+            room: "doors".into(),
+            place: "c".into(),
+            answered_ms: 1_000,
+            status: "left".into(),
+        };
+        let judge = |row: PlaceRow| {
+            let mut violations = Vec::new();
+            left_never_admitted(std::slice::from_ref(&quit), &[row], &mut violations);
+            violations.into_iter().map(|v| v.kind).collect::<Vec<_>>()
+        };
+        assert!(judge(place("c", "s", 3, (0, Some(1_000)), "left")).is_empty());
+        let admitted = PlaceRow {
+            admitted_ms: Some(1_100),
+            ..place("c", "s", 3, (0, None), "admitted")
+        };
+        assert_eq!(judge(admitted), ["left-then-admitted"]);
+        assert_eq!(
+            judge(place("d", "s", 3, (0, None), "waiting")),
+            ["left-place-missing"]
+        );
+        // A leave that found the place's turn come meanwhile is not a leave of the queue.
+        let mut violations = Vec::new();
+        let holding = QuitRecord {
+            status: "admitted".into(),
+            ..quit.clone()
+        };
+        let admitted = PlaceRow {
+            admitted_ms: Some(900),
+            ..place("c", "s", 3, (0, None), "admitted")
+        };
+        left_never_admitted(&[holding], &[admitted], &mut violations);
+        assert!(violations.is_empty());
     }
 
     #[test]
