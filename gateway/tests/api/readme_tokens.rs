@@ -1,6 +1,7 @@
-//! The README's subject-token snippets work: the Node and the Python block of its Browser
-//! section are run as they stand, with a stack's key, and the gateway accepts what they mint for
-//! the subject they were given (and refuses it for another).
+//! The documented subject-token snippets work: the Node and the Python block of
+//! `docs/browser.md` (the README's Browser section links it) are run as they stand, with a
+//! stack's key, and the gateway accepts what they mint for the subject they were given (and
+//! refuses it for another).
 
 use std::path::Path;
 use std::process::Command;
@@ -10,20 +11,15 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// The fenced blocks of `language` in the README's Browser section.
+/// The first fenced block of `language` in `docs/browser.md`.
 fn snippet(language: &str) -> String {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let section = readme
-        .split("\n## Browser\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("README.md has a Browser section");
+    let section =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/browser.md"))
+            .expect("docs/browser.md");
     let fence = format!("```{language}\n");
     let start = section
         .find(&fence)
-        .unwrap_or_else(|| panic!("the Browser section has no {language} block"))
+        .unwrap_or_else(|| panic!("docs/browser.md has no {language} block"))
         + fence.len();
     let end = section[start..].find("```").expect("the block ends") + start;
     section[start..end].to_string()
