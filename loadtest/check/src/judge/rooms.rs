@@ -557,15 +557,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_place_that_left_the_queue_and_was_admitted_all_the_same_is_found() {
-        let quit = QuitRecord {
+    /// Place `place` of room `doors` left the queue, answered at 1 s.
+    fn left_at_1s(place: &str) -> QuitRecord {
+        QuitRecord {
             person: 0,
             room: "doors".into(),
-            place: "c".into(),
+            place: place.into(),
             answered_ms: 1_000,
             status: "left".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_place_that_left_the_queue_and_was_admitted_all_the_same_is_found() {
+        let quit = left_at_1s("c");
         let judge = |row: PlaceRow| {
             let mut violations = Vec::new();
             left_never_admitted(std::slice::from_ref(&quit), &[row], &mut violations);
@@ -597,13 +602,7 @@ mod tests {
 
     #[test]
     fn a_left_place_told_waiting_a_second_after_its_leave_is_found() {
-        let quit = QuitRecord {
-            person: 0,
-            room: "doors".into(),
-            place: "c".into(),
-            answered_ms: 1_000,
-            status: "left".into(),
-        };
+        let quit = left_at_1s("c");
         let judge_with = |polls: &[PlacePollRecord], faults: &[FaultRecord]| {
             let mut violations = Vec::new();
             let judged = quits(std::slice::from_ref(&quit), polls, faults, &mut violations);
