@@ -4,9 +4,8 @@
 //! # Layout
 //! - [`db`]: connection pool and embedded migrations.
 //! - [`error`]: the one error type of this crate.
-//! - [`field_error`]: a refusal of caller input naming the field.
-//! - [`ids`]: one type per id (application, namespace, command).
-//! - [`declaration`]: TOML declarations of commands and quota pools, parsed and validated.
+//! - [`field_error`], [`ids`], [`declaration`]: re-exported from `sluice-model`, the crate below
+//!   this one (ids, a command's status, the declaration language).
 //! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
 //! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
 //! - [`webhook_secret`]: rotating a namespace's webhook secret (two live during a rotation).
@@ -26,17 +25,16 @@
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
 //! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
 
+pub use sluice_model::{declaration, field_error, ids};
+
 pub mod application;
 pub mod batching;
 pub mod control;
 pub mod db;
-pub mod declaration;
 pub mod error;
 pub mod executor;
 pub mod faults;
-pub mod field_error;
 pub mod http_client;
-pub mod ids;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;

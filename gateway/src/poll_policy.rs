@@ -49,7 +49,7 @@ pub fn eta_seconds(position: Option<u64>, starts_per_second: Option<f64>) -> Opt
 /// The hint of an answer about a command in `status`: none once it is final (nothing will
 /// change, so a client has no reason to ask again), else [`poll_after_ms`].
 pub fn advice(
-    status: sluice_durable::lifecycle::CommandStatus,
+    status: sluice_model::CommandStatus,
     position: Option<u64>,
     starts_per_second: Option<f64>,
     jitter: f64,

@@ -2,7 +2,7 @@
 //! contract tells a client to act on it (success, explicit refusal with advice, or an outcome
 //! that is not known).
 
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use sluice_durable::ids::CommandId;
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 use crate::api::{Exchange, Outcome};
 use crate::report::{Endpoint, Latency, People, Second};

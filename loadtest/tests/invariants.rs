@@ -2,7 +2,7 @@
 //! callers' view, or the observations) is made to contradict it, and the check must say so.
 
 use sluice_durable::ids::CommandId;
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 use std::collections::{BTreeMap, HashMap};
 
 use hyper::Method;

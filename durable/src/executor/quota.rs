@@ -20,9 +20,9 @@ use uuid::Uuid;
 
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::claim::Claimed;
 use crate::metrics::{self, HandlerKind};
+use sluice_model::CommandStatus;
 
 /// A terminal state written by a handler.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,6 @@ use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl, QuotaMode};
 use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
 use crate::lifecycle::end::{Place, project_end};
@@ -33,6 +32,7 @@ use crate::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, RateKey, adm
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
 use crate::projection::Projection;
 use crate::projection::{AppKeys, rebuild};
+use sluice_model::CommandStatus;
 
 pub struct Executor {
     pg: PgPool,

@@ -18,9 +18,9 @@ use super::end::project_current;
 use super::redis::{AdmittedHead, Requeue, Requeued, requeue};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
+use sluice_model::CommandStatus;
 
 /// A row this executor now holds, under its attempt.
 #[derive(Debug, Clone)]

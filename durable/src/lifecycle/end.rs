@@ -13,7 +13,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::CommandStatus;
 use super::attempt::AttemptId;
 use super::claim::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
@@ -23,6 +22,7 @@ use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::outbox::queries::{CommandRecord, command_record};
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
+use sluice_model::CommandStatus;
 
 /// A final state (or `needs_review`) an attempt writes.
 #[derive(Debug, Clone)]

@@ -17,9 +17,9 @@ use super::redis::{Extend, Mark, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
 use crate::ids::CommandId;
-use crate::lifecycle::CommandStatus;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
+use sluice_model::CommandStatus;
 
 /// `renew`, PostgreSQL side: extends the leases of the attempts that still hold their rows;
 /// returns those. An attempt missing from the answer lost its row: stop it.

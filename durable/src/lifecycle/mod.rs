@@ -21,7 +21,7 @@
 //!   changes exactly once per transition.
 //!
 //! - [`table`]: the transitions, rendered into `docs/life-cycle.md`'s state diagram.
-//! - [`status`]: the statuses. [`attempt`]: the attempt token.
+//! - [`attempt`]: the attempt token (the statuses are `sluice_model::CommandStatus`).
 //! - [`redis`]: the Redis side of each transition, one typed caller per script.
 //! - [`until_ready`]: the Redis side of a transition, again once the projection is trusted.
 //! - [`enqueue`]: reserve, commit, accept, release (the gateway's intake).
@@ -42,7 +42,6 @@ pub mod intake_batcher;
 pub mod redis;
 pub mod repair;
 pub mod retention;
-pub mod status;
 pub mod sweep;
 pub mod table;
 mod until_ready;
@@ -50,7 +49,6 @@ mod until_ready;
 use std::time::Duration;
 
 pub use attempt::AttemptId;
-pub use status::CommandStatus;
 pub use until_ready::until_ready;
 
 use crate::projection::Projection;

@@ -26,8 +26,8 @@ use super::end::project_current;
 use super::redis::holding;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::projection::AppKeys;
+use sluice_model::CommandStatus;
 
 /// Rows per sweep round; the next round continues.
 const BATCH: i64 = 500;

@@ -2,8 +2,8 @@
 //! script side by side. The state diagram and table of `docs/life-cycle.md` are rendered from this table
 //! ([`mermaid`], [`markdown`]), and a test keeps them equal.
 
-use super::CommandStatus;
-use super::CommandStatus::*;
+use sluice_model::CommandStatus;
+use sluice_model::CommandStatus::*;
 
 /// A state in the diagram: a status, or the two states PostgreSQL has no row for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

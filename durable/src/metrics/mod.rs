@@ -31,7 +31,7 @@ use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
 use crate::DurableError;
-use crate::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 mod pools;
 mod projection;

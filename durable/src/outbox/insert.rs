@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 /// What makes two enqueues the same intent: the primary key of `request_keys`. A second enqueue with
 /// the same key is a replay (or a conflict when its content differs), never a second command.

@@ -5,8 +5,8 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::outbox::CommandRow;
+use sluice_model::CommandStatus;
 
 /// The full record of a command, as `GET /v1/commands/{id}` shows it: its row and its outcome.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandRow {

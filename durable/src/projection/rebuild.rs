@@ -35,11 +35,11 @@ use super::{AppKeys, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
 use crate::outbox::row::command_row;
 use crate::outbox::{CommandRow, rfc3339};
 use crate::projection::Projection;
+use sluice_model::CommandStatus;
 
 /// Rows fetched and written per round trip (one `rebuild.lua` call: it blocks Redis while it
 /// runs, so it stays short).

@@ -5,10 +5,10 @@ use fred::prelude::*;
 use super::AppKeys;
 use crate::DurableError;
 use crate::ids::CommandId;
-use crate::lifecycle::CommandStatus;
 use crate::projection::Projection;
 use crate::projection::asked_keys::call_asking;
 use crate::projection::start_rate::StartRecord;
+use sluice_model::CommandStatus;
 
 /// The projected state of one command, as `ticket.lua` returns it.
 #[derive(Debug, Clone, PartialEq)]

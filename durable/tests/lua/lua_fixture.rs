@@ -302,7 +302,7 @@ impl LuaFixture {
                 command,
                 resource_key: resource,
                 limit_keys: &[],
-                status: sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
+                status: sluice_model::CommandStatus::parse(status).expect("a status"),
                 updated_at: "2026-12-01T00:00:00.000Z".into(),
                 result: None,
                 error: None,

@@ -755,7 +755,7 @@ async fn requeue_and_land_release_held_leases() {
                 command: "job",
                 resource_key: "rc",
                 queue_seq: admitted[0].queue_seq,
-                status: sluice_durable::lifecycle::CommandStatus::Accepted,
+                status: sluice_model::CommandStatus::Accepted,
                 updated_at: now.to_string(),
             },
         )

@@ -547,7 +547,7 @@ async fn a_requeue_after_the_queue_emptied_stays_at_or_below_the_started_sequenc
             command: "job",
             resource_key: "r1",
             queue_seq: head.queue_seq,
-            status: sluice_durable::lifecycle::CommandStatus::RetryWait,
+            status: sluice_model::CommandStatus::RetryWait,
             updated_at: "2026-12-01T00:00:00.000Z".into(),
         },
     )

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 use sluice_durable::ids::CommandId;
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 use crate::error::ApiError;
 

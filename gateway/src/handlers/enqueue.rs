@@ -11,7 +11,6 @@ use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
-use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
 use sluice_durable::lifecycle::redis::Limit;
 use sluice_durable::metrics;
@@ -20,6 +19,7 @@ use sluice_durable::projection::ticket::read_status;
 use sluice_durable::projection::{AppKeys, request_key_field};
 use sluice_durable::secrets::sha256;
 use sluice_durable::tenancy::NamespaceConfig;
+use sluice_model::CommandStatus;
 
 use super::Handled;
 use super::answers::{QueuePlace, Receipt, to_data};

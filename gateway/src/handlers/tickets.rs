@@ -4,10 +4,10 @@
 
 use hyper::StatusCode;
 use serde_json::Value;
-use sluice_durable::lifecycle::CommandStatus;
 use sluice_durable::outbox::{queries, rfc3339};
 use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::ticket::{ProjectedStatus, read_status};
+use sluice_model::CommandStatus;
 
 use super::Handled;
 use super::answers::{QueuePlace, TicketAnswer, shown_error, shown_result, to_data};

@@ -20,6 +20,7 @@ mod connections;
 mod control;
 mod cors;
 mod crash_points;
+mod crate_graph;
 mod dashboard;
 mod execution;
 mod executor_processes;

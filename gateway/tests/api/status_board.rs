@@ -1379,7 +1379,7 @@ impl Mirrored {
             command: "claim",
             resource_key: &self.resource,
             limit_keys: &[],
-            status: sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
+            status: sluice_model::CommandStatus::parse(status).expect("a status"),
             updated_at: "2026-01-01T00:00:00.000Z".into(),
             result: None,
             error: None,

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use sluice_durable::ids::{CommandId, NamespaceId};
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 use sqlx::PgPool;
 
 use crate::api::is_terminal;

@@ -13,7 +13,7 @@ use crate::api::{Exchange, Outcome, command_status, exchange_with, is_terminal};
 use crate::driver::HttpClient;
 use crate::record::{Ending, Recorder, Wait};
 use sluice_durable::ids::CommandId;
-use sluice_durable::lifecycle::CommandStatus;
+use sluice_model::CommandStatus;
 
 /// What every journey of a run shares.
 pub struct Context {

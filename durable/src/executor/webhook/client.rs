@@ -15,8 +15,8 @@ use super::signature::WebhookSecrets;
 use crate::executor::fence::Fence;
 use crate::http_client::{HttpsClient, https_client};
 use crate::ids::CommandId;
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::end::{Reported, is_error_code};
+use sluice_model::CommandStatus;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;

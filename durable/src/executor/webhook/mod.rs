@@ -29,7 +29,6 @@ pub use signature::{WebhookSecrets, sign, verify as verify_signature};
 
 use crate::DurableError;
 use crate::executor::fence::Fence;
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
 use crate::lifecycle::end::{Outcome, Place, Reported, land_attempt, project_end};
@@ -39,6 +38,7 @@ use crate::metrics::{self, HandlerKind};
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
+use sluice_model::CommandStatus;
 
 /// How old a request's start tokens may be when it goes out. A provider therefore sees at most
 /// `burst + per_second × (window + TOKEN_FRESHNESS)` requests in any window.

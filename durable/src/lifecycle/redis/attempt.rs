@@ -7,11 +7,11 @@ use fred::prelude::*;
 use super::{clamp_i64, is_not_ready};
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
 use crate::projection::asked_keys::call_asking;
+use sluice_model::CommandStatus;
 
 /// A started command that PostgreSQL moved back to waiting.
 #[derive(Debug, Clone)]

@@ -5,10 +5,10 @@ use fred::prelude::*;
 use super::is_not_ready;
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
 use crate::projection::asked_keys::call_asking;
+use sluice_model::CommandStatus;
 
 /// A command's end that PostgreSQL committed, to project.
 #[derive(Debug, Clone)]

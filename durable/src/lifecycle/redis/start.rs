@@ -6,11 +6,11 @@ use super::clamp_i64;
 use crate::DurableError;
 use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::CommandStatus;
 use crate::lifecycle::attempt::AttemptId;
 use crate::projection::AppKeys;
 use crate::projection::Projection;
 use crate::projection::asked_keys::call_asking;
+use sluice_model::CommandStatus;
 
 /// One waiting command whose permits `admit.lua` took, and the attempt it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

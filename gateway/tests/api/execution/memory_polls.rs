@@ -549,7 +549,7 @@ async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
             command: "claim",
             resource_key: &resource,
             limit_keys: &[],
-            status: sluice_durable::lifecycle::CommandStatus::Cancelled,
+            status: sluice_model::CommandStatus::Cancelled,
             updated_at: "2026-12-01T00:00:00.000Z".into(),
             result: None,
             error: None,

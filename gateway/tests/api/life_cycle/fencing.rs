@@ -183,7 +183,7 @@ impl Bench {
                 command: "job",
                 resource_key: resource,
                 queue_seq: seq,
-                status: sluice_durable::lifecycle::CommandStatus::RetryWait,
+                status: sluice_model::CommandStatus::RetryWait,
                 updated_at: "2026-12-01T00:00:00.000Z".into(),
             },
         )
@@ -202,7 +202,7 @@ impl Bench {
             &self.keys,
             CommandId::from_uuid(id),
             attempt,
-            sluice_durable::lifecycle::CommandStatus::parse(status).expect("a status"),
+            sluice_model::CommandStatus::parse(status).expect("a status"),
             "2026-12-01T00:00:00.000Z".into(),
             None,
             &[],

@@ -161,7 +161,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
                 keys,
                 started,
                 attempt,
-                sluice_durable::lifecycle::CommandStatus::Running,
+                sluice_model::CommandStatus::Running,
                 "2026-12-01T00:00:01.000Z".into(),
                 extend,
                 &[],
@@ -189,7 +189,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         command: "job",
         resource_key: "r1",
         queue_seq: 1,
-        status: sluice_durable::lifecycle::CommandStatus::RetryWait,
+        status: sluice_model::CommandStatus::RetryWait,
         updated_at: "2026-12-01T00:00:02.000Z".into(),
     };
     assert_eq!(
@@ -203,7 +203,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         command: "job",
         resource_key: "r1",
         limit_keys: &[],
-        status: sluice_durable::lifecycle::CommandStatus::Succeeded,
+        status: sluice_model::CommandStatus::Succeeded,
         updated_at: "2026-12-01T00:00:03.000Z".into(),
         result: Some("{}".into()),
         error: None,
