@@ -21,18 +21,9 @@ use uuid::Uuid;
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::claim::Claimed;
+use crate::lifecycle::land_batch::{Decided, Landed, land_batch};
 use crate::metrics::{self, HandlerKind};
 use sluice_model::CommandStatus;
-
-/// A terminal state written by a handler.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Landed {
-    pub id: CommandId,
-    pub status: CommandStatus,
-    pub result: Option<Value>,
-    pub error: Option<(&'static str, String)>,
-    pub updated_at: DateTime<Utc>,
-}
 
 /// The decision for one command, before it is written.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,51 +155,51 @@ async fn allocate_in_one_transaction(
         }
         None => HashMap::new(),
     };
-    let outcomes: Vec<Outcome> = match &decisions {
+    let decided: Vec<Decided> = match &decisions {
         None => held
             .iter()
             .map(|(id, _)| {
                 let message = format!("the quota pool {pool:?} does not exist");
-                (
-                    *id,
-                    CommandStatus::Failed,
-                    None,
-                    Some(("POOL_NOT_FOUND", message)),
-                )
+                Decided {
+                    id: *id,
+                    status: CommandStatus::Failed,
+                    result: None,
+                    error: Some(("POOL_NOT_FOUND", message)),
+                }
             })
             .collect(),
         Some(decisions) => held
             .iter()
             .zip(decisions)
             .map(|((id, _), decision)| match decision {
-                Decision::Allocated(allocation) => (
-                    *id,
-                    CommandStatus::Succeeded,
-                    Some(receipt(
+                Decision::Allocated(allocation) => Decided {
+                    id: *id,
+                    status: CommandStatus::Succeeded,
+                    result: Some(receipt(
                         *allocation,
                         units.get(allocation).copied().flatten(),
                     )),
-                    None,
-                ),
-                Decision::SoldOut => (
-                    *id,
-                    CommandStatus::Rejected,
-                    None,
-                    Some(("SOLD_OUT", "the pool has no units left".to_string())),
-                ),
-                Decision::AlreadyAllocated => (
-                    *id,
-                    CommandStatus::Rejected,
-                    None,
-                    Some((
+                    error: None,
+                },
+                Decision::SoldOut => Decided {
+                    id: *id,
+                    status: CommandStatus::Rejected,
+                    result: None,
+                    error: Some(("SOLD_OUT", "the pool has no units left".to_string())),
+                },
+                Decision::AlreadyAllocated => Decided {
+                    id: *id,
+                    status: CommandStatus::Rejected,
+                    result: None,
+                    error: Some((
                         "ALREADY_ALLOCATED",
                         "this subject already holds an allocation of the pool".to_string(),
                     )),
-                ),
+                },
             })
             .collect(),
     };
-    let landed = write_outcomes(&mut tx, batch, &outcomes).await?;
+    let landed = land_batch(&mut tx, batch, &decided).await?;
     tx.commit().await?;
     Ok(landed)
 }
@@ -289,73 +280,6 @@ async fn insert_allocations(
         .into_iter()
         .map(|row| (row.id, row.expires_at))
         .collect())
-}
-
-/// A command's terminal state before it is written: id, status, result, error.
-type Outcome = (
-    CommandId,
-    CommandStatus,
-    Option<Value>,
-    Option<(&'static str, String)>,
-);
-
-/// Writes the final states of rows their attempts in `batch` still hold, in one statement (the
-/// batch form of transition `land`).
-pub async fn write_outcomes(
-    tx: &mut sqlx::PgConnection,
-    batch: &[Claimed],
-    outcomes: &[Outcome],
-) -> Result<Vec<Landed>, DurableError> {
-    let ids: Vec<CommandId> = outcomes.iter().map(|o| o.0).collect();
-    let attempts: Vec<Option<Uuid>> = outcomes
-        .iter()
-        .map(|o| {
-            batch
-                .iter()
-                .find(|c| c.id == o.0)
-                .map(|c| c.attempt.as_uuid())
-        })
-        .collect();
-    let statuses: Vec<&str> = outcomes.iter().map(|o| o.1.as_str()).collect();
-    let results: Vec<Option<Value>> = outcomes.iter().map(|o| o.2.clone()).collect();
-    let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.3.as_ref().map(|e| e.0)).collect();
-    let messages: Vec<Option<&str>> = outcomes
-        .iter()
-        .map(|o| o.3.as_ref().map(|e| e.1.as_str()))
-        .collect();
-    let rows = sqlx::query!(
-        r#"UPDATE commands c
-              SET status = o.status, result = o.result, error_code = o.code,
-                  error_message = o.message, finished_at = now(), updated_at = now(),
-                  lease_owner = NULL, lease_expires_at = NULL, attempt_id = NULL
-             FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::uuid[])
-                  AS o(id, status, result, code, message, attempt_id)
-            WHERE c.id = o.id AND c.attempt_id = o.attempt_id AND c.status = 'executing'
-           RETURNING c.id AS "id: CommandId", c.updated_at"#,
-        &ids as _,
-        &statuses as _,
-        &results as _,
-        &codes as _,
-        &messages as _,
-        &attempts as _,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut landed = Vec::with_capacity(rows.len());
-    for row in rows {
-        let id = row.id;
-        let updated_at: DateTime<Utc> = row.updated_at;
-        if let Some(outcome) = outcomes.iter().find(|o| o.0 == id) {
-            landed.push(Landed {
-                id,
-                status: outcome.1,
-                result: outcome.2.clone(),
-                error: outcome.3.clone(),
-                updated_at,
-            });
-        }
-    }
-    Ok(landed)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::attempts::{Attempts, Hold};
 use super::catalog::{self, Application, runnable};
 use super::config::ExecutorConfig;
-use super::quota::{self, Landed};
+use super::quota;
 use super::webhook::{self, Deps, Target, WebhookClient};
 use crate::DurableError;
 use crate::declaration::{CommandDecl, HandlerDecl, QuotaMode};
@@ -26,8 +26,9 @@ use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
-use crate::lifecycle::end::{Place, project_end};
+use crate::lifecycle::end::Projecting;
 use crate::lifecycle::held;
+use crate::lifecycle::land_batch::{self, Landed};
 use crate::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, RateKey, admit};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
 use crate::projection::Projection;
@@ -119,6 +120,13 @@ impl Executor {
 
     fn retention_ms(&self) -> i64 {
         self.config.retention_seconds.saturating_mul(1_000)
+    }
+
+    fn projecting(&self) -> Projecting {
+        Projecting {
+            retention_ms: self.retention_ms(),
+            patience: self.patience(),
+        }
     }
 
     /// Runs until `shutdown`, then finishes the batches in hand.
@@ -380,31 +388,7 @@ impl Executor {
     }
 
     async fn project_landed(&self, keys: &AppKeys, batch: &[Claimed], landed: &[Landed]) {
-        for done in landed {
-            let Some(row) = batch.iter().find(|c| c.id == done.id) else {
-                continue;
-            };
-            project_end(
-                self.stores(),
-                keys,
-                Place {
-                    id: row.id,
-                    namespace_id: row.namespace_id,
-                    command: &row.command,
-                    resource_key: &row.resource_key,
-                    limit_keys: &row.limit_keys,
-                },
-                done.status,
-                done.updated_at,
-                done.result.as_ref(),
-                done.error
-                    .as_ref()
-                    .map(|(code, message)| (*code, message.as_str())),
-                self.retention_ms(),
-                self.patience(),
-            )
-            .await;
-        }
+        land_batch::project_landed(self.stores(), keys, batch, landed, self.projecting()).await;
     }
 
     /// `requeue`: a row this executor cannot handle goes back to its queue.

@@ -32,6 +32,14 @@ pub struct Outcome<'a> {
     pub error: Option<(&'a str, &'a str)>,
 }
 
+/// How an end's Redis side is made: for how long it is tried again while the projection is not
+/// trusted, and for how long the ended status stays readable by ticket polls.
+#[derive(Debug, Clone, Copy)]
+pub struct Projecting {
+    pub retention_ms: i64,
+    pub patience: Duration,
+}
+
 /// Where a command ends, for its Redis side.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
@@ -72,18 +80,15 @@ pub async fn land_attempt(
 /// counted out once, the status shown to ticket polls. Made again while the projection is not
 /// trusted, for at most `patience`; false when it could not be made (logged: the sweepers
 /// repair it).
-#[allow(clippy::too_many_arguments)]
 pub async fn project_end(
     stores: Stores<'_>,
     keys: &AppKeys,
     place: Place<'_>,
-    status: CommandStatus,
+    outcome: &Outcome<'_>,
     updated_at: DateTime<Utc>,
-    result: Option<&Value>,
-    error: Option<(&str, &str)>,
-    retention_ms: i64,
-    patience: Duration,
+    projecting: Projecting,
 ) -> bool {
+    let status = outcome.status;
     let ending = Ending {
         command_id: place.id,
         namespace_id: place.namespace_id,
@@ -92,11 +97,11 @@ pub async fn project_end(
         limit_keys: place.limit_keys,
         status,
         updated_at: rfc3339(updated_at),
-        result: result.map(Value::to_string),
-        error,
-        retention_ms,
+        result: outcome.result.map(Value::to_string),
+        error: outcome.error,
+        retention_ms: projecting.retention_ms,
     };
-    let landed = until_ready(stores, keys.application_id(), patience, || {
+    let landed = until_ready(stores, keys.application_id(), projecting.patience, || {
         land_script(stores.redis, keys, &ending)
     })
     .await;
@@ -192,12 +197,16 @@ pub async fn project_current(
                 stores,
                 keys,
                 place,
-                status,
+                &Outcome {
+                    status,
+                    result: row.result.as_ref(),
+                    error,
+                },
                 row.updated_at,
-                row.result.as_ref(),
-                error,
-                retention_ms,
-                patience,
+                Projecting {
+                    retention_ms,
+                    patience,
+                },
             )
             .await
         }
@@ -242,12 +251,16 @@ pub async fn cancel(
             stores,
             &keys,
             place_of(&record),
-            CommandStatus::Cancelled,
+            &Outcome {
+                status: CommandStatus::Cancelled,
+                result: None,
+                error: None,
+            },
             record.row.updated_at,
-            None,
-            None,
-            retention_ms,
-            patience,
+            Projecting {
+                retention_ms,
+                patience,
+            },
         )
         .await;
     }
@@ -364,12 +377,16 @@ pub async fn complete(
         stores,
         &keys,
         place_of(&record),
-        record.row.status,
+        &Outcome {
+            status: record.row.status,
+            result: record.result.as_ref(),
+            error,
+        },
         record.row.updated_at,
-        record.result.as_ref(),
-        error,
-        retention_ms,
-        patience,
+        Projecting {
+            retention_ms,
+            patience,
+        },
     )
     .await;
     Ok(Completion::Landed(record))

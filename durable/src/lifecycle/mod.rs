@@ -28,6 +28,8 @@
 //! - [`intake_batcher`]: concurrent reservations of one application in one `intake.lua` call.
 //! - [`claim`]: admit and claim (the executor's start of work).
 //! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
+//! - [`land_batch`]: `land` for a batch a handler decided in its own transaction (the quota
+//!   handler), and the batch's Redis sides.
 //! - [`end`]: land, cancel, complete: every way a command ends.
 //! - [`sweep`]: rescue and expire (PostgreSQL's clock).
 //! - [`retention`]: prune, by whole days of `commands`.
@@ -39,6 +41,7 @@ pub mod end;
 pub mod enqueue;
 pub mod held;
 pub mod intake_batcher;
+pub mod land_batch;
 pub mod redis;
 pub mod repair;
 pub mod retention;

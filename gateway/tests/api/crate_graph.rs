@@ -36,3 +36,84 @@ fn the_model_crate_depends_on_no_other_sluice_crate() {
         "sluice-durable builds on sluice-model"
     );
 }
+
+/// Every `.rs` file under `dir` (a path from the workspace root), as (path from the root, text).
+fn sources(dir: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut pending = vec![Path::new(ROOT).join(dir)];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap_or_else(|e| panic!("{folder:?}: {e}")) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "sql") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                let relative = path
+                    .strip_prefix(Path::new(ROOT))
+                    .expect("under the root")
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                found.push((relative, text));
+            }
+        }
+    }
+    found
+}
+
+/// Whether `text` holds a statement that writes the `commands` table.
+fn writes_commands(text: &str) -> bool {
+    let words = text
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    [
+        "update commands ",
+        "insert into commands ",
+        "insert into commands(",
+        "delete from commands ",
+    ]
+    .iter()
+    .any(|statement| words.contains(statement))
+}
+
+/// `commands` is written by the life cycle only: no statement elsewhere in the durable crate or
+/// in the gateway writes it, and every query file that does is run from `lifecycle/`. The one
+/// exception is the commit transition's batch insert, which the group commit runs from
+/// `outbox/insert.rs` (its statement is `queries/insert_batch.sql`, listed in the transition
+/// table).
+#[test]
+fn only_the_life_cycle_writes_commands() {
+    let code: Vec<(String, String)> = ["durable/src", "gateway/src"]
+        .iter()
+        .flat_map(|dir| sources(dir))
+        .collect();
+    assert!(code.len() > 50, "the scan read {} files", code.len());
+    let outside: Vec<&str> = code
+        .iter()
+        .filter(|(path, text)| !path.starts_with("durable/src/lifecycle/") && writes_commands(text))
+        .map(|(path, _)| path.as_str())
+        .collect();
+    assert_eq!(
+        outside,
+        Vec::<&str>::new(),
+        "statements writing commands outside the life cycle"
+    );
+
+    let writers: Vec<String> = sources("durable/queries")
+        .into_iter()
+        .filter(|(_, text)| writes_commands(text))
+        .map(|(path, _)| path.rsplit('/').next().unwrap_or(&path).to_string())
+        .collect();
+    assert!(
+        writers.len() >= 5,
+        "query files writing commands: {writers:?}"
+    );
+    for file in &writers {
+        for (path, _) in code.iter().filter(|(_, text)| text.contains(file.as_str())) {
+            let allowed = path.starts_with("durable/src/lifecycle/")
+                || (file == "insert_batch.sql" && path == "durable/src/outbox/insert.rs");
+            assert!(allowed, "{path} runs {file}, which writes commands");
+        }
+    }
+}

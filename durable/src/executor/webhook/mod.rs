@@ -31,7 +31,7 @@ use crate::DurableError;
 use crate::executor::fence::Fence;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
-use crate::lifecycle::end::{Outcome, Place, Reported, land_attempt, project_end};
+use crate::lifecycle::end::{Outcome, Place, Projecting, Reported, land_attempt, project_end};
 use crate::lifecycle::held::{self, Running};
 use crate::lifecycle::redis::{RateKey, Retake, retake};
 use crate::metrics::{self, HandlerKind};
@@ -377,12 +377,12 @@ async fn land(
             resource_key: &row.resource_key,
             limit_keys: &row.limit_keys,
         },
-        outcome.status,
+        outcome,
         updated_at,
-        outcome.result,
-        outcome.error,
-        deps.retention_seconds.saturating_mul(1_000),
-        deps.patience,
+        Projecting {
+            retention_ms: deps.retention_seconds.saturating_mul(1_000),
+            patience: deps.patience,
+        },
     )
     .await;
     Ok(End::Landed)
