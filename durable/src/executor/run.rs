@@ -25,14 +25,15 @@ use crate::declaration::{CommandDecl, HandlerDecl, QuotaMode};
 use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::Stores;
-use crate::lifecycle::claim::{self, Claim, ClaimOrder, Claimed, split_suffix};
+use crate::lifecycle::claim::{
+    self, AdmitLimits, AdmittedHead, Claim, ClaimOrder, Claimed, RateKey, split_suffix,
+};
 use crate::lifecycle::end::Projecting;
 use crate::lifecycle::held;
 use crate::lifecycle::land_batch::{self, Landed};
-use crate::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, RateKey, admit};
 use crate::outbox::group_commit::OUTBOX_CHANNEL;
+use crate::projection::AppKeys;
 use crate::projection::Projection;
-use crate::projection::{AppKeys, rebuild};
 use sluice_model::CommandStatus;
 
 pub struct Executor {
@@ -222,20 +223,13 @@ impl Executor {
             lookahead: self.config.lookahead,
         };
         let at = Instant::now();
-        match admit(&self.redis, &keys, limits).await? {
-            Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
-            Admission::Heads {
-                generation, heads, ..
-            } => Ok(Some(Admitted {
-                generation,
-                heads,
+        Ok(claim::admit(self.stores(), &keys, limits)
+            .await?
+            .map(|batch| Admitted {
+                generation: batch.generation,
+                heads: batch.heads,
                 at,
-            })),
-            Admission::NotReady => {
-                rebuild::ensure_ready(&self.pg, &self.redis, app.id).await?;
-                Ok(None)
-            }
-        }
+            }))
     }
 
     /// `claim`s, handles and lands one admitted batch.

@@ -15,12 +15,14 @@ use uuid::Uuid;
 use super::Stores;
 use super::attempt::AttemptId;
 use super::end::project_current;
-use super::redis::{AdmittedHead, Requeue, Requeued, requeue};
+use super::redis::{Admission, Requeue, Requeued, requeue};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+
+pub use super::redis::{AdmitLimits, AdmittedHead, RateKey};
 
 /// A row this executor now holds, under its attempt.
 #[derive(Debug, Clone)]
@@ -117,6 +119,38 @@ pub struct ClaimOrder<'a> {
     pub retention_ms: i64,
     /// How long a given-back head's Redis side is retried while the projection is not trusted.
     pub patience: Duration,
+}
+
+/// Heads admitted together, under the projection generation their claim is fenced on.
+#[derive(Debug)]
+pub struct AdmittedBatch {
+    pub generation: i64,
+    pub heads: Vec<AdmittedHead>,
+}
+
+/// `admit`, the Redis side of an executor's start of work: up to `limits.max_heads` heads of
+/// the application's queues that every budget lets start, or None when none is due. A
+/// projection that is not trusted is rebuilt from PostgreSQL first, and the next round admits.
+pub async fn admit(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    limits: AdmitLimits,
+) -> Result<Option<AdmittedBatch>, DurableError> {
+    match super::redis::admit(stores.redis, keys, limits).await? {
+        Admission::Heads { heads, .. } if heads.is_empty() => Ok(None),
+        Admission::Heads {
+            generation, heads, ..
+        } => Ok(Some(AdmittedBatch { generation, heads })),
+        Admission::NotReady => {
+            crate::projection::rebuild::ensure_ready(
+                stores.pg,
+                stores.redis,
+                keys.application_id(),
+            )
+            .await?;
+            Ok(None)
+        }
+    }
 }
 
 /// `claim`, and the Redis side of every head it did not claim. Its statement (transition `claim`)

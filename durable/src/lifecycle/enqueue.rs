@@ -13,9 +13,10 @@ use serde_json::{Map, Value};
 
 use super::Stores;
 use super::intake_batcher::IntakeBatcher;
-use super::redis::{
-    Acceptance, Accepted, IntakeRequest, IntakeVerdict, Limit, Release, accept, release,
-};
+use super::redis::{Acceptance, Accepted, IntakeRequest, IntakeVerdict, Release, accept, release};
+
+/// Why intake refused an intent before anything was written (a [`Refusal::Limited`]).
+pub use super::redis::Limit;
 use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};

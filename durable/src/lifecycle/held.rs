@@ -13,13 +13,15 @@ use uuid::Uuid;
 
 use super::attempt::AttemptId;
 use super::claim::Claimed;
-use super::redis::{Extend, Mark, Requeued, mark};
+use super::redis::{Extend, Mark, RateKey, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
 use crate::ids::CommandId;
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+
+pub use super::redis::Retake;
 
 /// `renew`, PostgreSQL side: extends the leases of the attempts that still hold their rows;
 /// returns those. An attempt missing from the answer lost its row: stop it.
@@ -224,4 +226,14 @@ pub async fn give_back(
     };
     super::end::project_requeue(stores, keys, &back, patience).await;
     Ok(true)
+}
+
+/// `retake`: before a retry's request, one start token from every rate-limited bucket of the
+/// command (`retake.lua`), or how long until every bucket has one.
+pub async fn retake(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    buckets: &[RateKey],
+) -> Result<Retake, DurableError> {
+    super::redis::retake(stores.redis, keys, buckets).await
 }

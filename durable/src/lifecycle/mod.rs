@@ -3,7 +3,10 @@
 //! Every state change of a command is a named transition ([`table::TRANSITIONS`]) with its
 //! PostgreSQL statement and its Redis script side by side; the functions of this module carry
 //! them out, and the HTTP handlers and the executor call them instead of orchestrating steps.
-//! PostgreSQL is the truth and is written first; Redis (the projection) follows.
+//! PostgreSQL is the truth and is written first; Redis (the projection) follows. Neither the
+//! gateway nor the executor names [`redis`], and no statement outside this module writes
+//! `commands` but the group commit's batch insert (`gateway/tests/api/crate_graph.rs` reads
+//! the sources for both).
 //!
 //! Three fences keep every ordering safe:
 //! - **The epoch** (the projection's generation): a rebuild marks the projection not ready,

@@ -117,3 +117,20 @@ fn only_the_life_cycle_writes_commands() {
         }
     }
 }
+
+/// The Redis side of every transition (`lifecycle::redis`) is reached through the life cycle's
+/// transitions only: neither the gateway nor the executor names it.
+#[test]
+fn the_gateway_and_the_executor_never_call_the_life_cycles_redis_side() {
+    let code: Vec<(String, String)> = ["gateway/src", "durable/src/executor"]
+        .iter()
+        .flat_map(|dir| sources(dir))
+        .collect();
+    assert!(code.len() > 20, "the scan read {} files", code.len());
+    let callers: Vec<&str> = code
+        .iter()
+        .filter(|(_, text)| text.contains("lifecycle::redis"))
+        .map(|(path, _)| path.as_str())
+        .collect();
+    assert_eq!(callers, Vec::<&str>::new(), "files naming lifecycle::redis");
+}

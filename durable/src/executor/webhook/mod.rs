@@ -31,9 +31,10 @@ use crate::DurableError;
 use crate::executor::fence::Fence;
 use crate::lifecycle::Stores;
 use crate::lifecycle::claim::Claimed;
+use crate::lifecycle::claim::RateKey;
 use crate::lifecycle::end::{Outcome, Place, Projecting, Reported, land_attempt, project_end};
 use crate::lifecycle::held::{self, Running};
-use crate::lifecycle::redis::{RateKey, Retake, retake};
+use crate::lifecycle::held::{Retake, retake};
 use crate::metrics::{self, HandlerKind};
 use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
@@ -244,7 +245,7 @@ async fn take_tokens(
     shutdown: &CancellationToken,
 ) -> Result<Tokens, DurableError> {
     loop {
-        let more = match retake(deps.redis, &deps.keys, &target.rate_keys).await? {
+        let more = match retake(deps.stores(), &deps.keys, &target.rate_keys).await? {
             Retake::Taken => return Ok(Tokens::Taken),
             Retake::Wait(more) => more,
             // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
