@@ -16,6 +16,7 @@ use super::Stores;
 use super::attempt::AttemptId;
 use super::end::project_current;
 use super::redis::{Admission, Requeue, Requeued, requeue};
+use super::row_state::RowState;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::outbox::rfc3339;
@@ -42,27 +43,6 @@ pub struct Claimed {
     pub limit_keys: Vec<[String; 2]>,
     /// Whether an earlier attempt may have reached the backend without a decisive answer.
     pub was_in_doubt: bool,
-}
-
-/// What PostgreSQL says of a row whose Redis side must follow: a head that could not be claimed,
-/// a permit that lapsed, a row a sweeper just changed.
-#[derive(Debug, Clone)]
-pub struct RowState {
-    pub id: CommandId,
-    pub application_id: ApplicationId,
-    pub namespace_id: NamespaceId,
-    pub command: String,
-    pub resource_key: String,
-    pub queue_seq: i64,
-    pub status: CommandStatus,
-    pub updated_at: DateTime<Utc>,
-    pub result: Option<serde_json::Value>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    /// An executor holds it (executing, or `retry_wait` between two webhook attempts).
-    pub held: bool,
-    /// The attempt that holds it, if any (also on `running` rows).
-    pub attempt: Option<AttemptId>,
 }
 
 /// A statement that ends waiting commands that ran out of time: `$head`, then the `SET` items

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::attempt::AttemptId;
-use super::claim::RowState;
+use super::row_state::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
 use super::{Stores, until_ready};
 use crate::DurableError;

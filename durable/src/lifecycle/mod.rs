@@ -30,6 +30,7 @@
 //! - [`enqueue`]: reserve, commit, accept, release (the gateway's intake).
 //! - [`intake_batcher`]: concurrent reservations of one application in one `intake.lua` call.
 //! - [`claim`]: admit and claim (the executor's start of work).
+//! - [`row_state`]: what PostgreSQL says of a row whose Redis side must follow.
 //! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
 //! - [`land_batch`]: `land` for a batch a handler decided in its own transaction (the quota
 //!   handler), and the batch's Redis sides.
@@ -48,6 +49,7 @@ pub mod land_batch;
 pub mod redis;
 pub mod repair;
 pub mod retention;
+pub mod row_state;
 pub mod sweep;
 pub mod table;
 mod until_ready;

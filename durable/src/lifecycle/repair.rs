@@ -127,7 +127,7 @@ pub async fn permits(
 async fn restore_running(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &super::claim::RowState,
+    row: &super::row_state::RowState,
     on_record: Option<super::AttemptId>,
 ) -> bool {
     let Some(attempt) = row.attempt.filter(|a| Some(*a) == on_record) else {

@@ -21,9 +21,10 @@ use std::collections::HashMap;
 
 use super::Stores;
 use super::attempt::AttemptId;
-use super::claim::{RowState, ending_waiting};
+use super::claim::ending_waiting;
 use super::end::project_current;
 use super::redis::holding;
+use super::row_state::RowState;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::projection::AppKeys;

@@ -134,3 +134,87 @@ fn the_gateway_and_the_executor_never_call_the_life_cycles_redis_side() {
         .collect();
     assert_eq!(callers, Vec::<&str>::new(), "files naming lifecycle::redis");
 }
+
+/// The modules of the life cycle import one another without a circle (a circle would make
+/// two of them one unit in all but name): each module's `super::…` and `crate::lifecycle::…`
+/// imports of its siblings, searched for a cycle.
+#[test]
+fn the_life_cycles_modules_import_one_another_without_a_circle() {
+    let folder = "durable/src/lifecycle";
+    let files: Vec<(String, String)> = sources(folder)
+        .into_iter()
+        .filter(|(path, _)| path.ends_with(".rs"))
+        .collect();
+    // A module is a file directly in the folder, or a folder of its own (its files together).
+    let module_of = |path: &str| -> Option<String> {
+        let rest = path.strip_prefix(&format!("{folder}/"))?;
+        let first = rest.split('/').next()?;
+        let name = first.strip_suffix(".rs").unwrap_or(first);
+        (name != "mod").then(|| name.to_string())
+    };
+    let modules: std::collections::BTreeSet<String> = files
+        .iter()
+        .filter_map(|(path, _)| module_of(path))
+        .collect();
+    assert!(modules.len() >= 10, "modules: {modules:?}");
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        std::collections::BTreeMap::new();
+    for (path, text) in &files {
+        let Some(from) = module_of(path) else {
+            continue;
+        };
+        let nested = path.matches('/').count() > folder.matches('/').count() + 1;
+        for to in &modules {
+            let mut prefixes = vec![
+                format!("crate::lifecycle::{to}::"),
+                format!("crate::lifecycle::{{{to}"),
+            ];
+            // `super::` names a sibling from a file directly in the folder only.
+            if !nested {
+                prefixes.push(format!("super::{to}::"));
+                prefixes.push(format!("super::{{{to}"));
+                prefixes.push(format!("super::{to};"));
+            }
+            if to != &from && prefixes.iter().any(|p| text.contains(p.as_str())) {
+                edges.entry(from.clone()).or_default().insert(to.clone());
+            }
+        }
+    }
+    assert!(
+        edges.values().map(|to| to.len()).sum::<usize>() >= 10,
+        "the scan found too few imports to judge: {edges:?}"
+    );
+    // Depth-first search for a back edge.
+    fn visit(
+        node: &str,
+        edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_string());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for module in &modules {
+        let circle = visit(module, &edges, &mut Vec::new(), &mut done);
+        assert_eq!(
+            circle, None,
+            "a circle of imports among the life cycle's modules"
+        );
+    }
+}
