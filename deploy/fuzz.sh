@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Long runs of the property tests of every parser that sees caller bytes (the `props` modules of
-# sluice-gateway and sluice-durable: tickets, subject tokens, strict JSON, path and query
+# sluice-gateway, sluice-model and sluice-executor: tickets, subject tokens, strict JSON, path and query
 # decoding, declarations, webhook answers, Retry-After). `cargo test` runs them with a few
 # hundred cases each; this runs them again and again for M minutes, each round with a fresh
 # seed and twice the cases of the round before (up to --max-cases), and stops at the first
@@ -78,11 +78,11 @@ if [ "$engine" = libfuzzer ]; then
 fi
 [ "$engine" = proptest ] || { echo "unknown engine: $engine (proptest or libfuzzer)" >&2; exit 2; }
 
-# The two test binaries, run directly (in their package's directory, as cargo runs them, so
+# The three test binaries, run directly (in their package's directory, as cargo runs them, so
 # that proptest finds and writes <crate>/proptest-regressions/): a time box then stops the
 # binary itself, not a cargo that would leave it running.
 log "building the property tests"
-binaries=$(cargo test "${profile[@]}" --locked -p sluice-gateway -p sluice-durable --lib --no-run \
+binaries=$(cargo test "${profile[@]}" --locked -p sluice-gateway -p sluice-model -p sluice-executor --lib --no-run \
   --message-format=json | python3 -c '
 import json, os, sys
 for line in sys.stdin:
@@ -90,7 +90,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
         print(os.path.dirname(m["manifest_path"]) + "\t" + m["executable"])
 ')
-[ "$(printf '%s\n' "$binaries" | wc -l)" -eq 2 ] || { echo "expected two test binaries: $binaries" >&2; exit 1; }
+[ "$(printf '%s\n' "$binaries" | wc -l)" -eq 3 ] || { echo "expected three test binaries: $binaries" >&2; exit 1; }
 
 end=$((SECONDS + minutes * 60))
 round=0

@@ -19,7 +19,6 @@
 //! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
 //! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
 //!   script side by side, fenced by epoch and attempt.
-//! - [`executor`]: drains the outbox under permits: the loop, renewals, the handlers.
 //! - [`http_client`]: the one outbound HTTP client type (webhooks and read origins).
 //! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
@@ -32,7 +31,6 @@ pub mod batching;
 pub mod control;
 pub mod db;
 pub mod error;
-pub mod executor;
 pub mod faults;
 pub mod http_client;
 pub mod lifecycle;

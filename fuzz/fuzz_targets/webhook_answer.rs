@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_durable::executor::webhook::{Answer, classify_for_fuzzing};
+use sluice_executor::webhook::{Answer, classify_for_fuzzing};
 
 fuzz_target!(|data: &[u8]| {
     let [high, low, header_len, rest @ ..] = data else {

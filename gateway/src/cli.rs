@@ -10,8 +10,8 @@ use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sluice_durable::{db, projection, webhook_secret};
 use tokio_util::sync::CancellationToken;
 
-use sluice_durable::executor::Executor;
 use sluice_durable::ids::ApplicationId;
+use sluice_executor::Executor;
 
 use crate::settings::{Flag, Settings, SettingsError};
 use crate::state::Gateway;

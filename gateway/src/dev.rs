@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::executor::Executor;
 use sluice_durable::secrets::Redacted;
 use sluice_durable::tenancy::{self, BootstrapRequest};
 use sluice_durable::{db, projection};
+use sluice_executor::Executor;
 use sluice_servers::{PgServer, RedisServer};
 use tokio_util::sync::CancellationToken;
 

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_durable::DurableError;
 use sluice_durable::db::{self, PoolMode};
-use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::outbox::DEFAULT_RETENTION_SECONDS;
 use sluice_durable::secrets::Redacted;
+use sluice_executor::ExecutorConfig;
 use sqlx::PgPool;
 
 use crate::config::GatewayConfig;

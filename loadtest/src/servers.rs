@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use sluice_durable::executor::webhook::verify_signature;
+use sluice_executor::webhook::verify_signature;
 use tokio_util::sync::CancellationToken;
 
 use crate::bench_stack::BoxError;

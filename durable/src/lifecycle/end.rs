@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::attempt::AttemptId;
-use super::row_state::RowState;
 use super::redis::{Ending, Requeue, Requeued, land as land_script, requeue};
+use super::row_state::RowState;
 use super::{Stores, until_ready};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};

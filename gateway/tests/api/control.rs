@@ -388,7 +388,7 @@ async fn a_pause_redis_lost_is_still_enforced_and_converges() {
     assert_eq!(stack.reservations("claim").await, 0);
     assert_eq!(stack.open_counts("claim").await, (0, 0, 0));
 
-    sluice_durable::executor::catalog::load(&stack.pg, &stack.redis)
+    sluice_executor::catalog::load(&stack.pg, &stack.redis)
         .await
         .expect("catalog refresh");
     assert_eq!(

@@ -14,12 +14,12 @@ use chrono::{DateTime, Utc};
 use fred::prelude::*;
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::executor::Executor;
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{AdmitLimits, Ending as Landing, land};
 use sluice_durable::projection::AppKeys;
 use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
 use sluice_durable::tenancy;
+use sluice_executor::Executor;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

@@ -52,7 +52,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use sluice_durable::executor::webhook::sign;
+use sluice_executor::webhook::sign;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::{http_client, run};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, SortedSetsInterface};
 use hyper::StatusCode;
-use sluice_durable::executor::{Executor, ExecutorConfig};
+use sluice_executor::{Executor, ExecutorConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;

@@ -25,7 +25,7 @@ const LEASE_MS: u64 = 1_000;
 fn start_short_lease_executor(stack: &Stack) -> CancellationToken {
     start_executor(
         stack,
-        sluice_durable::executor::ExecutorConfig {
+        sluice_executor::ExecutorConfig {
             lease_ms: LEASE_MS,
             ..fast_executor()
         },

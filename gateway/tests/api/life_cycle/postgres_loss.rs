@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_durable::executor::ExecutorConfig;
 use sluice_durable::lifecycle::sweep::{SweepSide, rescue};
+use sluice_executor::ExecutorConfig;
 use sluice_testkit::PgServer;
 use tokio::sync::Notify;
 use uuid::Uuid;

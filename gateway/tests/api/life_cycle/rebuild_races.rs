@@ -323,7 +323,7 @@ async fn a_rebuild_never_refills_a_token_bucket() {
     let mut at: Vec<std::time::Instant> = backend.arrivals().iter().map(|a| a.at).collect();
     at.sort();
     assert_eq!(at.len(), ids.len(), "every command called once");
-    let slack = sluice_durable::executor::webhook::TOKEN_FRESHNESS.as_secs_f64();
+    let slack = sluice_executor::webhook::TOKEN_FRESHNESS.as_secs_f64();
     for (i, from) in at.iter().enumerate() {
         for (j, to) in at.iter().enumerate().skip(i) {
             let window = to.duration_since(*from).as_secs_f64();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use serde_json::json;
-use sluice_durable::executor::ExecutorConfig;
+use sluice_executor::ExecutorConfig;
 use uuid::Uuid;
 
 use crate::execution::{fast_executor, start_executor};

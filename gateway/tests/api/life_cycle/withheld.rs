@@ -11,9 +11,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sluice_durable::executor::fence::Fence;
-use sluice_durable::executor::webhook::{Answer, Delivery, WebhookClient, WebhookSecrets};
 use sluice_durable::ids::CommandId;
+use sluice_executor::fence::Fence;
+use sluice_executor::webhook::{Answer, Delivery, WebhookClient, WebhookSecrets};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 

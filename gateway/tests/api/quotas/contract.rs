@@ -253,7 +253,7 @@ async fn a_committed_unit_is_confirmed_and_cannot_be_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_unit_is_sold_again_before_the_sweeper_runs() {
     let stack = Stack::with_declaration(&reserved_declaration(1, 1)).await;
-    let no_sweeps = sluice_durable::executor::ExecutorConfig {
+    let no_sweeps = sluice_executor::ExecutorConfig {
         sweep_interval_ms: 3_600_000,
         ..fast_executor()
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sluice_durable::executor::ExecutorConfig;
+use sluice_executor::ExecutorConfig;
 
 use super::*;
 use crate::execution::{

@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::WebhookSecrets;
-use crate::executor::fence::Fence;
-use crate::http_client::{HttpsClient, https_client};
-use crate::ids::CommandId;
-use crate::lifecycle::end::{Reported, is_error_code};
+use crate::fence::Fence;
+use sluice_durable::http_client::{HttpsClient, https_client};
+use sluice_durable::ids::CommandId;
+use sluice_durable::lifecycle::end::{Reported, is_error_code};
 use sluice_model::CommandStatus;
 
 /// Largest answer body read from a backend; a longer one is a broken answer.

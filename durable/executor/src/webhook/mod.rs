@@ -27,18 +27,20 @@ pub use client::{Answer, Delivery, WebhookClient};
 pub use fenced_body::{FenceClosed, FencedBody};
 pub use signature::{WebhookSecrets, sign, verify as verify_signature};
 
-use crate::DurableError;
-use crate::executor::fence::Fence;
-use crate::lifecycle::Stores;
-use crate::lifecycle::claim::Claimed;
-use crate::lifecycle::claim::RateKey;
-use crate::lifecycle::end::{Outcome, Place, Projecting, Reported, land_attempt, project_end};
-use crate::lifecycle::held::{self, Running};
-use crate::lifecycle::held::{Retake, retake};
-use crate::metrics::{self, HandlerKind};
-use crate::outbox::rfc3339;
-use crate::projection::AppKeys;
-use crate::projection::Projection;
+use crate::fence::Fence;
+use sluice_durable::DurableError;
+use sluice_durable::lifecycle::Stores;
+use sluice_durable::lifecycle::claim::Claimed;
+use sluice_durable::lifecycle::claim::RateKey;
+use sluice_durable::lifecycle::end::{
+    Outcome, Place, Projecting, Reported, land_attempt, project_end,
+};
+use sluice_durable::lifecycle::held::{self, Running};
+use sluice_durable::lifecycle::held::{Retake, retake};
+use sluice_durable::metrics::{self, HandlerKind};
+use sluice_durable::outbox::rfc3339;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::Projection;
 use sluice_model::CommandStatus;
 
 /// How old a request's start tokens may be when it goes out. A provider therefore sees at most
@@ -358,7 +360,7 @@ async fn land(
     };
     // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
     metrics::execution_landed(outcome.status);
-    if let Err(error) = crate::projection::cache::invalidate(
+    if let Err(error) = sluice_durable::projection::cache::invalidate(
         deps.redis,
         deps.keys.application_id(),
         row.namespace_id,

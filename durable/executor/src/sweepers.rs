@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use super::catalog::Application;
 use super::config::ExecutorConfig;
-use crate::ids::ApplicationId;
-use crate::lifecycle::Stores;
-use crate::lifecycle::repair::{self, AppCommands, Cursor};
-use crate::lifecycle::retention;
-use crate::lifecycle::sweep::{self, SweepSide};
+use sluice_durable::ids::ApplicationId;
+use sluice_durable::lifecycle::Stores;
+use sluice_durable::lifecycle::repair::{self, AppCommands, Cursor};
+use sluice_durable::lifecycle::retention;
+use sluice_durable::lifecycle::sweep::{self, SweepSide};
 
 pub async fn round(
     stores: Stores<'_>,
@@ -21,9 +21,9 @@ pub async fn round(
         retention_ms: config.retention_seconds.saturating_mul(1_000),
         patience: Duration::from_millis(config.projection_patience_ms),
     };
-    let report = |what: &str, result: Result<usize, crate::DurableError>| {
+    let report = |what: &str, result: Result<usize, sluice_durable::DurableError>| {
         if let Err(error) = result {
-            crate::metrics::storage_error(&error);
+            sluice_durable::metrics::storage_error(&error);
             tracing::warn!(%error, "{what} failed");
         }
     };
@@ -35,11 +35,11 @@ pub async fn round(
     report("waiting expiry", sweep::expire_waiting(stores, side).await);
     report(
         "reservation expiry",
-        crate::quotas::expiry::expire_overdue(stores.pg, stores.redis).await,
+        sluice_durable::quotas::expiry::expire_overdue(stores.pg, stores.redis).await,
     );
     report(
         "making days of commands",
-        crate::outbox::days::ensure_days(stores.pg)
+        sluice_durable::outbox::days::ensure_days(stores.pg)
             .await
             .map(|made| made as usize),
     );

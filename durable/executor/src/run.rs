@@ -1,6 +1,6 @@
 //! The executor loop: `admit` → `claim` → handle → `land`, woken by `LISTEN` (a hint) or a tick,
 //! with renewals and sweepers beside it. SIGTERM (the shutdown token) stops admitting and lets
-//! every batch in hand finish. The transitions themselves are [`crate::lifecycle`]'s; this loop
+//! every batch in hand finish. The transitions themselves are [`sluice_durable::lifecycle`]'s; this loop
 //! decides when to run them and which handler runs a command.
 
 use std::collections::HashMap;
@@ -20,20 +20,20 @@ use super::catalog::{self, Application, runnable};
 use super::config::ExecutorConfig;
 use super::quota;
 use super::webhook::{self, Deps, Target, WebhookClient};
-use crate::DurableError;
-use crate::declaration::{CommandDecl, HandlerDecl, QuotaMode};
-use crate::faults::{self, Point};
-use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::Stores;
-use crate::lifecycle::claim::{
+use sluice_durable::DurableError;
+use sluice_durable::declaration::{CommandDecl, HandlerDecl, QuotaMode};
+use sluice_durable::faults::{self, Point};
+use sluice_durable::ids::{CommandId, NamespaceId};
+use sluice_durable::lifecycle::Stores;
+use sluice_durable::lifecycle::claim::{
     self, AdmitLimits, AdmittedHead, Claim, ClaimOrder, Claimed, RateKey, split_suffix,
 };
-use crate::lifecycle::end::Projecting;
-use crate::lifecycle::held;
-use crate::lifecycle::land_batch::{self, Landed};
-use crate::outbox::group_commit::OUTBOX_CHANNEL;
-use crate::projection::AppKeys;
-use crate::projection::Projection;
+use sluice_durable::lifecycle::end::Projecting;
+use sluice_durable::lifecycle::held;
+use sluice_durable::lifecycle::land_batch::{self, Landed};
+use sluice_durable::outbox::group_commit::OUTBOX_CHANNEL;
+use sluice_durable::projection::AppKeys;
+use sluice_durable::projection::Projection;
 use sluice_model::CommandStatus;
 
 pub struct Executor {
@@ -154,7 +154,7 @@ impl Executor {
                         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
                     }
                     Err(error) => {
-                        crate::metrics::storage_error(&error);
+                        sluice_durable::metrics::storage_error(&error);
                         tracing::warn!(%error, "cannot load the catalog")
                     }
                 }
@@ -187,7 +187,7 @@ impl Executor {
                     }
                     Ok(None) => {}
                     Err(error) => {
-                        crate::metrics::storage_error(&error);
+                        sluice_durable::metrics::storage_error(&error);
                         tracing::warn!(application_id = %app.id, %error, "admission failed")
                     }
                 }
@@ -278,7 +278,7 @@ impl Executor {
             Err(error) => {
                 // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
                 // their queues in their original places.
-                crate::metrics::storage_error(&error);
+                sluice_durable::metrics::storage_error(&error);
                 tracing::warn!(%error, "claim failed; heads go back to their queues");
                 claim::give_back(self.stores(), &keys, &batch.heads).await;
                 return;
@@ -364,12 +364,18 @@ impl Executor {
                     .iter()
                     .any(|done| done.status == CommandStatus::Succeeded)
                 {
-                    crate::quotas::invalidate_pool(&self.redis, app.id, namespace_id, pool).await;
+                    sluice_durable::quotas::invalidate_pool(
+                        &self.redis,
+                        app.id,
+                        namespace_id,
+                        pool,
+                    )
+                    .await;
                 }
                 self.project_landed(keys, rows, &landed).await;
             }
             Err(error) => {
-                crate::metrics::storage_error(&error);
+                sluice_durable::metrics::storage_error(&error);
                 tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
                 for row in rows {
                     self.give_back(keys, row).await;
@@ -388,7 +394,7 @@ impl Executor {
     /// `requeue`: a row this executor cannot handle goes back to its queue.
     async fn give_back(&self, keys: &AppKeys, row: &Claimed) {
         if let Err(error) = held::give_back(self.stores(), keys, row, self.patience()).await {
-            crate::metrics::storage_error(&error);
+            sluice_durable::metrics::storage_error(&error);
             tracing::warn!(command_id = %row.id, %error, "not given back; its lease lapses and it is rescued");
         }
         self.attempts.release(row.attempt);
@@ -445,7 +451,7 @@ impl Executor {
                     // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
                     // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
                     Err(error) => {
-                        crate::metrics::storage_error(&error);
+                        sluice_durable::metrics::storage_error(&error);
                         tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
                     }
                 },
@@ -472,7 +478,7 @@ impl Executor {
 
     async fn sweep_loop(self: Arc<Self>, shutdown: CancellationToken) {
         let every = Duration::from_millis(self.config.sweep_interval_ms);
-        let mut cursor = crate::lifecycle::repair::Cursor::default();
+        let mut cursor = sluice_durable::lifecycle::repair::Cursor::default();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}

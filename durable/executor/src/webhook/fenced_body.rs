@@ -1,5 +1,5 @@
 //! A request body that refuses to be sent once its attempt's fence has closed (see
-//! [`crate::executor::fence`] for why the check lives here).
+//! [`crate::fence`] for why the check lives here).
 //!
 //! hyper's HTTP/1 connection buffers a request's head and polls its body before it flushes
 //! either: a body that fails at its first poll makes the connection drop the buffered head
@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
-use crate::executor::fence::Fence;
+use crate::fence::Fence;
 
 /// The body's refusal: the attempt's fence closed before its request went out.
 #[derive(Debug, thiserror::Error)]

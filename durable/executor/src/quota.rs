@@ -1,6 +1,6 @@
 //! The built-in quota handler: one unit per subject per pool, ever. In committed mode the unit is
 //! `confirmed` when the command succeeds; in reserved mode it is `reserved` until its holder
-//! confirms or releases it or the database's clock passes `expires_at` (`crate::quotas`). Both
+//! confirms or releases it or the database's clock passes `expires_at` (`sluice_durable::quotas`). Both
 //! modes draw on the same free units (`capacity - allocated - reserved`) and the same
 //! once-per-subject fact, so commands of either mode can share a pool.
 //!
@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::DurableError;
-use crate::ids::{CommandId, NamespaceId};
-use crate::lifecycle::claim::Claimed;
-use crate::lifecycle::land_batch::{Decided, Landed, land_batch};
-use crate::metrics::{self, HandlerKind};
+use sluice_durable::DurableError;
+use sluice_durable::ids::{CommandId, NamespaceId};
+use sluice_durable::lifecycle::claim::Claimed;
+use sluice_durable::lifecycle::land_batch::{Decided, Landed, land_batch};
+use sluice_durable::metrics::{self, HandlerKind};
 use sluice_model::CommandStatus;
 
 /// The decision for one command, before it is written.
@@ -122,7 +122,8 @@ async fn allocate_in_one_transaction(
         // `SOLD_OUT` while a unit whose reservation lapsed waits for the sweeper.
         Some((capacity, allocated, reserved)) if reserved > 0 => {
             let lapsed =
-                crate::quotas::expiry::expire_in_pool(&mut *tx, namespace_id, pool, None).await?;
+                sluice_durable::quotas::expiry::expire_in_pool(&mut *tx, namespace_id, pool, None)
+                    .await?;
             Some((
                 capacity,
                 allocated,
@@ -211,7 +212,7 @@ fn receipt(allocation: Uuid, expires_at: Option<DateTime<Utc>>) -> Value {
         Some(expires_at) => json!({
             "allocation_id": allocation,
             "state": "reserved",
-            "expires_at": crate::outbox::rfc3339(expires_at),
+            "expires_at": sluice_durable::outbox::rfc3339(expires_at),
         }),
         None => json!({"allocation_id": allocation, "state": "confirmed"}),
     }

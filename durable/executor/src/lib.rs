@@ -1,7 +1,7 @@
 //! The executor: drains accepted commands under their budgets and lands exactly one
 //! authoritative result per command.
 //!
-//! The transitions are [`crate::lifecycle`]'s; the executor decides when they run and which
+//! The transitions are [`sluice_durable::lifecycle`]'s; the executor decides when they run and which
 //! handler runs a command.
 //! - [`config`]: executor settings.
 //! - [`catalog`]: which applications exist, their generations, and the admission specs of their
