@@ -6,7 +6,7 @@
 //! - Acceptance re-checks `controls` in its own INSERT, so a pause Redis never learned (or lost)
 //!   still refuses every new command.
 //! - A change takes the namespace's control lock exclusively, and every group-commit batch takes
-//!   it shared before its INSERT (`outbox::insert::lock_batch`): the change waits for batches
+//!   it shared before its INSERT (`lifecycle::commit::lock_batch`): the change waits for batches
 //!   already inserting, and batches after it see it. Once a pause has answered, no command of
 //!   the namespace is accepted by a transaction that started before it either.
 //! - The Redis copy is written only after the commit, with the scope's revision (`control.lua`:
@@ -66,7 +66,7 @@ pub async fn set_pause(
 ) -> Result<PauseState, DurableError> {
     require_redis(redis).await?;
     let mut tx = pg.begin().await?;
-    // The namespace's control lock, exclusive: `outbox::insert::lock_batch` is its other side.
+    // The namespace's control lock, exclusive: `lifecycle::commit::lock_batch` is its other side.
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended('sluice:control:' || $1::text, 0))",
         change.namespace_id as NamespaceId,

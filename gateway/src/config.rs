@@ -2,7 +2,7 @@
 //! machine. It is the `[gateway]` table of the configuration ([`crate::settings`]); tests build
 //! it directly.
 
-use sluice_durable::outbox::GroupCommitConfig;
+use sluice_durable::batching::GroupCommitConfig;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -10,8 +10,8 @@ use moka::future::Cache;
 use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
+use sluice_durable::lifecycle::group_commit::GroupCommitter;
 use sluice_durable::lifecycle::intake_batcher::IntakeBatcher;
-use sluice_durable::outbox::GroupCommitter;
 use sluice_durable::projection::rebuild;
 use sluice_durable::rooms::heartbeats::PassHeartbeats;
 use sluice_durable::rooms::join::RoomJoiner;
@@ -96,7 +96,7 @@ impl Gateway {
     pub fn new(pg: PgPool, redis: Projection, tickets: TicketKeys, config: GatewayConfig) -> Self {
         let ttl = Duration::from_millis(config.config_cache_ttl_ms.max(1));
         Self {
-            committer: sluice_durable::outbox::group_commit::start(
+            committer: sluice_durable::lifecycle::group_commit::start(
                 pg.clone(),
                 config.group_commit.clone(),
             ),

@@ -29,9 +29,9 @@ use sluice_durable::lifecycle::claim::{
     self, AdmitLimits, AdmittedHead, Claim, ClaimOrder, Claimed, RateKey, split_suffix,
 };
 use sluice_durable::lifecycle::end::Projecting;
+use sluice_durable::lifecycle::group_commit::OUTBOX_CHANNEL;
 use sluice_durable::lifecycle::held;
 use sluice_durable::lifecycle::land_batch::{self, Landed};
-use sluice_durable::outbox::group_commit::OUTBOX_CHANNEL;
 use sluice_durable::projection::AppKeys;
 use sluice_durable::projection::Projection;
 use sluice_model::CommandStatus;

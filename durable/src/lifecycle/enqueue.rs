@@ -15,15 +15,15 @@ use super::Stores;
 use super::intake_batcher::IntakeBatcher;
 use super::redis::{Acceptance, Accepted, IntakeRequest, IntakeVerdict, Release, accept, release};
 
+use super::commit::{ExistingCommand, IdempotencyKey, InsertOutcome, NewCommand};
+use super::group_commit::GroupCommitter;
 /// Why intake refused an intent before anything was written (a [`Refusal::Limited`]).
 pub use super::redis::Limit;
 use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::{
-    ExistingCommand, GroupCommitter, IdempotencyKey, InsertOutcome, NewCommand, rfc3339,
-};
+use crate::outbox::rfc3339;
 use crate::projection::AppKeys;
 
 /// Reservations refused by the commit because a rebuild began meanwhile, before the enqueue

@@ -5,8 +5,7 @@
 //! them out, and the HTTP handlers and the executor call them instead of orchestrating steps.
 //! PostgreSQL is the truth and is written first; Redis (the projection) follows. Neither the
 //! gateway nor the executor names [`redis`], and no statement outside this module writes
-//! `commands` but the group commit's batch insert (`gateway/tests/api/crate_graph.rs` reads
-//! the sources for both).
+//! `commands` (`gateway/tests/api/crate_graph.rs` reads the sources for both).
 //!
 //! Three fences keep every ordering safe:
 //! - **The epoch** (the projection's generation): a rebuild marks the projection not ready,
@@ -29,6 +28,9 @@
 //! - [`until_ready`]: the Redis side of a transition, again once the projection is trusted.
 //! - [`enqueue`]: reserve, commit, accept, release (the gateway's intake).
 //! - [`intake_batcher`]: concurrent reservations of one application in one `intake.lua` call.
+//! - [`commit`]: transition `commit` for a batch, the multi-row insert (idempotent by request
+//!   key, pause and epoch re-checked); [`group_commit`]: concurrent enqueues batched into one
+//!   such transaction each.
 //! - [`claim`]: admit and claim (the executor's start of work).
 //! - [`row_state`]: what PostgreSQL says of a row whose Redis side must follow.
 //! - [`held`]: what an attempt does while it holds a command: renew, retry, running, give back.
@@ -41,8 +43,10 @@
 
 pub mod attempt;
 pub mod claim;
+pub mod commit;
 pub mod end;
 pub mod enqueue;
+pub mod group_commit;
 pub mod held;
 pub mod intake_batcher;
 pub mod land_batch;

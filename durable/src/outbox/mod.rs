@@ -1,23 +1,18 @@
 //! The outbox: the `commands` table. A command exists once its row is committed here.
 //!
-//! - [`insert`]: the multi-row insert of one batch (idempotent by request key, pause re-checked).
 //! - [`days`]: the table's partitions, one per UTC day of acceptance.
-//! - [`group_commit`]: batches concurrent enqueues into one transaction each.
 //! - [`row`]: a command's row as every reader sees it.
 //! - [`queries`]: the reads the API needs.
 //!
-//! (Every change of a command after its commit is a transition of [`crate::lifecycle`].)
+//! Every write of a command, its commit included (the group commit's batch insert), is a
+//! transition of [`crate::lifecycle`]; this module holds the table's shape and reads.
 
 pub mod days;
-pub mod group_commit;
-pub mod insert;
 pub mod queries;
 pub mod row;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-pub use group_commit::{GroupCommitConfig, GroupCommitter};
-pub use insert::{ExistingCommand, IdempotencyKey, InsertOutcome, NewCommand};
 pub use queries::CommandRecord;
 pub use row::CommandRow;
 

@@ -83,10 +83,8 @@ fn writes_commands(text: &str) -> bool {
 }
 
 /// `commands` is written by the life cycle only: no statement elsewhere in the durable crate, the
-/// executor or the gateway writes it, and every query file that does is run from `lifecycle/`. The one
-/// exception is the commit transition's batch insert, which the group commit runs from
-/// `outbox/insert.rs` (its statement is `queries/insert_batch.sql`, listed in the transition
-/// table).
+/// executor or the gateway writes it, and every query file that does (the group commit's batch
+/// insert included) is run from `lifecycle/`.
 #[test]
 fn only_the_life_cycle_writes_commands() {
     let code: Vec<(String, String)> = ["durable/src", "durable/executor/src", "gateway/src"]
@@ -116,9 +114,10 @@ fn only_the_life_cycle_writes_commands() {
     );
     for file in &writers {
         for (path, _) in code.iter().filter(|(_, text)| text.contains(file.as_str())) {
-            let allowed = path.starts_with("durable/src/lifecycle/")
-                || (file == "insert_batch.sql" && path == "durable/src/outbox/insert.rs");
-            assert!(allowed, "{path} runs {file}, which writes commands");
+            assert!(
+                path.starts_with("durable/src/lifecycle/"),
+                "{path} runs {file}, which writes commands"
+            );
         }
     }
 }

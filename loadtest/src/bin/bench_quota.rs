@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use sluice_durable::outbox::GroupCommitConfig;
+use sluice_durable::batching::GroupCommitConfig;
 use sluice_executor::ExecutorConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;

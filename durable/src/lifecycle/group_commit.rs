@@ -4,7 +4,7 @@
 
 use sqlx::PgPool;
 
-use super::insert::{InsertOutcome, NewCommand, insert_batch};
+use super::commit::{InsertOutcome, NewCommand, insert_batch};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher};
 
@@ -55,14 +55,14 @@ async fn commit_making_days(
     commands: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     match commit_batch(pool, commands).await {
-        Err(error) if super::days::is_missing_day(&error) => {
-            super::days::ensure_days(pool).await?;
+        Err(error) if crate::outbox::days::is_missing_day(&error) => {
+            crate::outbox::days::ensure_days(pool).await?;
             commit_batch(pool, commands).await.map_err(|error| {
-                if super::days::is_missing_day(&error) {
+                if crate::outbox::days::is_missing_day(&error) {
                     DurableError::CommitFailed(format!(
                         "{error}: a command id's day is outside the days PostgreSQL keeps ready \
                          (yesterday to {} days ahead); is this gateway's clock right?",
-                        super::days::DAYS_AHEAD
+                        crate::outbox::days::DAYS_AHEAD
                     ))
                 } else {
                     error
@@ -78,7 +78,7 @@ async fn commit_batch(
     commands: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     let mut tx = pool.begin().await?;
-    super::insert::lock_batch(&mut tx, commands).await?;
+    super::commit::lock_batch(&mut tx, commands).await?;
     let outcomes = insert_batch(&mut tx, commands).await?;
     if outcomes
         .iter()
