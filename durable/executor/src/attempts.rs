@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fence::Fence;
 use sluice_durable::ids::{ApplicationId, CommandId};
-use sluice_durable::lifecycle::{AttemptId, Stores, held, redis};
+use sluice_durable::lifecycle::{AttemptId, Stores, held};
 use sluice_durable::projection::AppKeys;
 
 /// One attempt in hand.
@@ -183,7 +183,7 @@ impl Attempts {
         for (application_id, (attempts, permits)) in by_app {
             let keys = AppKeys::new(application_id);
             let sent = Instant::now();
-            let renewal = redis::renew(stores.redis, &keys, &attempts, &permits, lease_ms);
+            let renewal = held::renew_permits(stores, &keys, &attempts, &permits, lease_ms);
             match tokio::time::timeout(bound, renewal).await {
                 Ok(Ok(Some(renewed))) => {
                     for ((_, attempt), ok) in attempts.iter().zip(renewed) {

@@ -23,6 +23,20 @@ use sluice_model::CommandStatus;
 
 pub use super::redis::Retake;
 
+/// `renew`, Redis side (`renew.lua`): extends the permits of each `(command, attempt)` of one
+/// application for `lease_ms` from Redis time; `permits` are the lease zsets the caller derived
+/// when it took them. None while the projection is not trusted, else whether each attempt still
+/// holds every permit (false: lost; stop it).
+pub async fn renew_permits(
+    stores: Stores<'_>,
+    keys: &AppKeys,
+    attempts: &[(CommandId, AttemptId)],
+    permits: &[String],
+    lease_ms: u64,
+) -> Result<Option<Vec<bool>>, DurableError> {
+    super::redis::renew(stores.redis, keys, attempts, permits, lease_ms).await
+}
+
 /// `renew`, PostgreSQL side: extends the leases of the attempts that still hold their rows;
 /// returns those. An attempt missing from the answer lost its row: stop it.
 pub async fn renew_leases(
