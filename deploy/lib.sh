@@ -128,7 +128,7 @@ start_scratch_postgres() {
 # cannot run in one). Run from the repository's root.
 apply_migrations() {
   local url=$1 migration single
-  for migration in durable/migrations/*.sql; do
+  for migration in durable/store/migrations/*.sql; do
     single=(-1)
     [ "$(head -n 1 "$migration")" = "-- no-transaction" ] && single=()
     psql "$url" -v ON_ERROR_STOP=1 -q "${single[@]}" -f "$migration" >/dev/null

@@ -31,10 +31,10 @@ described=$(mktemp -d)
 trap 'rm -rf "$described"; stop_scratch_postgres' EXIT
 # The crates whose queries are checked; touching them makes cargo run their macros again (it
 # does not see the environment the macros read).
-touch durable/src/lib.rs durable/executor/src/lib.rs gateway/src/lib.rs
+touch durable/store/src/lib.rs durable/src/lib.rs durable/executor/src/lib.rs gateway/src/lib.rs
 log "describing every query against a throwaway PostgreSQL"
 SQLX_OFFLINE=false DATABASE_URL="$SCRATCH_PG_URL" SQLX_OFFLINE_DIR="$described" \
-  cargo check --locked --quiet -p sluice-durable -p sluice-executor -p sluice-gateway --lib
+  cargo check --locked --quiet -p sluice-store -p sluice-durable -p sluice-executor -p sluice-gateway --lib
 
 if [ "$mode" = prepare ]; then
   rm -rf .sqlx

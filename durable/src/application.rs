@@ -12,9 +12,9 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::tenancy::audit;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_store::tenancy::audit;
 
 /// The three limits, as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,7 +190,7 @@ pub async fn configure(
     .await?
     .map(|row| (row.request_sha256, row.snapshot));
     if let Some((stored_digest, snapshot)) = receipt {
-        let snapshot: Snapshot = crate::receipts::replay(&stored_digest, snapshot, &digest)?;
+        let snapshot: Snapshot = sluice_store::receipts::replay(&stored_digest, snapshot, &digest)?;
         tx.commit().await?;
         return Ok(Configured {
             snapshot,
@@ -262,7 +262,7 @@ pub async fn configure(
 /// What identifies a configure request's content: the expected revision, the reason and the
 /// three limits (the key itself is the receipt's address).
 fn request_digest(call: &Configure<'_>) -> Vec<u8> {
-    crate::receipts::digest(&serde_json::json!([
+    sluice_store::receipts::digest(&serde_json::json!([
         call.expected_revision.to_string(),
         call.reason,
         call.budgets.max_unfinished_tasks,

@@ -18,9 +18,9 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::tenancy::audit;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_store::tenancy::audit;
 
 /// One scope's pause state as PostgreSQL holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

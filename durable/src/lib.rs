@@ -1,49 +1,31 @@
-//! The stateful half of Sluice: PostgreSQL, which is the truth, and the Redis projection, which is
-//! the fast path and can always be rebuilt from PostgreSQL.
+//! What keeps PostgreSQL (the truth, `sluice-store`) and its Redis projection (`sluice-redis`)
+//! in step: the command's life cycle, the only code that writes `commands`, and the operator's
+//! changes that land in both stores.
 //!
-//! # Layout
-//! - [`db`]: connection pool and embedded migrations.
-//! - [`error`]: the one error type of this crate.
-//! - [`field_error`], [`ids`], [`declaration`]: re-exported from `sluice-model`, the crate below
-//!   this one (ids, a command's status, the declaration language).
-//! - [`secrets`]: generation and hashing of credentials, subject keys and webhook secrets.
-//! - [`tenancy`]: applications, namespaces, credentials, subject keys; bootstrap and apply.
-//! - [`webhook_secret`]: rotating a namespace's webhook secret (two live during a rotation).
+//! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
+//!   script side by side, fenced by epoch and attempt; its upkeep (sweep, repair, rebuild,
+//!   retention).
 //! - [`application`]: the budgets all namespaces of an application share, and their configure.
-//! - [`pass_keys`]: the Ed25519 keys that sign waiting-room passes, their rotation and JWKS.
-//! - [`receipts`]: idempotency receipts of management calls (digest and replay).
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
-//! - [`status`]: the status board operators read.
+//! - [`converge`]: an application's pauses and budgets stored in Redis as PostgreSQL holds them.
 //! - [`quotas`]: quota pools' counts and capacity, allocations' confirm and release, and the
 //!   expiry of reservations.
-//! - [`outbox`]: the commands table: group-committed inserts and the queries the API needs.
-//! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
-//!   script side by side, fenced by epoch and attempt.
+//! - [`status`]: the status board operators read.
+//! - [`figures`]: what `GET /metrics` reads when scraped (projection, quota pools, rooms).
 //! - [`http_client`]: the one outbound HTTP client type (webhooks and read origins).
-//! - [`projection`]: Redis keys, Lua scripts and the rebuild of an application's projection.
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
-//! - [`metrics`]: Prometheus counters of the gateway and the executor, and projection figures.
+//! - [`declaration`], [`field_error`], [`ids`]: re-exported from `sluice-model`.
 
 pub use sluice_model::{declaration, field_error, ids};
 
 pub mod application;
-pub mod batching;
 pub mod control;
-pub mod db;
-pub mod error;
+pub mod converge;
 pub mod faults;
+pub mod figures;
 pub mod http_client;
 pub mod lifecycle;
-pub mod metrics;
-pub mod outbox;
-pub mod pass_keys;
-pub mod projection;
 pub mod quotas;
-pub mod receipts;
-pub mod rooms;
-pub mod secrets;
 pub mod status;
-pub mod tenancy;
-pub mod webhook_secret;
 
-pub use error::DurableError;
+pub use sluice_model::DurableError;

@@ -14,11 +14,11 @@ use crate::DurableError;
 use crate::control::{self, PauseState};
 use crate::declaration::Declaration;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
-use crate::rooms::figures::{self as room_figures, RoomFigures};
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::asked_keys::call_asking;
+use sluice_store::rooms::figures::{self as room_figures, RoomFigures};
 
 /// Ready resources looked at for the busiest queues, at most. `status.lua` blocks Redis (every
 /// admission and intake of the shard waits) for about one `ZCARD` per resource looked at, and

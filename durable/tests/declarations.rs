@@ -1,9 +1,10 @@
 //! Applying declarations against a real PostgreSQL: revisions, validation that names the field,
 //! and nothing ever half-applied.
 
+use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::tenancy::{self, BootstrapRequest};
-use sluice_durable::{DurableError, db};
+use sluice_store::db;
+use sluice_store::tenancy::{self, BootstrapRequest};
 use sluice_testkit::shared_postgres;
 use sqlx::PgPool;
 

@@ -54,7 +54,7 @@ pub async fn serve_gateway(
 pub async fn serve_executor(listener: TcpListener, shutdown: CancellationToken) {
     serve(listener, shutdown, |request| async move {
         match (request.method(), request.uri().path()) {
-            (&Method::GET, "/metrics") => exposition(sluice_durable::metrics::executor_text()),
+            (&Method::GET, "/metrics") => exposition(sluice_metrics::executor_text()),
             (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
             _ => plain(
                 StatusCode::NOT_FOUND,
@@ -68,7 +68,7 @@ pub async fn serve_executor(listener: TcpListener, shutdown: CancellationToken) 
 async fn gateway_answer(gateway: &Gateway, request: &Request<Incoming>) -> HttpResponse {
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => {
-            let mut text = sluice_durable::metrics::gateway_text(&gateway.pg, &gateway.redis).await;
+            let mut text = sluice_durable::figures::gateway_text(&gateway.pg, &gateway.redis).await;
             text.push_str(&gateway.reads.exposition());
             exposition(text)
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sluice_durable::DurableError;
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::rooms::join;
+use sluice_store::rooms::join;
 use sqlx::PgPool;
 
 /// The span the rate is measured over.

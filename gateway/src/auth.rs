@@ -2,7 +2,7 @@
 //! token. Both end as a [`Caller`] bound to exactly one namespace.
 
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::tenancy::CredentialRecord;
+use sluice_store::tenancy::CredentialRecord;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -107,7 +107,7 @@ pub async fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<Call
 
 async fn authenticate_credential(gateway: &Gateway, secret: &str) -> Result<Caller, ApiError> {
     // A bearer that cannot be a credential costs no lookup.
-    if !sluice_durable::secrets::is_credential_format(secret) {
+    if !sluice_store::secrets::is_credential_format(secret) {
         return Err(ApiError::unauthenticated("the credential is not valid"));
     }
     let record = gateway
@@ -130,7 +130,7 @@ pub fn verify_with_subject_key(
     stored: &[u8],
     now_unix: i64,
 ) -> Result<subject_token::SubjectClaims, subject_token::SubjectTokenError> {
-    let shown = sluice_durable::secrets::encode_secret(stored);
+    let shown = sluice_store::secrets::encode_secret(stored);
     match subject_token::verify(token, shown.as_bytes(), now_unix) {
         Err(subject_token::SubjectTokenError::BadSignature) => {
             subject_token::verify(token, stored, now_unix)
@@ -144,7 +144,7 @@ async fn authenticate_subject(gateway: &Gateway, token: &str) -> Result<Caller, 
         ApiError::unauthenticated(format!("the subject token is not valid: {e}"))
     };
     let kid = subject_token::peek_kid(token).map_err(invalid)?;
-    if !sluice_durable::secrets::is_key_id_format(&kid) {
+    if !sluice_store::secrets::is_key_id_format(&kid) {
         return Err(ApiError::unauthenticated(
             "the subject token is not valid: unknown key id",
         ));

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::{db, projection, webhook_secret};
+use sluice_store::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_store::{db, webhook_secret};
 use tokio_util::sync::CancellationToken;
 
 use sluice_durable::ids::ApplicationId;
@@ -292,7 +292,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::WebhookSecret(command) => webhook_secret(command).await,
         Command::PassKey(PassKeyCommand::Rotate(config)) => {
             let pg = config.load(vec![])?.postgres_for_tool().await?;
-            let key = sluice_durable::pass_keys::rotate(&pg).await?;
+            let key = sluice_store::pass_keys::rotate(&pg).await?;
             println!("{}", serde_json::json!({"kid": key.kid}));
             Ok(())
         }
@@ -303,8 +303,10 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Rebuild(args) => {
             let settings = args.settings.load(vec![])?;
             let pg = settings.postgres_for_tool().await?;
-            let redis = projection::connect_redis(&settings.redis_url, 1).await?;
-            let report = projection::rebuild::rebuild(&pg, &redis, args.application_id).await?;
+            let redis = sluice_redis::connect_redis(&settings.redis_url, 1).await?;
+            let report =
+                sluice_durable::lifecycle::rebuild::rebuild(&pg, &redis, args.application_id)
+                    .await?;
             println!(
                 "rebuilt application {} at generation {}: {} unfinished, {} waiting",
                 args.application_id, report.generation, report.unfinished, report.waiting
@@ -479,8 +481,8 @@ async fn serve(args: ServeArgs) -> CliResult {
     let ticker_pg = settings
         .postgres_sized(crate::room_ticker::TICKER_CONNECTIONS)
         .await?;
-    let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
-    projection::connect::check_eviction_policy(&redis).await?;
+    let redis = sluice_redis::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
+    sluice_redis::connect::check_eviction_policy(&redis).await?;
     let listener = crate::server::bind(settings.listen)?;
     let admin = bind_admin(settings.admin_listen).await?;
     let gateway = Arc::new(
@@ -504,8 +506,8 @@ async fn serve(args: ServeArgs) -> CliResult {
 async fn execute(args: ExecuteArgs) -> CliResult {
     let settings = args.load()?;
     let pg = settings.postgres().await?;
-    let redis = projection::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
-    projection::connect::check_eviction_policy(&redis).await?;
+    let redis = sluice_redis::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
+    sluice_redis::connect::check_eviction_policy(&redis).await?;
     // Bound before the executor starts, so a taken address fails the start, not a scrape later.
     let metrics = match settings.metrics_listen {
         Some(address) => Some((tokio::net::TcpListener::bind(address).await?, address)),

@@ -2,7 +2,7 @@
 //! machine. It is the `[gateway]` table of the configuration ([`crate::settings`]); tests build
 //! it directly.
 
-use sluice_durable::batching::GroupCommitConfig;
+use sluice_store::batching::GroupCommitConfig;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -84,7 +84,7 @@ impl Default for GatewayConfig {
             replay_wait_ms: 5_000,
             rebuild_wait_ms: 3_000,
             config_cache_ttl_ms: 1_000,
-            ticket_retention_seconds: sluice_durable::outbox::DEFAULT_RETENTION_SECONDS,
+            ticket_retention_seconds: sluice_store::outbox::DEFAULT_RETENTION_SECONDS,
             fallback_per_second: 4,
             fallback_concurrency: 4,
             command_reads_per_second: 500,

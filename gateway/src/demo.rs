@@ -7,7 +7,7 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use serde::Serialize;
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::secrets::Redacted;
+use sluice_store::secrets::Redacted;
 
 use crate::error::ApiError;
 use crate::response::HttpResponse;

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::secrets::Redacted;
-use sluice_durable::tenancy::{self, BootstrapRequest};
-use sluice_durable::{db, projection};
 use sluice_executor::Executor;
 use sluice_servers::{PgServer, RedisServer};
+use sluice_store::db;
+use sluice_store::secrets::Redacted;
+use sluice_store::tenancy::{self, BootstrapRequest};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{CliResult, DevArgs, read_credentials, watch_signals};
@@ -114,8 +114,8 @@ pub async fn run(args: DevArgs) -> CliResult {
     };
     let pg = patiently_connect(&database_url).await?;
     db::run_migrations(&pg).await?;
-    let redis = projection::connect_redis(&redis_url, 4).await?;
-    projection::connect::check_eviction_policy(&redis).await?;
+    let redis = sluice_redis::connect_redis(&redis_url, 4).await?;
+    sluice_redis::connect::check_eviction_policy(&redis).await?;
 
     std::fs::create_dir_all(&args.dir)?;
     let path = args.dir.join("credentials.json");
@@ -147,7 +147,7 @@ pub async fn run(args: DevArgs) -> CliResult {
     let revision =
         tenancy::apply_declaration(&pg, creds.namespace_id, DEMO_DECLARATION, "dev", None).await?;
     // Ready before the port opens: the first enqueue must not find the projection missing.
-    sluice_durable::projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
+    sluice_durable::lifecycle::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
 
     let tickets = match settings.ticket_keys.as_ref().map(Redacted::expose) {
         Some(spec) => TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?,

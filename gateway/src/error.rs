@@ -166,7 +166,7 @@ impl From<FieldError> for ApiError {
 /// failures are counted here for `/metrics` (once per request they failed).
 impl From<DurableError> for ApiError {
     fn from(error: DurableError) -> Self {
-        sluice_durable::metrics::storage_error(&error);
+        sluice_metrics::storage_error(&error);
         match error {
             DurableError::Invalid(field) => field.into(),
             DurableError::NotFound(message) => Self::not_found(message),

@@ -16,7 +16,7 @@ use hyper::StatusCode;
 use crate::response::{HttpResponse, plain};
 use crate::state::Gateway;
 use sluice_durable::ids::ApplicationId;
-use sluice_durable::projection::AppKeys;
+use sluice_redis::AppKeys;
 
 /// Applications checked per probe, at most (the busiest deployments of one gateway hold far
 /// fewer; a probe must stay cheap).

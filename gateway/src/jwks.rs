@@ -11,7 +11,7 @@ use crate::response::{HttpResponse, plain};
 use crate::state::Gateway;
 
 pub async fn serve(gateway: &Gateway) -> Result<HttpResponse, ApiError> {
-    let keys = sluice_durable::pass_keys::published(&gateway.pg).await?;
+    let keys = sluice_store::pass_keys::published(&gateway.pg).await?;
     let set = serde_json::json!({
         "keys": keys.iter().map(|key| key.jwk()).collect::<Vec<_>>(),
     });

@@ -95,7 +95,7 @@ pub fn poll_after_ms(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_durable::projection::start_rate::{self, StartRecord};
+    use sluice_redis::start_rate::{self, StartRecord};
 
     const JITTERS: [f64; 6] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.999_999];
 

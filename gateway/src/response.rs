@@ -119,7 +119,7 @@ pub fn exposition(text: String) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(text)));
     response.headers_mut().insert(
         CONTENT_TYPE,
-        HeaderValue::from_static(sluice_durable::metrics::CONTENT_TYPE),
+        HeaderValue::from_static(sluice_metrics::CONTENT_TYPE),
     );
     response
 }

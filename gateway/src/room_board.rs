@@ -2,7 +2,7 @@
 //!
 //! A room drop is polled by everyone in it every second or two; a query per poll would make
 //! PostgreSQL the ceiling of the page everyone watches. A waiting place's position is its queue
-//! order minus the room's admission front, less one (`sluice_durable::rooms::board`), so this
+//! order minus the room's admission front, less one (`sluice_store::rooms::board`), so this
 //! keeps, per room: the front (read again once it is [`FRESH`] old, by one poll while the
 //! others use the last one), the drawn order of the pre-queue (read once, it never changes),
 //! and the places that left the queue (read incrementally with the front). The place's own
@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use moka::future::Cache;
 use sluice_durable::DurableError;
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::rooms::board::{self, Front, LEAVES_OVERLAP};
+use sluice_store::rooms::board::{self, Front, LEAVES_OVERLAP};
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -1,7 +1,7 @@
 //! How long a person waiting in a room should wait before polling their place again.
 //!
 //! Near the front this is the command tickets' advice ([`crate::poll_policy`], at most 6 s), and
-//! a first pass outlives it ([`sluice_durable::rooms::FIRST_PASS_PICKUP`]). Further back the room's
+//! a first pass outlives it ([`sluice_store::rooms::FIRST_PASS_PICKUP`]). Further back the room's
 //! limits say how soon the turn can come at the earliest ([`Pace::earliest_turn`]); the advice is
 //! a share of that, up to [`Pace::longest_advice`] (30 s), so a crowd of 100,000 asks for a few thousand
 //! polls a second instead of 20,000. In the pre-queue, nobody is admitted before the start:
@@ -9,12 +9,12 @@
 //! ([`Pace::start_spread`]); those who come before the draw is visible are spread over it again.
 //! Both bounds assume the
 //! limits as declared; an apply that loosens them makes the next first passes long enough for
-//! anyone told to wait before it (`sluice_durable::rooms::pace`).
+//! anyone told to wait before it (`sluice_store::rooms::pace`).
 
 use std::time::Duration;
 
-use sluice_durable::rooms::Pace;
-use sluice_durable::rooms::pace::DEEP_SHARE;
+use sluice_store::rooms::Pace;
+use sluice_store::rooms::pace::DEEP_SHARE;
 
 use crate::poll_policy;
 

@@ -1,5 +1,5 @@
 //! The waiting rooms' admission ticker: every [`TICK`], each room with people waiting, passes
-//! live or a draw due gets one step of `sluice_durable::rooms::admission` (the draw at
+//! live or a draw due gets one step of `sluice_store::rooms::admission` (the draw at
 //! `opens_at`, lapsed passes freed, the next people admitted); once a second the places'
 //! planner statistics are refreshed if a drop has outgrown them (`statistics`).
 //!
@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::rooms::{admission, statistics};
+use sluice_store::rooms::{admission, statistics};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::Gateway;

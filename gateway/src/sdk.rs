@@ -58,7 +58,7 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'sel
 
 /// `sluice.<first 16 hex digits of the module's SHA-256>.js`.
 static HASHED_NAME: LazyLock<String> = LazyLock::new(|| {
-    let digest = sluice_durable::secrets::sha256(MODULE.as_bytes());
+    let digest = sluice_store::secrets::sha256(MODULE.as_bytes());
     format!("sluice.{}.js", &hex::encode(digest)[..16])
 });
 

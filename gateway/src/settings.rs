@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_durable::DurableError;
-use sluice_durable::db::{self, PoolMode};
-use sluice_durable::outbox::DEFAULT_RETENTION_SECONDS;
-use sluice_durable::secrets::Redacted;
 use sluice_executor::ExecutorConfig;
+use sluice_store::db::{self, PoolMode};
+use sluice_store::outbox::DEFAULT_RETENTION_SECONDS;
+use sluice_store::secrets::Redacted;
 use sqlx::PgPool;
 
 use crate::config::GatewayConfig;
@@ -135,7 +135,7 @@ const NOT_SETTINGS: &[&str] = &[
     "SLUICE_LOG",
     "SLUICE_LOG_FORMAT",
     "SLUICE_CONFIG",
-    sluice_durable::projection::STRICT_KEYS_VARIABLE,
+    sluice_redis::STRICT_KEYS_VARIABLE,
 ];
 
 /// One value given by a flag: the setting's path and the flag's value, when it was passed. The

@@ -12,11 +12,11 @@ use sluice_durable::ids::{ApplicationId, NamespaceId};
 use sluice_durable::lifecycle::Stores;
 use sluice_durable::lifecycle::group_commit::GroupCommitter;
 use sluice_durable::lifecycle::intake_batcher::IntakeBatcher;
-use sluice_durable::projection::rebuild;
-use sluice_durable::rooms::heartbeats::PassHeartbeats;
-use sluice_durable::rooms::join::RoomJoiner;
-use sluice_durable::rooms::leaves::PlaceLeaves;
-use sluice_durable::tenancy::{self, CredentialRecord, NamespaceConfig};
+use sluice_durable::lifecycle::rebuild;
+use sluice_store::rooms::heartbeats::PassHeartbeats;
+use sluice_store::rooms::join::RoomJoiner;
+use sluice_store::rooms::leaves::PlaceLeaves;
+use sluice_store::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
@@ -26,11 +26,11 @@ use crate::error::{ApiError, ErrorCode};
 use crate::lookup_budget::{IdentityKey, Lookup, LookupBudget};
 use crate::pg_budget::{PgBudget, Refused};
 use crate::ticket::TicketKeys;
-use sluice_durable::pass_keys::PassKey;
+use sluice_store::pass_keys::PassKey;
 
 /// How long a gateway keeps the pass keys it read.
 const PASS_KEYS_CACHED: Duration = Duration::from_secs(30);
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 /// Counters that tests and benchmarks read; `/metrics` exports the same events process-wide
 /// (`sluice_postgres_fallbacks_total`, `sluice_fallbacks_refused_total`), counted beside them.
@@ -100,12 +100,12 @@ impl Gateway {
                 pg.clone(),
                 config.group_commit.clone(),
             ),
-            room_joins: sluice_durable::rooms::join::start(pg.clone(), config.group_commit.clone()),
-            pass_heartbeats: sluice_durable::rooms::heartbeats::start(
+            room_joins: sluice_store::rooms::join::start(pg.clone(), config.group_commit.clone()),
+            pass_heartbeats: sluice_store::rooms::heartbeats::start(
                 pg.clone(),
                 config.group_commit.clone(),
             ),
-            place_leaves: sluice_durable::rooms::leaves::start(
+            place_leaves: sluice_store::rooms::leaves::start(
                 pg.clone(),
                 config.group_commit.clone(),
             ),
@@ -184,7 +184,7 @@ impl Gateway {
         &self,
         secret: &str,
     ) -> Result<Option<Arc<CredentialRecord>>, ApiError> {
-        let hash = sluice_durable::secrets::credential_hash(secret);
+        let hash = sluice_store::secrets::credential_hash(secret);
         self.look_up_identity(
             &self.credentials,
             hash,
@@ -199,7 +199,7 @@ impl Gateway {
 
     /// A subject key by `kid`: its namespace and secret; looked up as [`Gateway::credential`].
     pub async fn subject_key(&self, kid: &str) -> Result<Option<SubjectKey>, ApiError> {
-        let identity = || sluice_durable::secrets::sha256(format!("kid:{kid}").as_bytes());
+        let identity = || sluice_store::secrets::sha256(format!("kid:{kid}").as_bytes());
         self.look_up_identity(&self.subject_keys, kid.to_string(), identity, || async {
             let found = tenancy::subject_key(&self.pg, kid).await?;
             Ok(found.map(|(ns, secret)| (ns, Arc::new(secret))))
@@ -278,7 +278,7 @@ impl Gateway {
         let pg = self.pg.clone();
         self.pass_keys
             .try_get_with((), async move {
-                sluice_durable::pass_keys::published(&pg)
+                sluice_store::pass_keys::published(&pg)
                     .await
                     .map(Arc::new)
                     .map_err(ApiError::from)
@@ -362,7 +362,7 @@ impl Gateway {
     pub fn fallback_permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         let refused = || {
             self.stats.fallbacks_refused.fetch_add(1, Ordering::Relaxed);
-            sluice_durable::metrics::fallback_refused();
+            sluice_metrics::fallback_refused();
             ApiError::unavailable(
                 "the status store is unavailable and the fallback budget is spent; retry shortly",
             )
@@ -371,7 +371,7 @@ impl Gateway {
         self.stats
             .postgres_fallbacks
             .fetch_add(1, Ordering::Relaxed);
-        sluice_durable::metrics::postgres_fallback();
+        sluice_metrics::postgres_fallback();
         Ok(permit)
     }
 }
@@ -382,7 +382,7 @@ impl Gateway {
     pub fn command_read_permit(&self, caller: &Caller) -> Result<OwnedSemaphorePermit, ApiError> {
         let subject = caller.subject().map(|s| (caller.namespace_id, s));
         self.command_reads.permit(subject).map_err(|refused| {
-            sluice_durable::metrics::command_read_refused(match refused {
+            sluice_metrics::command_read_refused(match refused {
                 Refused::Subject { .. } => "subject",
                 Refused::Process => "process",
             });

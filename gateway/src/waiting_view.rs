@@ -43,9 +43,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sluice_durable::ids::{ApplicationId, CommandId};
-use sluice_durable::projection::start_rate::StartRecord;
-use sluice_durable::projection::waiting::{RunLimits, WaitingSnapshot, pull};
-use sluice_durable::projection::{AppKeys, Projection};
+use sluice_redis::start_rate::StartRecord;
+use sluice_redis::waiting::{RunLimits, WaitingSnapshot, pull};
+use sluice_redis::{AppKeys, Projection};
 
 use crate::ticket::{QueueClaim, queue_tag};
 
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(top.rank_of(u64::MAX), None);
     }
 
-    use sluice_durable::projection::waiting::{GoneEntry, QueueView};
+    use sluice_redis::waiting::{GoneEntry, QueueView};
 
     const TAG: u64 = 7;
 

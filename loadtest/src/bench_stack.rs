@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Request;
-use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::{db, projection};
 use sluice_executor::{Executor, ExecutorConfig};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::ticket::TicketKeys;
+use sluice_store::db;
+use sluice_store::tenancy::{self, BootstrapOutput, BootstrapRequest};
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::{http_client, run};
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -389,7 +389,7 @@ impl Tenant {
     ) -> Result<Self, BoxError> {
         let pg = db::connect(database_url, pool_size).await?;
         db::run_migrations(&pg).await?;
-        let redis = projection::connect_redis(redis_url, 4).await?;
+        let redis = sluice_redis::connect_redis(redis_url, 4).await?;
         let creds = tenancy::bootstrap(
             &pg,
             &BootstrapRequest {
@@ -402,7 +402,7 @@ impl Tenant {
         )
         .await?;
         tenancy::apply_declaration(&pg, creds.namespace_id, declaration, "bench", None).await?;
-        projection::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
+        sluice_durable::lifecycle::rebuild::ensure_ready(&pg, &redis, creds.application_id).await?;
         Ok(Self { pg, redis, creds })
     }
 }
@@ -430,7 +430,7 @@ pub async fn forget_application(
     application_id: sluice_durable::ids::ApplicationId,
 ) -> Result<u64, BoxError> {
     use fred::interfaces::KeysInterface;
-    let pattern = projection::AppKeys::new(application_id).pattern();
+    let pattern = sluice_redis::AppKeys::new(application_id).pattern();
     let client = redis.pool().next();
     let mut cursor = "0".to_string();
     let mut deleted = 0;
@@ -538,7 +538,7 @@ pub async fn without_statement_timeout<T>(
         .execute(&mut *conn)
         .await?;
     let outcome = work(&mut conn).await;
-    sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
+    sqlx::raw_sql(sluice_store::db::SESSION_SETTINGS)
         .execute(&mut *conn)
         .await?;
     outcome

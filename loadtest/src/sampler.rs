@@ -16,7 +16,7 @@ use crate::api::{Outcome, exchange};
 use crate::driver::HttpClient;
 use crate::report::{Peaks, ProcessUsage, StatusSample};
 use crate::stack::Watched;
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 /// How often both samplers look.
 pub const INTERVAL: Duration = Duration::from_millis(250);

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sluice_durable::db;
+use sluice_store::db;
 use sluice_testkit::{shared_postgres, shared_redis};
 
 fn sluice_bin() -> PathBuf {

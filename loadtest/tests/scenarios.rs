@@ -7,12 +7,12 @@ use std::process::Command;
 use std::sync::Arc;
 
 use clap::Parser;
-use sluice_durable::{db, projection};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::ticket::TicketKeys;
 use sluice_loadtest::report::Report;
 use sluice_loadtest::scenario::{self, Options};
+use sluice_store::db;
 use sluice_testkit::{shared_postgres, shared_redis};
 use tokio_util::sync::CancellationToken;
 
@@ -330,7 +330,7 @@ async fn a_broken_invariant_exits_non_zero() {
     let redis_url = shared_redis().url();
     let pg = db::connect(&pg_url, 4).await.expect("postgres");
     db::run_migrations(&pg).await.expect("migrations");
-    let redis = projection::connect_redis(&redis_url, 2)
+    let redis = sluice_redis::connect_redis(&redis_url, 2)
         .await
         .expect("redis");
     let (_, tickets) = TicketKeys::generate();

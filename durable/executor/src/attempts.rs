@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::fence::Fence;
 use sluice_durable::ids::{ApplicationId, CommandId};
 use sluice_durable::lifecycle::{AttemptId, Stores, held};
-use sluice_durable::projection::AppKeys;
+use sluice_redis::AppKeys;
 
 /// One attempt in hand.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ impl Attempts {
     fn stop(&self, attempt: AttemptId, why: &str) {
         if let Some(held) = self.lock().remove(&attempt) {
             tracing::warn!(command_id = %held.command_id, %attempt, why, "attempt stopped");
-            sluice_durable::metrics::attempt_stopped();
+            sluice_metrics::attempt_stopped();
             held.fence.close();
             held.stop.cancel();
         }
@@ -157,7 +157,7 @@ impl Attempts {
             }
             // The row stays ours while the permits do (see the module's doc).
             Ok(Err(error)) => {
-                sluice_durable::metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::warn!(%error, "lease renewal failed in PostgreSQL");
             }
             Err(_) => tracing::warn!(?bound, "lease renewal in PostgreSQL timed out"),
@@ -200,7 +200,7 @@ impl Attempts {
                 // attempt; until then they are not renewed.
                 Ok(Ok(None)) => {}
                 Ok(Err(error)) => {
-                    sluice_durable::metrics::storage_error(&error);
+                    sluice_metrics::storage_error(&error);
                     tracing::warn!(%error, "lease renewal failed in Redis");
                 }
                 Err(_) => tracing::warn!(?bound, "lease renewal in Redis timed out"),

@@ -13,11 +13,9 @@ use crate::webhook::WebhookSecrets;
 use sluice_durable::DurableError;
 use sluice_durable::declaration::{CommandDecl, Declaration, HandlerDecl};
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::Projection;
-use sluice_durable::projection::admission_config::{
-    admission_spec, limit_specs, write_admission_config,
-};
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::admission_config::{admission_spec, limit_specs, write_admission_config};
 
 /// One application as the executor sees it.
 #[derive(Debug, Clone)]
@@ -110,7 +108,7 @@ pub async fn load(pg: &PgPool, redis: &Projection) -> Result<Vec<Application>, D
         write_admission_config(redis, &AppKeys::new(app.id), specs).await?;
         // The pauses and shared budgets too: a control or configure call whose own Redis write
         // failed converges here.
-        sluice_durable::projection::settings::refresh(pg, redis, app.id).await?;
+        sluice_durable::converge::refresh(pg, redis, app.id).await?;
     }
     Ok(apps)
 }

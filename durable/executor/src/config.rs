@@ -47,7 +47,7 @@ impl Default for ExecutorConfig {
             lease_ms: 30_000,
             tick_ms: 100,
             sweep_interval_ms: 1_000,
-            retention_seconds: sluice_durable::outbox::DEFAULT_RETENTION_SECONDS,
+            retention_seconds: sluice_store::outbox::DEFAULT_RETENTION_SECONDS,
             catalog_refresh_ms: 2_000,
             batch_quota: true,
             lookahead: 16,

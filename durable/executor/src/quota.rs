@@ -22,7 +22,7 @@ use sluice_durable::DurableError;
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::claim::Claimed;
 use sluice_durable::lifecycle::land_batch::{Decided, Landed, land_batch};
-use sluice_durable::metrics::{self, HandlerKind};
+use sluice_metrics::HandlerKind;
 use sluice_model::CommandStatus;
 
 /// The decision for one command, before it is written.
@@ -71,10 +71,10 @@ pub async fn allocate(
 ) -> Result<Vec<Landed>, DurableError> {
     let started = Instant::now();
     let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch, holds).await;
-    metrics::handler_latency(HandlerKind::Quota, started.elapsed());
+    sluice_metrics::handler_latency(HandlerKind::Quota, started.elapsed());
     if let Ok(landed) = &landed {
         for done in landed {
-            metrics::execution_landed(done.status);
+            sluice_metrics::execution_landed(done.status);
         }
     }
     landed
@@ -212,7 +212,7 @@ fn receipt(allocation: Uuid, expires_at: Option<DateTime<Utc>>) -> Value {
         Some(expires_at) => json!({
             "allocation_id": allocation,
             "state": "reserved",
-            "expires_at": sluice_durable::outbox::rfc3339(expires_at),
+            "expires_at": sluice_store::outbox::rfc3339(expires_at),
         }),
         None => json!({"allocation_id": allocation, "state": "confirmed"}),
     }

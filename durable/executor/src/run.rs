@@ -32,9 +32,9 @@ use sluice_durable::lifecycle::end::Projecting;
 use sluice_durable::lifecycle::group_commit::OUTBOX_CHANNEL;
 use sluice_durable::lifecycle::held;
 use sluice_durable::lifecycle::land_batch::{self, Landed};
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::Projection;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
 
 pub struct Executor {
     pg: PgPool,
@@ -154,7 +154,7 @@ impl Executor {
                         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = apps.clone();
                     }
                     Err(error) => {
-                        sluice_durable::metrics::storage_error(&error);
+                        sluice_metrics::storage_error(&error);
                         tracing::warn!(%error, "cannot load the catalog")
                     }
                 }
@@ -187,7 +187,7 @@ impl Executor {
                     }
                     Ok(None) => {}
                     Err(error) => {
-                        sluice_durable::metrics::storage_error(&error);
+                        sluice_metrics::storage_error(&error);
                         tracing::warn!(application_id = %app.id, %error, "admission failed")
                     }
                 }
@@ -278,7 +278,7 @@ impl Executor {
             Err(error) => {
                 // Nothing was claimed: the rows still wait in PostgreSQL, so they go back to
                 // their queues in their original places.
-                sluice_durable::metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::warn!(%error, "claim failed; heads go back to their queues");
                 claim::give_back(self.stores(), &keys, &batch.heads).await;
                 return;
@@ -375,7 +375,7 @@ impl Executor {
                 self.project_landed(keys, rows, &landed).await;
             }
             Err(error) => {
-                sluice_durable::metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
                 for row in rows {
                     self.give_back(keys, row).await;
@@ -394,7 +394,7 @@ impl Executor {
     /// `requeue`: a row this executor cannot handle goes back to its queue.
     async fn give_back(&self, keys: &AppKeys, row: &Claimed) {
         if let Err(error) = held::give_back(self.stores(), keys, row, self.patience()).await {
-            sluice_durable::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(command_id = %row.id, %error, "not given back; its lease lapses and it is rescued");
         }
         self.attempts.release(row.attempt);
@@ -451,7 +451,7 @@ impl Executor {
                     // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
                     // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
                     Err(error) => {
-                        sluice_durable::metrics::storage_error(&error);
+                        sluice_metrics::storage_error(&error);
                         tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
                     }
                 },

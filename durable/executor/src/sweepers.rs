@@ -23,7 +23,7 @@ pub async fn round(
     };
     let report = |what: &str, result: Result<usize, sluice_durable::DurableError>| {
         if let Err(error) = result {
-            sluice_durable::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(%error, "{what} failed");
         }
     };
@@ -39,7 +39,7 @@ pub async fn round(
     );
     report(
         "making days of commands",
-        sluice_durable::outbox::days::ensure_days(stores.pg)
+        sluice_store::outbox::days::ensure_days(stores.pg)
             .await
             .map(|made| made as usize),
     );

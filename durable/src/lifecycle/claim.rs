@@ -19,9 +19,9 @@ use super::redis::{Admission, Requeue, Requeued, requeue};
 use super::row_state::RowState;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::rfc3339;
-use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_store::outbox::rfc3339;
 
 pub use super::redis::{AdmitLimits, AdmittedHead, RateKey};
 
@@ -122,12 +122,8 @@ pub async fn admit(
             generation, heads, ..
         } => Ok(Some(AdmittedBatch { generation, heads })),
         Admission::NotReady => {
-            crate::projection::rebuild::ensure_ready(
-                stores.pg,
-                stores.redis,
-                keys.application_id(),
-            )
-            .await?;
+            crate::lifecycle::rebuild::ensure_ready(stores.pg, stores.redis, keys.application_id())
+                .await?;
             Ok(None)
         }
     }
@@ -303,7 +299,7 @@ async fn give_back_unclaimed(
         Err(error) => {
             // Put them back as waiting; if one of them ended meanwhile, its next admission finds
             // that out and lands it.
-            crate::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(%error, "unclaimed heads go back to their queues");
             let heads: Vec<AdmittedHead> = unclaimed.iter().map(|h| (*h).clone()).collect();
             give_back(stores, keys, &heads).await;
@@ -333,7 +329,7 @@ pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead
             // A rebuild is under way: its snapshot has the head waiting, as PostgreSQL does.
             Ok(Requeue::NotReady) => {}
             Err(error) => {
-                crate::metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::warn!(command_id = %head.command_id, %error, "head not given back; its permits lapse and the sweeper puts it back");
             }
         }

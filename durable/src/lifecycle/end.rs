@@ -19,10 +19,11 @@ use super::row_state::RowState;
 use super::{Stores, until_ready};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::queries::{CommandRecord, command_record};
-use crate::outbox::rfc3339;
-use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_store::command_record;
+use sluice_store::outbox::queries::CommandRecord;
+use sluice_store::outbox::rfc3339;
 
 /// A final state (or `needs_review`) an attempt writes.
 #[derive(Debug, Clone)]
@@ -112,7 +113,7 @@ pub async fn project_end(
             false
         }
         Err(error) => {
-            crate::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(command_id = %place.id, %error, "end not projected; its permits lapse and the sweepers repair it");
             false
         }
@@ -144,7 +145,7 @@ pub async fn project_requeue(
             false
         }
         Err(error) => {
-            crate::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(command_id = %back.command_id, %error, "requeue not projected; the reconciler repairs it");
             false
         }

@@ -23,8 +23,8 @@ use crate::DurableError;
 use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::rfc3339;
-use crate::projection::AppKeys;
+use sluice_redis::AppKeys;
+use sluice_store::outbox::rfc3339;
 
 /// Reservations refused by the commit because a rebuild began meanwhile, before the enqueue
 /// gives up with `NotReady`.
@@ -232,9 +232,9 @@ async fn commit(
             faults::pass(Point::AfterCommit, intent.namespace_id).await?;
             let projecting = Instant::now();
             let queue = project(stores, intent, reservation, accepted_at, deadline_at).await;
-            crate::metrics::intake_phase("reserve", reservation.reserved_in);
-            crate::metrics::intake_phase("commit", committed_in);
-            crate::metrics::intake_phase("project", projecting.elapsed());
+            sluice_metrics::intake_phase("reserve", reservation.reserved_in);
+            sluice_metrics::intake_phase("commit", committed_in);
+            sluice_metrics::intake_phase("project", projecting.elapsed());
             Ok(Some(Enqueued::Accepted {
                 command_id: reservation.command_id,
                 generation: reservation.generation,
@@ -311,7 +311,7 @@ async fn project(
             .map(|p| (p, positions.observed_at_ms)),
         Ok(Acceptance::Stale | Acceptance::NotReady) => None,
         Err(error) => {
-            crate::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(command_id = %reservation.command_id, %error, "committed command not projected; the reconciler will repair it");
             None
         }
@@ -334,7 +334,7 @@ async fn give_back(
         existing: existing.map(|e| (e.id, hex::encode(&e.content_sha256))),
     };
     if let Err(error) = release(stores.redis, intent.keys, &give).await {
-        crate::metrics::storage_error(&error);
+        sluice_metrics::storage_error(&error);
         tracing::warn!(%command_id, %error, "reservation not released; it will expire");
     }
 }

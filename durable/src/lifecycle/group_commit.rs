@@ -1,4 +1,4 @@
-//! Group commit of acceptances: concurrent enqueues share one transaction ([`crate::batching`]
+//! Group commit of acceptances: concurrent enqueues share one transaction ([`sluice_store::batching`]
 //! cuts the batches), which inserts every command with its request key, re-checks the pause and
 //! wakes the executors with one `NOTIFY`.
 
@@ -6,9 +6,9 @@ use sqlx::PgPool;
 
 use super::commit::{InsertOutcome, NewCommand, insert_batch};
 use crate::DurableError;
-use crate::batching::{BatchWriter, Batcher};
+use sluice_store::batching::{BatchWriter, Batcher};
 
-pub use crate::batching::{GroupCommitConfig, GroupCommitStats};
+pub use sluice_store::batching::{GroupCommitConfig, GroupCommitStats};
 
 /// The channel the executor listens on; a hint only, never needed for correctness.
 pub const OUTBOX_CHANNEL: &str = "sluice_outbox";
@@ -31,14 +31,14 @@ impl BatchWriter for Acceptances {
     }
 
     fn counted(&self, size: usize, committed: bool) {
-        crate::metrics::group_commit_batch(size);
+        sluice_metrics::group_commit_batch(size);
         if !committed {
-            crate::metrics::group_commit_failed();
+            sluice_metrics::group_commit_failed();
         }
     }
 }
 
-/// The handle gateways submit acceptances to (see [`crate::batching`]).
+/// The handle gateways submit acceptances to (see [`sluice_store::batching`]).
 pub type GroupCommitter = Batcher<Acceptances>;
 
 /// Starts the acceptances' committers.
@@ -55,14 +55,14 @@ async fn commit_making_days(
     commands: &[NewCommand],
 ) -> Result<Vec<InsertOutcome>, DurableError> {
     match commit_batch(pool, commands).await {
-        Err(error) if crate::outbox::days::is_missing_day(&error) => {
-            crate::outbox::days::ensure_days(pool).await?;
+        Err(error) if sluice_store::outbox::days::is_missing_day(&error) => {
+            sluice_store::outbox::days::ensure_days(pool).await?;
             commit_batch(pool, commands).await.map_err(|error| {
-                if crate::outbox::days::is_missing_day(&error) {
+                if sluice_store::outbox::days::is_missing_day(&error) {
                     DurableError::CommitFailed(format!(
                         "{error}: a command id's day is outside the days PostgreSQL keeps ready \
                          (yesterday to {} days ahead); is this gateway's clock right?",
-                        crate::outbox::days::DAYS_AHEAD
+                        sluice_store::outbox::days::DAYS_AHEAD
                     ))
                 } else {
                     error

@@ -17,9 +17,9 @@ use super::redis::{Extend, Mark, RateKey, Requeued, mark};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
 use crate::ids::CommandId;
-use crate::outbox::rfc3339;
-use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_store::outbox::rfc3339;
 
 pub use super::redis::Retake;
 

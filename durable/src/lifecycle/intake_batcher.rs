@@ -27,7 +27,7 @@ use super::redis::{IntakeRequest, IntakeVerdict, Release, release, reserve, rese
 use crate::DurableError;
 use crate::declaration::IntakeBudget;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::projection::{AppKeys, Projection};
+use sluice_redis::{AppKeys, Projection};
 
 /// Entries per `intake.lua` call by default. Measured with `sluice-bench-baselines --only intake`
 /// (256 callers, one application): caps of 16, 64, 128 and 256 gave the same decisions/s within
@@ -289,7 +289,7 @@ fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict
                     return;
                 }
                 Err(error) => {
-                    crate::metrics::storage_error(&error);
+                    sluice_metrics::storage_error(&error);
                     shared.stats.orphan_release_failed(&error);
                     if tokio::time::Instant::now() + pause >= expires {
                         tracing::warn!(command_id = %entry.command_id, %error, "reservation of a caller that went away not released; it expires now");
@@ -342,7 +342,7 @@ async fn decide(shared: &Arc<Shared>, batch: &mut Vec<Job>) {
         reserve_batch(&shared.redis, &requests).await
     };
     let entries = batch.len();
-    crate::metrics::intake_batch(entries);
+    sluice_metrics::intake_batch(entries);
     match outcome {
         Ok(verdicts) => {
             for (job, verdict) in batch.drain(..).zip(verdicts) {

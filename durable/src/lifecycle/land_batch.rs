@@ -12,8 +12,8 @@ use super::claim::Claimed;
 use super::end::{Outcome, Place, Projecting, project_end};
 use crate::DurableError;
 use crate::ids::CommandId;
-use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
 
 /// A terminal state a handler decided for one command it holds, before it is written.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,6 +50,7 @@ pub mod group_commit;
 pub mod held;
 pub mod intake_batcher;
 pub mod land_batch;
+pub mod rebuild;
 pub mod redis;
 pub mod repair;
 pub mod retention;
@@ -63,7 +64,7 @@ use std::time::Duration;
 pub use attempt::AttemptId;
 pub use until_ready::until_ready;
 
-use crate::projection::Projection;
+use sluice_redis::Projection;
 
 /// How long a running command's permits outlive its deadline, so the deadline sweeper (not the
 /// lease) ends it; if every sweeper is down they lapse anyway.

@@ -22,10 +22,10 @@ use super::sweep::SweepSide;
 use super::{RUNNING_PERMIT_GRACE, Stores};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::outbox::row::command_row;
-use crate::outbox::{CommandRow, rfc3339};
-use crate::projection::{AppKeys, request_key_field};
 use sluice_model::CommandStatus;
+use sluice_redis::{AppKeys, request_key_field};
+use sluice_store::command_row;
+use sluice_store::outbox::{CommandRow, rfc3339};
 
 const LOCK_PERMITS: i64 = 0x51_1CE0_0004;
 const LOCK_RECONCILE: i64 = 0x51_1CE0_0006;

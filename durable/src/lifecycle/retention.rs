@@ -1,4 +1,4 @@
-//! `prune`: retention by whole days. A day of `commands` ([`crate::outbox::days`]) goes once
+//! `prune`: retention by whole days. A day of `commands` ([`sluice_store::outbox::days`]) goes once
 //! every command of it ended before the retention's cutoff: first its request keys are forgotten,
 //! in pages (in `request_keys`, then in the application's Redis projection, which answers replays
 //! from its own copy), then the day is detached from `commands` without blocking intake
@@ -22,8 +22,8 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::outbox::days::Day;
-use crate::projection::{AppKeys, Projection, request_key_field};
+use sluice_redis::{AppKeys, Projection, request_key_field};
+use sluice_store::outbox::days::Day;
 
 /// Request keys forgotten per statement.
 const KEYS_PAGE: i64 = 5_000;
@@ -64,7 +64,7 @@ pub async fn prune_before(
     cutoff: DateTime<Utc>,
 ) -> Result<Pruned, DurableError> {
     let pruned = round(pg, redis, cutoff).await?;
-    crate::metrics::retention_round(
+    sluice_metrics::retention_round(
         pruned.keys_forgotten,
         pruned.days_dropped.len(),
         pruned.days_held.len(),
@@ -225,7 +225,7 @@ async fn forget_keys(
             // A replay Redis still answers from its copy names a command that is gone: the
             // caller reads 404 and sends a new key. The rebuild forgets it for good.
             let error = DurableError::from(error);
-            crate::metrics::storage_error(&error);
+            sluice_metrics::storage_error(&error);
             tracing::warn!(%error, "forgotten request keys not forgotten in Redis");
         }
     }

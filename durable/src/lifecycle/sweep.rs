@@ -27,8 +27,8 @@ use super::redis::holding;
 use super::row_state::RowState;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use crate::projection::AppKeys;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
 
 /// Rows per sweep round; the next round continues.
 const BATCH: i64 = 500;
@@ -141,7 +141,7 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
             ),
             Ok(None) => {}
             Err(error) => {
-                crate::metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::debug!(%application_id, %error, "lapsed leases not rescued: Redis cannot say whether their attempts live");
             }
         }
@@ -155,7 +155,7 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
         .await?;
     tx.commit().await?;
     for row in &rows {
-        crate::metrics::lease_rescued(row.status);
+        sluice_metrics::lease_rescued(row.status);
         if row.status == CommandStatus::RetryWait {
             tracing::info!(command_id = %row.id, "lease lapsed; command back in line");
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::Stores;
 use crate::DurableError;
 use crate::ids::ApplicationId;
-use crate::projection::rebuild;
+use crate::lifecycle::rebuild;
 
 /// Runs `side` until it answers `Some` (taken) or `patience` runs out (`Ok(None)`: given up; the
 /// sweepers repair what is left). `side` answers `None` for `NOT_READY`.

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::Projection;
+use sluice_redis::Projection;
 
 /// Overdue reservations read per round, oldest first.
 const BATCH: i64 = 1_000;
@@ -82,6 +82,6 @@ pub async fn expire_in_pool(
     .fetch_one(conn)
     .await?;
     let expired = usize::try_from(expired).unwrap_or(0);
-    crate::metrics::reservations_expired(expired);
+    sluice_metrics::reservations_expired(expired);
     Ok(expired)
 }

@@ -22,14 +22,14 @@ pub fn pool_dependency(pool: &str) -> String {
 /// Drops the cached reads of `pool` after a change of its counts or capacity has committed. A
 /// failure is logged, not returned: the change stands, and those reads expire by age.
 pub async fn invalidate_pool(
-    redis: &crate::projection::Projection,
+    redis: &sluice_redis::Projection,
     application_id: crate::ids::ApplicationId,
     namespace_id: crate::ids::NamespaceId,
     pool: &str,
 ) {
     let dependency = [pool_dependency(pool)];
     if let Err(error) =
-        crate::projection::cache::invalidate(redis, application_id, namespace_id, &dependency).await
+        sluice_redis::cache::invalidate(redis, application_id, namespace_id, &dependency).await
     {
         tracing::warn!(%error, %pool, "cached reads of the pool not invalidated; they expire by age");
     }

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::tenancy::audit;
+use sluice_store::tenancy::audit;
 
 /// Largest capacity a pool may have: what a declaration may declare.
 pub use crate::declaration::MAX_POOL_CAPACITY as MAX_CAPACITY;
@@ -112,7 +112,7 @@ pub async fn configure(pg: &PgPool, call: &Configure<'_>) -> Result<Configured, 
     .await?;
     if let Some(receipt) = receipt {
         let snapshot: PoolSnapshot =
-            crate::receipts::replay(&receipt.request_sha256, receipt.snapshot, &digest)?;
+            sluice_store::receipts::replay(&receipt.request_sha256, receipt.snapshot, &digest)?;
         tx.commit().await?;
         return Ok(Configured {
             snapshot,
@@ -181,7 +181,7 @@ pub async fn configure(pg: &PgPool, call: &Configure<'_>) -> Result<Configured, 
 /// What identifies a configure request's content: the pool, the expected revision, the reason
 /// and the capacity (the key itself is the receipt's address).
 fn request_digest(call: &Configure<'_>) -> Vec<u8> {
-    crate::receipts::digest(&serde_json::json!([
+    sluice_store::receipts::digest(&serde_json::json!([
         call.pool,
         call.expected_revision.to_string(),
         call.reason,

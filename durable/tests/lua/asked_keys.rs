@@ -1,4 +1,4 @@
-//! Asked keys (durable/src/projection/asked_keys.rs): scripts that learn which keys they need by
+//! Asked keys (durable/redis/src/asked_keys.rs): scripts that learn which keys they need by
 //! reading others touch only keys their caller passed in `KEYS`. Given too few, a script answers
 //! `{"KEYS", key, ...}` and does nothing else; the Rust callers then call again with them. The
 //! permit scripts (land, requeue, renew, mark, holding: lib/epoch.lua's declared permits) and the
@@ -10,12 +10,12 @@ use std::collections::HashSet;
 
 use fred::prelude::*;
 use serde_json::json;
+use sluice_durable::figures::read_app_figures;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::attempt::AttemptId;
 use sluice_durable::lifecycle::redis::{AdmittedHead, holders, holding, renew};
-use sluice_durable::metrics::read_app_figures;
-use sluice_durable::projection::ticket::read_status;
 use sluice_durable::status;
+use sluice_redis::ticket::read_status;
 
 use crate::lua_fixture::{Bench, admit_limits};
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead};
-use sluice_durable::projection::AppKeys;
+use sluice_redis::AppKeys;
 
 use crate::lua_fixture;
 use sluice_testkit::eventually;

@@ -1,5 +1,5 @@
 //! `admit.lua` touches only the keys it is given: the keys of the work it chooses come from what
-//! earlier answers named (`durable/src/projection/admission_keys.rs`), and a key it lacks is asked
+//! earlier answers named (`durable/redis/src/admission_keys.rs`), and a key it lacks is asked
 //! for, never touched. These tests call it with chosen keys and check what it wrote, asked and
 //! started; the whole suite runs it behind `lua/lib/strict_keys.lua` besides.
 
@@ -12,7 +12,7 @@ use fred::prelude::*;
 use sluice_durable::faults::{self, Point};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, admit, own_keys};
-use sluice_durable::projection::{Projection, connect_redis};
+use sluice_redis::{Projection, connect_redis};
 use sluice_testkit::test_redis_url;
 use tokio::sync::mpsc;
 

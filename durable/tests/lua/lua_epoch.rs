@@ -253,8 +253,8 @@ async fn an_old_save_and_a_fresh_verification_do_not_ask() {
 /// answer not ready and mark the projection for its rebuild.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn position_reads_ask_the_process_too() {
-    use sluice_durable::projection::ticket::read_status;
-    use sluice_durable::projection::waiting::{RunLimits, pull};
+    use sluice_redis::ticket::read_status;
+    use sluice_redis::waiting::{RunLimits, pull};
 
     let (_server, bench) = own_bench().await;
     let waiting = bench.queue_accepted("claim", "r", 1).await[0];

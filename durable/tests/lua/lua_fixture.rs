@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use fred::prelude::*;
 use serde_json::json;
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
+use sluice_durable::lifecycle::rebuild::open_empty;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, AdmittedHead, Ending, admit, land};
-use sluice_durable::projection::admission_config::write_admission_config;
-use sluice_durable::projection::rebuild::open_empty;
-use sluice_durable::projection::{AppKeys, Projection, connect_redis};
+use sluice_redis::admission_config::write_admission_config;
+use sluice_redis::{AppKeys, Projection, connect_redis};
 use sluice_testkit::test_redis_url;
 
 /// A test file's bench: the shared [`LuaFixture`] and, in `impl Bench<Marker>` with a marker type

@@ -16,9 +16,7 @@ use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     AdmitLimits, AdmittedHead, RateKey, Requeue, Requeued, Retake, requeue, retake,
 };
-use sluice_durable::projection::admission_config::{
-    admission_spec, limit_specs, write_admission_config,
-};
+use sluice_redis::admission_config::{admission_spec, limit_specs, write_admission_config};
 use tokio::sync::mpsc;
 
 use crate::lua_fixture;

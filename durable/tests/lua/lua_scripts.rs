@@ -433,7 +433,7 @@ async fn expired_reservations_are_given_back() {
 /// token writes any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebuild_writes_only_under_their_own_fence() {
-    use sluice_durable::projection::rebuild::{fence, open_empty};
+    use sluice_durable::lifecycle::rebuild::{fence, open_empty};
     let bench = lua_fixture::LuaFixture::new().await;
     let (redis, keys) = (&bench.redis, &bench.keys);
     let client = redis.pool().next();

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fred::prelude::*;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits};
-use sluice_durable::projection::start_rate::{StartRecord, TIME_CONSTANT_MS};
-use sluice_durable::projection::ticket::read_status;
+use sluice_redis::start_rate::{StartRecord, TIME_CONSTANT_MS};
+use sluice_redis::ticket::read_status;
 
 use crate::lua_fixture;
 

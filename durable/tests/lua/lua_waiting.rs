@@ -17,7 +17,7 @@ use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     Admission, AdmitLimits, AdmittedHead, Requeue, Requeued, requeue,
 };
-use sluice_durable::projection::waiting::{QueueView, RunLimits, WaitingSnapshot, pull};
+use sluice_redis::waiting::{QueueView, RunLimits, WaitingSnapshot, pull};
 
 use crate::lua_fixture;
 

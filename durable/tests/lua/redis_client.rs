@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use sluice_durable::projection::connect_redis;
+use sluice_redis::connect_redis;
 use sluice_testkit::RedisCluster;
 
 /// Holds the master it runs on for a second, then answers `slow-answer` (within the two seconds

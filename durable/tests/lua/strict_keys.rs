@@ -4,7 +4,7 @@
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use sluice_durable::projection::connect_redis;
+use sluice_redis::connect_redis;
 use sluice_testkit::test_redis_url;
 use uuid::Uuid;
 

@@ -5,7 +5,7 @@ use hyper::StatusCode;
 use serde_json::Value;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
-use sluice_durable::outbox::queries::{self, CommandRecord, MinePage};
+use sluice_store::outbox::queries::{self, CommandRecord, MinePage};
 
 use super::answers::to_data;
 use super::record::{caller_command, command_json};

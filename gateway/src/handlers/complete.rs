@@ -9,8 +9,8 @@ use sluice_durable::declaration::HandlerDecl;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::end::{Completion, MAX_ERROR_CODE_CHARS, Reported, is_error_code};
-use sluice_durable::outbox::queries::CommandRecord;
 use sluice_model::CommandStatus;
+use sluice_store::outbox::queries::CommandRecord;
 
 use super::Handled;
 use super::record::{caller_command, command_json};

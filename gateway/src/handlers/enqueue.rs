@@ -14,13 +14,12 @@ use sluice_durable::lifecycle;
 use sluice_durable::lifecycle::commit::ExistingCommand;
 use sluice_durable::lifecycle::enqueue::Limit;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
-use sluice_durable::metrics;
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::projection::ticket::read_status;
-use sluice_durable::projection::{AppKeys, request_key_field};
-use sluice_durable::secrets::sha256;
-use sluice_durable::tenancy::NamespaceConfig;
 use sluice_model::CommandStatus;
+use sluice_redis::ticket::read_status;
+use sluice_redis::{AppKeys, request_key_field};
+use sluice_store::outbox::rfc3339;
+use sluice_store::secrets::sha256;
+use sluice_store::tenancy::NamespaceConfig;
 
 use super::Handled;
 use super::answers::{QueuePlace, Receipt, to_data};
@@ -113,14 +112,14 @@ pub async fn enqueue(gateway: &Gateway, command: &str, caller: Caller, body: Byt
     let handled = decide(gateway, command, caller, body).await;
     match &handled {
         Ok((status, _)) => {
-            metrics::intake_decision(if *status == StatusCode::ACCEPTED {
+            sluice_metrics::intake_decision(if *status == StatusCode::ACCEPTED {
                 "accepted"
             } else {
                 "replayed"
             });
-            metrics::acceptance_latency(started.elapsed());
+            sluice_metrics::acceptance_latency(started.elapsed());
         }
-        Err(error) => metrics::intake_decision(error.code.as_str()),
+        Err(error) => sluice_metrics::intake_decision(error.code.as_str()),
     }
     handled
 }
@@ -274,7 +273,7 @@ impl Attempt<'_> {
             ));
         }
         let _permit = self.gateway.fallback_permit()?;
-        let record = sluice_durable::outbox::queries::by_id(
+        let record = sluice_store::outbox::queries::by_id(
             &self.gateway.pg,
             self.namespace.namespace_id,
             command_id,

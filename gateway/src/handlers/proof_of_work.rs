@@ -10,7 +10,7 @@ use hyper::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sluice_durable::declaration::{ProofOfWork, RoomDecl};
-use sluice_durable::outbox::rfc3339;
+use sluice_store::outbox::rfc3339;
 use uuid::Uuid;
 
 use super::answers::to_data;

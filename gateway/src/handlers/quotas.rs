@@ -9,10 +9,10 @@
 
 use hyper::{HeaderMap, StatusCode};
 use serde::Serialize;
-use sluice_durable::outbox::rfc3339;
 use sluice_durable::quotas::allocations::{self, Action, Allocation, AllocationState, Decided};
 use sluice_durable::quotas::invalidate_pool;
 use sluice_durable::quotas::pools::{self, Configure, MAX_CAPACITY, PoolSnapshot};
+use sluice_store::outbox::rfc3339;
 use uuid::Uuid;
 
 use super::answers::to_data;

@@ -11,9 +11,9 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sluice_durable::declaration::{ReadDecl, ReadScope, parse_read_params};
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::cache::{self, EntryKeys};
+use sluice_redis::AppKeys;
+use sluice_redis::cache::{self, EntryKeys};
+use sluice_store::outbox::rfc3339;
 
 use super::{Handled, require_json};
 use crate::auth::{Caller, Principal};

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
-use sluice_durable::outbox::{CommandRecord, queries, rfc3339};
+use sluice_store::outbox::{CommandRecord, queries, rfc3339};
 
 use super::answers::{CommandAnswer, shown_error, shown_result, to_data};
 use crate::auth::Caller;

@@ -2,7 +2,7 @@
 //! a place ticket's poll, and `POST /v1/passes:heartbeat` and `:leave`.
 //!
 //! A place is one person's: joining, heartbeats and leaving take a subject token of that
-//! subject. PostgreSQL alone admits (see `sluice_durable::rooms`): a waiting place's poll is
+//! subject. PostgreSQL alone admits (see `sluice_store::rooms`): a waiting place's poll is
 //! answered from the gateway's memory of its room (`crate::room_board`), never ahead of what
 //! PostgreSQL committed, and everything else about a place is read from PostgreSQL; a pass is
 //! signed here, on the way out, for the times the database committed, so it never claims more
@@ -13,14 +13,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use hyper::{HeaderMap, StatusCode};
 use serde::Serialize;
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::pass_keys::{self, PassClaims, PassKey};
-use sluice_durable::rooms::fair_order::{self, RoomView};
-use sluice_durable::rooms::heartbeats::HeartbeatRequest;
-use sluice_durable::rooms::join::{JoinRequest, Joined};
-use sluice_durable::rooms::leaves::LeaveRequest;
-use sluice_durable::rooms::places::{self, PassChange};
-use sluice_durable::rooms::{Place, PlaceState, RoomRefusal};
+use sluice_store::outbox::rfc3339;
+use sluice_store::pass_keys::{self, PassClaims, PassKey};
+use sluice_store::rooms::fair_order::{self, RoomView};
+use sluice_store::rooms::heartbeats::HeartbeatRequest;
+use sluice_store::rooms::join::{JoinRequest, Joined};
+use sluice_store::rooms::leaves::LeaveRequest;
+use sluice_store::rooms::places::{self, PassChange};
+use sluice_store::rooms::{Place, PlaceState, RoomRefusal};
 use uuid::Uuid;
 
 use super::answers::to_data;
@@ -33,7 +33,7 @@ use crate::room_poll_policy::{self, Standing};
 use crate::state::Gateway;
 use crate::strict_json::{ObjectReader, parse_object};
 use crate::ticket::{PlaceClaims, Seat};
-use sluice_durable::rooms::board::Front;
+use sluice_store::rooms::board::Front;
 
 /// A place's ticket lives this long after the later of its issue and the room's start: long
 /// enough for any wait a room can have, and it reads nothing but that one place.
@@ -152,7 +152,7 @@ pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
             }
         };
         if let Some((place, age)) = from_memory {
-            sluice_durable::metrics::ticket_poll("memory");
+            sluice_metrics::ticket_poll("memory");
             let answer = place_answer(gateway, &place, age).await?;
             return Ok((StatusCode::OK, to_data(&answer)?));
         }
@@ -162,7 +162,7 @@ pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
 
 /// A place's poll answered from PostgreSQL.
 async fn read_place(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
-    sluice_durable::metrics::ticket_poll("postgres");
+    sluice_metrics::ticket_poll("postgres");
     let place = places::read(&gateway.pg, claims.namespace_id, claims.place_id)
         .await?
         .ok_or_else(|| ApiError::not_found("the place no longer exists"))?;

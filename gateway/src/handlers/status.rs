@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 use hyper::StatusCode;
 use serde::Serialize;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::rooms::figures::RoomFigures;
 use sluice_durable::status::{self, Board};
-use sluice_durable::tenancy::NamespaceConfig;
 use sluice_model::CommandStatus;
+use sluice_store::outbox::rfc3339;
+use sluice_store::rooms::figures::RoomFigures;
+use sluice_store::tenancy::NamespaceConfig;
 
 use super::Handled;
 use super::answers::to_data;

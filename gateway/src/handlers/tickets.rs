@@ -4,10 +4,10 @@
 
 use hyper::StatusCode;
 use serde_json::Value;
-use sluice_durable::outbox::{queries, rfc3339};
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::ticket::{ProjectedStatus, read_status};
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::ticket::{ProjectedStatus, read_status};
+use sluice_store::outbox::{queries, rfc3339};
 
 use super::Handled;
 use super::answers::{QueuePlace, TicketAnswer, shown_error, shown_result, to_data};
@@ -18,7 +18,6 @@ use crate::poll_policy;
 use crate::state::Gateway;
 use crate::ticket::{QueueClaim, Ticket, TicketClaims};
 use crate::waiting_view::MemoryAnswer;
-use sluice_durable::metrics;
 
 /// Checks the ticket's signature and expiry (no I/O): a command's or a waiting-room place's.
 pub fn verify(gateway: &Gateway, ticket: &str) -> Result<Ticket, ApiError> {
@@ -50,7 +49,7 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
                 .waiting
                 .answer(claims.application_id, claims.command_id, queue)
     {
-        metrics::ticket_poll("memory");
+        sluice_metrics::ticket_poll("memory");
         return from_memory(claims, queue, &answer);
     }
     let keys = AppKeys::new(claims.application_id);
@@ -68,7 +67,7 @@ pub async fn poll(gateway: &Gateway, claims: &TicketClaims) -> Handled {
             }
             match projected.generation {
                 Some(generation) => {
-                    metrics::ticket_poll("redis");
+                    sluice_metrics::ticket_poll("redis");
                     from_projection(claims, &projected, generation)
                 }
                 None => from_postgres(gateway, claims).await,
@@ -146,7 +145,7 @@ fn from_projection(claims: &TicketClaims, projected: &ProjectedStatus, generatio
 }
 
 async fn from_postgres(gateway: &Gateway, claims: &TicketClaims) -> Handled {
-    metrics::ticket_poll("postgres");
+    sluice_metrics::ticket_poll("postgres");
     let _permit = gateway.fallback_permit()?;
     let record = queries::by_id(&gateway.pg, claims.namespace_id, claims.command_id)
         .await?

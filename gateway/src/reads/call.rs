@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_durable::declaration::ReadDecl;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::projection::cache::EntryKeys;
+use sluice_redis::cache::EntryKeys;
 
 /// What the handler knows about one read call.
 pub struct ReadCall<'a> {

@@ -30,8 +30,8 @@ use moka::future::Cache;
 use rand::Rng;
 use sluice_durable::DurableError;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::cache::{
+use sluice_redis::AppKeys;
+use sluice_redis::cache::{
     self, Bounds, Entry, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
 };
 use tokio::sync::Semaphore;
@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use origin::{Fetched, OriginClient};
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 /// Settings of a gateway's read-through cache (`[gateway.cache]`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

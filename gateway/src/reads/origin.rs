@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper::StatusCode;
 use serde_json::Value;
 use sluice_durable::http_client::{HttpsClient, https_client};
-use sluice_durable::projection::cache::Origin;
+use sluice_redis::cache::Origin;
 
 /// What an origin answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
-use sluice_durable::secrets;
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::subject_token;
+use sluice_store::secrets;
 use sqlx::{Connection, PgConnection};
 
 use crate::support::*;

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_durable::secrets::Redacted;
-use sluice_durable::tenancy;
 use sluice_gateway::demo::Demo;
+use sluice_store::secrets::Redacted;
+use sluice_store::tenancy;
 use tokio_util::sync::CancellationToken;
 
 use crate::browser_driver::{artifacts_dir, run_script};

@@ -100,7 +100,7 @@ async fn migrate_bootstrap_apply_from_the_command_line() {
         "{}",
         text(&refused)
     );
-    let pg = sluice_durable::db::connect(&url, 1).await.expect("connect");
+    let pg = sluice_store::db::connect(&url, 1).await.expect("connect");
     let revisions: i64 = sqlx::query_scalar("SELECT count(*) FROM declarations")
         .fetch_one(&pg)
         .await
@@ -235,12 +235,12 @@ async fn apply_refuses_two_templates_that_render_one_key_with_other_numbers() {
         assert!(text(&refused).contains(part), "{part}: {}", text(&refused));
     }
 
-    let pg = sluice_durable::db::connect(&url, 1).await.expect("connect");
+    let pg = sluice_store::db::connect(&url, 1).await.expect("connect");
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&creds).expect("read")).expect("json");
     let namespace_id: sluice_durable::ids::NamespaceId =
         serde_json::from_value(written["namespace_id"].clone()).expect("namespace id");
-    let error = sluice_durable::tenancy::apply_declaration(
+    let error = sluice_store::tenancy::apply_declaration(
         &pg,
         namespace_id,
         ONE_KEY_TWO_BUDGETS,
@@ -469,10 +469,10 @@ async fn dev_waits_for_a_slow_postgres_instead_of_replacing_it() {
     let creds: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&creds_path).expect("read")).expect("json");
     let credential = creds["credential"].as_str().expect("credential");
-    let pg = sluice_durable::db::connect(&database, 1)
+    let pg = sluice_store::db::connect(&database, 1)
         .await
         .expect("the configured database");
-    let found = sluice_durable::tenancy::credential_by_secret(&pg, credential)
+    let found = sluice_store::tenancy::credential_by_secret(&pg, credential)
         .await
         .expect("lookup");
     assert!(

@@ -303,8 +303,9 @@ async fn a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "slow (40 s); the client-level test in durable/tests/lua/redis_client.rs runs in the suite"]
 async fn a_slot_migrated_onto_a_busy_master_hands_no_reply_to_another_command() {
-    use sluice_durable::projection::{AppKeys, rebuild};
-    use sluice_durable::tenancy::{self, BootstrapRequest};
+    use sluice_durable::lifecycle::rebuild;
+    use sluice_redis::AppKeys;
+    use sluice_store::tenancy::{self, BootstrapRequest};
 
     let cluster = Arc::new(
         tokio::task::spawn_blocking(RedisCluster::start)

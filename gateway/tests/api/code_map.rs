@@ -1,24 +1,135 @@
-//! The README's code map is the tree: every folder it names exists, and every crate of the
-//! workspace is on it, so a newcomer who follows it finds what it says.
+//! The README's code map is the tree: every folder it names exists, every crate of the workspace
+//! is on it, and what its row says of a crate (its package name, the crates it builds on) is what
+//! the crate's manifest says, so a newcomer who follows it finds what it says.
 
 use std::path::Path;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
-/// The backticked folders in the first column of the README's "Code map" table.
-fn mapped_folders() -> Vec<String> {
+/// The rows of the README's "Code map" table: (the backticked folders of the first column, the
+/// third column's text).
+fn map_rows() -> Vec<(Vec<String>, String)> {
     let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).expect("README.md");
     let section = readme
         .split("\n## Code map\n")
         .nth(1)
         .expect("README.md has a \"## Code map\" section");
     let section = section.split("\n## ").next().unwrap_or(section);
-    let mut folders = Vec::new();
-    for row in section.lines().filter(|l| l.starts_with("| `")) {
-        let first = row.split('|').nth(1).unwrap_or("");
-        folders.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|row| {
+            let columns: Vec<&str> = row.split('|').collect();
+            let first = columns.get(1).copied().unwrap_or("");
+            let folders = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            (folders, columns.get(3..).unwrap_or(&[]).join("|"))
+        })
+        .collect()
+}
+
+/// The backticked folders in the first column of the README's "Code map" table.
+fn mapped_folders() -> Vec<String> {
+    map_rows()
+        .into_iter()
+        .flat_map(|(folders, _)| folders)
+        .collect()
+}
+
+/// The workspace's crates: (folder from the root, its manifest).
+fn workspace_crates() -> Vec<(String, toml::Table)> {
+    let manifest = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).expect("Cargo.toml");
+    let workspace: toml::Table = toml::from_str(&manifest).expect("the workspace manifest");
+    workspace["workspace"]["members"]
+        .as_array()
+        .expect("workspace members")
+        .iter()
+        .filter_map(|m| m.as_str())
+        .map(|member| {
+            let path = Path::new(ROOT).join(member).join("Cargo.toml");
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{member}: {e}"));
+            (
+                member.to_string(),
+                toml::from_str(&text).expect("a crate manifest"),
+            )
+        })
+        .collect()
+}
+
+/// What a row says a crate builds on: the backticked `sluice-…` names between "builds on" and
+/// the first colon after it (none for "builds on no other crate"), or `None` when it says
+/// nothing.
+fn said_to_build_on(text: &str) -> Option<std::collections::BTreeSet<String>> {
+    let claim = text.split("builds on ").nth(1)?;
+    let claim = claim.split(':').next().unwrap_or(claim);
+    Some(
+        claim
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|name| name.starts_with("sluice-"))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+#[test]
+fn a_rows_claim_of_what_a_crate_builds_on_is_read_as_written() {
+    let names = |text: &str| said_to_build_on(text).map(|set| set.into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        names("`sluice-a`, builds on `sluice-b` and `sluice-c`: the `sluice-d` side"),
+        Some(vec!["sluice-b".to_string(), "sluice-c".to_string()])
+    );
+    assert_eq!(
+        names("`sluice-a`, builds on no other crate: x"),
+        Some(vec![])
+    );
+    assert_eq!(names("`sluice-a`: x"), None);
+}
+
+/// Each crate's row names its package and exactly the Sluice crates its manifest builds on (its
+/// `[dependencies]`; the tests' own are not the architecture).
+#[test]
+fn the_code_map_says_of_each_crate_what_its_manifest_says() {
+    let rows = map_rows();
+    let crates = workspace_crates();
+    assert!(crates.len() >= 8, "crates: {}", crates.len());
+    for (member, manifest) in &crates {
+        let package = manifest["package"]["name"]
+            .as_str()
+            .expect("a package name");
+        let own = [format!("{member}/"), format!("{member}/src/")];
+        let (_, text) = rows
+            .iter()
+            .find(|(folders, _)| folders.first().is_some_and(|f| own.contains(f)))
+            .unwrap_or_else(|| {
+                panic!("no code-map row starts with `{member}/` or `{member}/src/`")
+            });
+        assert!(
+            text.contains(&format!("`{package}`")),
+            "the row of `{member}/` does not name its package `{package}`: {text}"
+        );
+        let built_on: std::collections::BTreeSet<String> = manifest
+            .get("dependencies")
+            .and_then(toml::Value::as_table)
+            .map(|deps| {
+                deps.keys()
+                    .filter(|n| n.starts_with("sluice-"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let said = said_to_build_on(text)
+            .unwrap_or_else(|| panic!("the row of `{member}/` does not say what it builds on"));
+        assert_eq!(
+            said, built_on,
+            "the code map's row of `{package}` says it builds on {said:?}, its manifest {built_on:?}"
+        );
     }
-    folders
 }
 
 #[test]

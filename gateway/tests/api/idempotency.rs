@@ -126,10 +126,7 @@ async fn replay_after_redis_forgot_the_key_is_answered_by_postgres() {
         .redis
         .pool()
         .next()
-        .hget(
-            &rk,
-            sluice_durable::projection::request_key_field("user-1", &key),
-        )
+        .hget(&rk, sluice_redis::request_key_field("user-1", &key))
         .await
         .expect("hget");
     assert!(known.is_some_and(|v| v.ends_with(" c")));

@@ -434,9 +434,9 @@ async fn quota_pools_show_reserved_units_beside_allocated_ones() {
 
 /// A second application in the stack's database, with a ready projection.
 async fn tenancy_app(stack: &Stack) -> Uuid {
-    let created = sluice_durable::tenancy::bootstrap(
+    let created = sluice_store::tenancy::bootstrap(
         &stack.pg,
-        &sluice_durable::tenancy::BootstrapRequest {
+        &sluice_store::tenancy::BootstrapRequest {
             application: "second".into(),
             namespace: "main".into(),
             application_id: None,
@@ -446,7 +446,7 @@ async fn tenancy_app(stack: &Stack) -> Uuid {
     )
     .await
     .expect("bootstrap a second application");
-    sluice_durable::projection::rebuild::ensure_ready(
+    sluice_durable::lifecycle::rebuild::ensure_ready(
         &stack.pg,
         &stack.redis,
         created.application_id,

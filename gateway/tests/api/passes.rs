@@ -8,7 +8,7 @@ use hyper::StatusCode;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
-use sluice_durable::pass_keys;
+use sluice_store::pass_keys;
 
 use crate::support::*;
 

@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use sluice_durable::db;
+use sluice_store::db;
 use sluice_testkit::{PgBouncer, PoolMode, shared_postgres};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -359,7 +359,7 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_drops_a_day_through_pgbouncer_in_transaction_mode() {
     use sluice_durable::lifecycle::retention::prune;
-    use sluice_durable::outbox::days::{Day, ensure_days};
+    use sluice_store::outbox::days::{Day, ensure_days};
 
     let stack = Stack::start().await;
     let (bouncer, database) = transaction_bouncer(&stack, 2);

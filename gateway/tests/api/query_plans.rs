@@ -89,7 +89,7 @@ pub fn checked_query(fragments: &[&str]) -> String {
 
 /// `commands` or one of its days (a plan names the partition it reads).
 pub fn is_commands(relation: &str) -> bool {
-    relation == "commands" || sluice_durable::outbox::days::Day::from_partition(relation).is_some()
+    relation == "commands" || sluice_store::outbox::days::Day::from_partition(relation).is_some()
 }
 
 /// The days of `commands` that are history: rows, every one of them ended. A query that scans

@@ -18,12 +18,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::projection::cache::{
-    self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
-};
-use sluice_durable::projection::{AppKeys, connect_redis};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
+use sluice_redis::cache::{
+    self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,
+};
+use sluice_redis::{AppKeys, connect_redis};
 use sluice_testkit::test_redis_url;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -31,7 +31,7 @@ use uuid::Uuid;
 use crate::execution::{fast_executor, start_executor};
 use crate::gateway_process::GatewayProcess;
 use crate::support::*;
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 // ---------------------------------------------------------------------------------------------
 // The origin.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::{ClientLike, SortedSetsInterface};
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::projection::rebuild;
+use sluice_durable::lifecycle::rebuild;
 use sluice_gateway::config::GatewayConfig;
 use tokio::sync::watch;
 

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use fred::interfaces::HashesInterface;
 use hyper::StatusCode;
 use sluice_durable::lifecycle::retention::{prune, prune_before};
-use sluice_durable::outbox::days::Day;
-use sluice_durable::projection::request_key_field;
+use sluice_redis::request_key_field;
+use sluice_store::outbox::days::Day;
 
 use crate::execution::{cancel, id_of, record};
 use crate::support::*;
@@ -83,7 +83,7 @@ pub(crate) async fn fill_day(stack: &Stack, day: Day, rows: i64, status: &str) {
 
 /// A counter of this process's executor metrics.
 fn executor_counter(name: &str) -> f64 {
-    let text = sluice_durable::metrics::executor_text();
+    let text = sluice_metrics::executor_text();
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("{name} in\n{text}"))
@@ -254,7 +254,7 @@ async fn days_are_ready_ahead_and_made_when_missing() {
     .fetch_all(&stack.pg)
     .await
     .expect("partitions");
-    let expected: Vec<String> = (-1..=i64::from(sluice_durable::outbox::days::DAYS_AHEAD))
+    let expected: Vec<String> = (-1..=i64::from(sluice_store::outbox::days::DAYS_AHEAD))
         .map(|offset| Day::of(today.end() + chrono::Duration::days(offset - 1)).partition())
         .collect();
     assert_eq!(names, expected);
@@ -287,8 +287,8 @@ async fn days_are_ready_ahead_and_made_when_missing() {
 async fn the_migration_moves_every_command_into_its_day() {
     const BEFORE_DAYS: i64 = 20261205000001;
     let url = sluice_testkit::shared_postgres().fresh_database().await;
-    let pg = sluice_durable::db::connect(&url, 4).await.expect("connect");
-    sluice_durable::db::MIGRATOR
+    let pg = sluice_store::db::connect(&url, 4).await.expect("connect");
+    sluice_store::db::MIGRATOR
         .run_to(BEFORE_DAYS, &pg)
         .await
         .expect("the migrations before the days");
@@ -329,7 +329,7 @@ async fn the_migration_moves_every_command_into_its_day() {
         .await
         .expect("rows before");
 
-    sluice_durable::db::run_migrations(&pg)
+    sluice_store::db::run_migrations(&pg)
         .await
         .expect("migrate");
 

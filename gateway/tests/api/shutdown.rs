@@ -9,7 +9,7 @@
 //! leases until they land, once each, and the process exits 0.
 //!
 //! The group commit is held back by a table lock the test takes (`LOCK TABLE commands IN SHARE
-//! MODE` blocks the INSERT). PostgreSQL's `lock_timeout` (5 s, `durable/src/db.rs`) bounds how
+//! MODE` blocks the INSERT). PostgreSQL's `lock_timeout` (5 s, `durable/store/src/db.rs`) bounds how
 //! long it may be held, so the steps under the lock are quick and checked against a deadline.
 
 use std::collections::HashSet;

@@ -3,8 +3,7 @@
 use std::process::Command;
 
 use fred::prelude::*;
-use sluice_durable::projection;
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 use sluice_testkit::{RedisServer, shared_postgres};
 
 /// `CONFIG SET name value` on the test's own server.
@@ -25,7 +24,7 @@ async fn config_set(redis: &Projection, name: &str, value: &str) {
 #[tokio::test]
 async fn serve_and_execute_refuse_a_redis_that_may_evict_keys() {
     let server = RedisServer::start();
-    let redis = projection::connect_redis(&server.url(), 1)
+    let redis = sluice_redis::connect_redis(&server.url(), 1)
         .await
         .expect("connect");
     let database_url = shared_postgres().fresh_database().await;

@@ -16,10 +16,10 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{AdmitLimits, Ending as Landing, land};
-use sluice_durable::projection::AppKeys;
 use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
-use sluice_durable::tenancy;
 use sluice_executor::Executor;
+use sluice_redis::AppKeys;
+use sluice_store::tenancy;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -30,7 +30,7 @@ use crate::lua_fixture;
 use crate::support::*;
 use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{ACCOUNT_LIMIT, complete, enqueue_ocr, ocr_declaration, stack_with};
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 const TERMINAL: [&str; 5] = ["succeeded", "rejected", "failed", "expired", "cancelled"];
 

@@ -14,15 +14,15 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use sluice_durable::projection::Projection;
-use sluice_durable::projection::{self, AppKeys};
-use sluice_durable::tenancy::{self, BootstrapOutput, BootstrapRequest};
-use sluice_durable::{db, secrets};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::server;
 use sluice_gateway::state::Gateway;
 use sluice_gateway::subject_token;
 use sluice_gateway::ticket::TicketKeys;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_store::tenancy::{self, BootstrapOutput, BootstrapRequest};
+use sluice_store::{db, secrets};
 use sluice_testkit::{RedisServer, shared_postgres, test_redis_url};
 pub use sluice_testkit::{eventually, free_port};
 use sqlx::PgPool;
@@ -130,7 +130,7 @@ impl Stack {
             .await
             .expect("connect PostgreSQL");
         db::run_migrations(&pg).await.expect("migrate");
-        let redis = projection::connect_redis(&redis_url, 4)
+        let redis = sluice_redis::connect_redis(&redis_url, 4)
             .await
             .expect("connect Redis");
         let creds = tenancy::bootstrap(
@@ -148,7 +148,7 @@ impl Stack {
         tenancy::apply_declaration(&pg, creds.namespace_id, &options.declaration, "test", None)
             .await
             .expect("apply declaration");
-        projection::rebuild::ensure_ready(&pg, &redis, creds.application_id)
+        sluice_durable::lifecycle::rebuild::ensure_ready(&pg, &redis, creds.application_id)
             .await
             .expect("projection ready");
         let (ticket_spec, tickets) = TicketKeys::generate();

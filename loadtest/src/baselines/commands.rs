@@ -79,7 +79,7 @@ pub(super) fn enqueue_body(n: u64, offer: &str) -> String {
 /// `POST /v1/rooms/{room}:join` by a new person each time, with a subject token of their own
 /// (an hour long) signed with the tenant's subject key.
 pub(super) fn new_person_joins(
-    key: &sluice_durable::tenancy::SubjectKeyOutput,
+    key: &sluice_store::tenancy::SubjectKeyOutput,
     room: &str,
 ) -> super::rounds::MakeRequest {
     let path = format!("/v1/rooms/{room}:join");

@@ -15,9 +15,9 @@ use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
     IntakeRequest, IntakeVerdict, Limit, Release, release, reserve as intake,
 };
-use sluice_durable::projection::{self, AppKeys, request_key_field};
-use sluice_durable::secrets::sha256;
-use sluice_durable::tenancy::NamespaceConfig;
+use sluice_redis::{AppKeys, request_key_field};
+use sluice_store::secrets::sha256;
+use sluice_store::tenancy::NamespaceConfig;
 
 use super::Bench;
 use super::commands::{DECIDE, OFFER, enqueue_body, next_number, post, request_key, subject};
@@ -128,7 +128,7 @@ fn decide_request(path: &str, bearer: &str) -> Request<Full<Bytes>> {
 /// the same way (`enqueue.rs`: `Attempt::intake`), without HTTP, auth or JSON.
 #[derive(Clone)]
 struct RawIntake {
-    pool: projection::Projection,
+    pool: sluice_redis::Projection,
     namespace: Arc<NamespaceConfig>,
     digest_hex: Arc<str>,
     reservation_ttl_ms: u64,
@@ -152,7 +152,7 @@ impl RawIntake {
     async fn new(bench: &Bench<'_>) -> Result<Self, BoxError> {
         let options = bench.options;
         let pool =
-            projection::connect_redis(&options.servers.redis_url, options.redis_pool).await?;
+            sluice_redis::connect_redis(&options.servers.redis_url, options.redis_pool).await?;
         // The gateway's content digest: the command, a NUL and the input in canonical JSON.
         let input = json!({ "offer": OFFER }).to_string();
         let mut content = Vec::with_capacity(DECIDE.len() + 1 + input.len());

@@ -66,9 +66,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_durable::db;
-use sluice_durable::tenancy::NamespaceConfig;
 use sluice_gateway::config::GatewayConfig;
+use sluice_store::db;
+use sluice_store::tenancy::NamespaceConfig;
 
 use crate::bench_stack::{BoxError, RunningGateway, ScratchDatabase, Servers, Tenant};
 use environment::{Machine, Versions};

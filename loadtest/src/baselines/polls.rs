@@ -24,9 +24,8 @@ use super::rounds::{MakeRequest, connect, exchange, http_round};
 use super::side::{Comparison, Side};
 use crate::bench_stack::BoxError;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit};
-use sluice_durable::metrics;
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::admission_config::write_admission_config;
+use sluice_redis::AppKeys;
+use sluice_redis::admission_config::write_admission_config;
 
 /// Enqueues `--tickets` waiting commands, captures one real poll answer for the static server,
 /// then `--rounds` alternating rounds of round-robin polls and static answers.
@@ -52,8 +51,8 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
             .join(", ")
     );
     bench.baseline.state.set_poll(captured);
-    let from_memory = metrics::ticket_polls_answered("memory");
-    let from_redis = metrics::ticket_polls_answered("redis");
+    let from_memory = sluice_metrics::ticket_polls_answered("memory");
+    let from_redis = sluice_metrics::ticket_polls_answered("redis");
     let (sluice, floor, _) = rounds(
         bench,
         paths,
@@ -61,8 +60,8 @@ pub(super) async fn pair(bench: &Bench<'_>) -> Result<Comparison, BoxError> {
         "poll",
     )
     .await?;
-    let memory = metrics::ticket_polls_answered("memory") - from_memory;
-    let redis = metrics::ticket_polls_answered("redis") - from_redis;
+    let memory = sluice_metrics::ticket_polls_answered("memory") - from_memory;
+    let redis = sluice_metrics::ticket_polls_answered("redis") - from_redis;
     println!(
         "polls answered from memory (warm-up and measured rounds): {memory} of {} ({:.1} %), from \
          Redis {redis}",

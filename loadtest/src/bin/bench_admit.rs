@@ -22,11 +22,11 @@ use clap::Parser;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
+use sluice_durable::lifecycle::rebuild::open_empty;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, admit, own_keys, script_args};
-use sluice_durable::projection::admission_config::write_admission_config;
-use sluice_durable::projection::rebuild::open_empty;
-use sluice_durable::projection::{AppKeys, Projection, connect_redis};
 use sluice_loadtest::bench_stack::evalsha_stats;
+use sluice_redis::admission_config::write_admission_config;
+use sluice_redis::{AppKeys, Projection, connect_redis};
 use sluice_servers::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -15,8 +15,8 @@
 use std::time::Instant;
 
 use clap::Parser;
-use sluice_durable::rooms::admission::{self, RoomRef};
 use sluice_loadtest::bench_stack::prelude::*;
+use sluice_store::rooms::admission::{self, RoomRef};
 
 #[derive(Debug, Parser)]
 #[command(about = "The pre-queue's draw at opens_at against a plain rewrite of its rows")]

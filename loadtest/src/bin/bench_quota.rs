@@ -21,10 +21,10 @@
 use std::time::Duration;
 
 use clap::Parser;
-use sluice_durable::batching::GroupCommitConfig;
 use sluice_executor::ExecutorConfig;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
+use sluice_store::batching::GroupCommitConfig;
 
 #[derive(Debug, Parser)]
 #[command(about = "Quota commands executed per second: batched versus one transaction each")]

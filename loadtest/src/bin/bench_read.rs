@@ -29,10 +29,10 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sluice_durable::projection::{self, AppKeys};
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::reads::{CacheStats, ReadCall};
 use sluice_loadtest::bench_stack::prelude::*;
+use sluice_redis::AppKeys;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
@@ -252,7 +252,7 @@ async fn rounds(
             .pattern()
             .trim_end_matches('*')
     );
-    let pool = projection::connect_redis(&args.servers.redis_url, args.redis_pool)
+    let pool = sluice_redis::connect_redis(&args.servers.redis_url, args.redis_pool)
         .await?
         .pool()
         .clone();
@@ -532,7 +532,7 @@ async fn in_process_round(
         .await
         .map_err(|e| format!("namespace: {e:?}"))?;
     let decl = namespace.declaration.reads[0].clone();
-    let keys = sluice_durable::projection::cache::EntryKeys {
+    let keys = sluice_redis::cache::EntryKeys {
         entry: entry.to_string(),
         lease: AppKeys::cache_lease(entry),
         dependencies: vec![],

@@ -19,9 +19,9 @@ use chrono::{DateTime, Utc};
 use clap::Parser;
 use fred::interfaces::HashesInterface;
 use sluice_durable::lifecycle::retention;
-use sluice_durable::outbox::days::Day;
-use sluice_durable::projection::{AppKeys, request_key_field};
 use sluice_loadtest::bench_stack::prelude::*;
+use sluice_redis::{AppKeys, request_key_field};
+use sluice_store::outbox::days::Day;
 
 #[derive(Debug, Parser)]
 #[command(about = "A day of ended commands: dropped whole versus deleted row by row")]
@@ -90,7 +90,7 @@ async fn run(args: &Args, tenant: &Tenant) -> Result<(), BoxError> {
             .await?;
     }
     // Back to the pool's own settings (a RESET would drop to the server's default).
-    sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
+    sqlx::raw_sql(sluice_store::db::SESSION_SETTINGS)
         .execute(&mut *conn)
         .await?;
     drop(conn);

@@ -25,11 +25,11 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use serde_json::Value;
-use sluice_durable::projection::AppKeys;
 use sluice_durable::status;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::http_client;
+use sluice_redis::AppKeys;
 
 #[derive(Debug, Parser)]
 #[command(about = "GET /v1/status on a million rows versus the naive count over the namespace")]
@@ -181,7 +181,7 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
             .execute(&mut *conn)
             .await?;
         // Back to the pool's own settings (a RESET would drop to the server's default).
-        sqlx::raw_sql(sluice_durable::db::SESSION_SETTINGS)
+        sqlx::raw_sql(sluice_store::db::SESSION_SETTINGS)
             .execute(&mut *conn)
             .await?;
     }

@@ -20,10 +20,10 @@ use clap::Parser;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_durable::projection::waiting::{RunLimits, pull};
-use sluice_durable::projection::{AppKeys, Projection, connect_redis};
 use sluice_gateway::waiting_view::{RUNS_ENTRIES, RUNS_READS};
 use sluice_loadtest::bench_stack::evalsha_stats;
+use sluice_redis::waiting::{RunLimits, pull};
+use sluice_redis::{AppKeys, Projection, connect_redis};
 use sluice_servers::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

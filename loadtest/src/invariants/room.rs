@@ -20,7 +20,7 @@ use crate::report::Check;
 
 const SECOND_US: i64 = 1_000_000;
 
-/// How long after a pass's `exp` its place still holds its slot (`sluice_durable::rooms::
+/// How long after a pass's `exp` its place still holds its slot (`sluice_store::rooms::
 /// PASS_GRACE`, restated: the witness reasons from the documented contract, not the code).
 pub const GRACE_US: i64 = SECOND_US;
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hyper::Method;
 use serde_json::json;
-use sluice_durable::tenancy::BootstrapOutput;
+use sluice_store::tenancy::BootstrapOutput;
 use uuid::Uuid;
 
 use super::holder::Holding;
@@ -47,7 +47,7 @@ impl Caller {
     /// what `holding` has it do.
     pub(super) async fn person(
         self,
-        key: &sluice_durable::tenancy::SubjectKeyOutput,
+        key: &sluice_store::tenancy::SubjectKeyOutput,
         offer: Uuid,
         holding: Option<Arc<Holding>>,
     ) {
@@ -124,7 +124,7 @@ impl Caller {
 /// An HS256 subject token for `subject`, valid for an hour, signed with the namespace's key
 /// (its secret as shown).
 pub(super) fn subject_token(
-    key: &sluice_durable::tenancy::SubjectKeyOutput,
+    key: &sluice_store::tenancy::SubjectKeyOutput,
     subject: &str,
 ) -> String {
     let now = sluice_gateway::auth::now_unix();

@@ -300,7 +300,7 @@ impl Options {
         // so a leave frees nothing earlier): a run whose last person would wait past its
         // patience would report people lost that the room never lost.
         let first_pass = (self.heartbeat_seconds as u64)
-            .max(sluice_durable::rooms::FIRST_PASS_PICKUP.as_secs())
+            .max(sluice_store::rooms::FIRST_PASS_PICKUP.as_secs())
             .min(self.pass_seconds as u64);
         let by_slots = self.subjects as f64 / f64::from(self.room_max_active) * first_pass as f64;
         let by_rate = self

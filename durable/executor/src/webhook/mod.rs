@@ -37,11 +37,11 @@ use sluice_durable::lifecycle::end::{
 };
 use sluice_durable::lifecycle::held::{self, Running};
 use sluice_durable::lifecycle::held::{Retake, retake};
-use sluice_durable::metrics::{self, HandlerKind};
-use sluice_durable::outbox::rfc3339;
-use sluice_durable::projection::AppKeys;
-use sluice_durable::projection::Projection;
+use sluice_metrics::HandlerKind;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_store::outbox::rfc3339;
 
 /// How old a request's start tokens may be when it goes out. A provider therefore sees at most
 /// `burst + per_second × (window + TOKEN_FRESHNESS)` requests in any window.
@@ -145,7 +145,7 @@ pub async fn run(
                 fence: &target.fence,
             })
             .await;
-        metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
+        sluice_metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
         let (retry_after, doubtful, reason) = match answer {
             Answer::Decided(decided) => return decide(deps, row, &decided).await,
             Answer::Running => return running(deps, row).await,
@@ -221,7 +221,7 @@ where
     loop {
         match write().await {
             Err(error) if error.postgres_is_unreachable() => {
-                metrics::storage_error(&error);
+                sluice_metrics::storage_error(&error);
                 tracing::warn!(command_id = %row.id, %error, what, "PostgreSQL unreachable; the attempt keeps its command and writes again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -359,8 +359,8 @@ async fn land(
         return Ok(End::Elsewhere);
     };
     // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
-    metrics::execution_landed(outcome.status);
-    if let Err(error) = sluice_durable::projection::cache::invalidate(
+    sluice_metrics::execution_landed(outcome.status);
+    if let Err(error) = sluice_redis::cache::invalidate(
         deps.redis,
         deps.keys.application_id(),
         row.namespace_id,

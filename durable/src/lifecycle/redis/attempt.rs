@@ -8,10 +8,10 @@ use super::{clamp_i64, is_not_ready};
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::attempt::AttemptId;
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::asked_keys::call_asking;
 
 /// A started command that PostgreSQL moved back to waiting.
 #[derive(Debug, Clone)]

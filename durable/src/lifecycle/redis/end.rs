@@ -5,10 +5,10 @@ use fred::prelude::*;
 use super::is_not_ready;
 use crate::DurableError;
 use crate::ids::{CommandId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::asked_keys::call_asking;
 
 /// A command's end that PostgreSQL committed, to project.
 #[derive(Debug, Clone)]

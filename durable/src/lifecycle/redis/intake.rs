@@ -6,8 +6,8 @@ use super::clamp_i64;
 use crate::DurableError;
 use crate::declaration::IntakeBudget;
 use crate::ids::{CommandId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
 
 /// What the gateway knows when it asks Redis to admit one enqueue.
 #[derive(Debug)]

@@ -7,10 +7,10 @@ use crate::DurableError;
 use crate::faults::{self, Point};
 use crate::ids::{CommandId, NamespaceId};
 use crate::lifecycle::attempt::AttemptId;
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
 use sluice_model::CommandStatus;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::asked_keys::call_asking;
 
 /// One waiting command whose permits `admit.lua` took, and the attempt it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ const ADMIT_CALLS: usize = 6;
 /// `admit.lua`: starts up to `max_heads` commands, each under a fresh attempt token.
 ///
 /// The script is given every key it may touch: the application's own, and those the last
-/// answers named ([`crate::projection::admission_keys`]). When it lacked some, it admitted what
+/// answers named ([`sluice_redis::admission_keys`]). When it lacked some, it admitted what
 /// it could without them and asked; it is called again at once with them for the rest of the
 /// batch.
 pub async fn admit(

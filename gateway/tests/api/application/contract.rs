@@ -717,7 +717,7 @@ async fn a_rebuild_racing_a_configure_never_restores_older_limits() {
     let rebuild = {
         let (pg, redis) = (stack.pg.clone(), stack.redis.clone());
         tokio::spawn(async move {
-            sluice_durable::projection::rebuild::rebuild(&pg, &redis, application_id).await
+            sluice_durable::lifecycle::rebuild::rebuild(&pg, &redis, application_id).await
         })
     };
     let waiting = eventually(std::time::Duration::from_secs(5), || async {
@@ -765,7 +765,7 @@ async fn a_rebuild_racing_a_configure_never_restores_older_limits() {
     assert_eq!(read.data()["max_unfinished_tasks"], 1);
     assert_eq!(read.data()["unfinished_tasks"], "1");
     // A rebuild that does not race reads the configured limits too.
-    sluice_durable::projection::rebuild::rebuild(&stack.pg, &stack.redis, application_id)
+    sluice_durable::lifecycle::rebuild::rebuild(&stack.pg, &stack.redis, application_id)
         .await
         .expect("rebuild");
     assert_eq!(redis_limits(&stack).await, some(&["2", "1", "10", "10"]));

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_durable::tenancy::{self, BootstrapRequest};
+use sluice_store::tenancy::{self, BootstrapRequest};
 
 use super::*;
 

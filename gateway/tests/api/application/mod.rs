@@ -9,8 +9,8 @@ mod processes;
 
 use hyper::Method;
 use serde_json::{Value, json};
-use sluice_durable::secrets;
-use sluice_durable::tenancy::{self, BootstrapOutput};
+use sluice_store::secrets;
+use sluice_store::tenancy::{self, BootstrapOutput};
 
 use crate::support::*;
 

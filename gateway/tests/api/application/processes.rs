@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use serde_json::{Value, json};
-use sluice_durable::tenancy::BootstrapOutput;
+use sluice_store::tenancy::BootstrapOutput;
 
 use super::*;
 use crate::execution::{counter, status_counts};

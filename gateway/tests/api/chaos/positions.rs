@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fred::interfaces::SortedSetsInterface;
-use sluice_durable::projection::AppKeys;
+use sluice_redis::AppKeys;
 use uuid::Uuid;
 
 use super::http::Answer;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_durable::tenancy::BootstrapOutput;
+use sluice_store::tenancy::BootstrapOutput;
 use sqlx::PgPool;
 
 use super::backend::Backend;

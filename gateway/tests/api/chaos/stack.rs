@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use sluice_durable::projection;
-use sluice_durable::tenancy::BootstrapOutput;
 use sluice_gateway::ticket::TicketKeys;
+use sluice_store::tenancy::BootstrapOutput;
 use sluice_testkit::{PgServer, RedisServer};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -14,7 +13,7 @@ use uuid::Uuid;
 use super::config::ChaosConfig;
 use super::http::Client;
 use super::processes::{Env, ExecutorProcess, GatewayProcess, run_cli};
-use sluice_durable::projection::Projection;
+use sluice_redis::Projection;
 
 pub(super) struct Stack {
     pub(super) gateways: Vec<GatewayProcess>,
@@ -88,10 +87,10 @@ impl Stack {
         let creds: BootstrapOutput =
             serde_json::from_str(&std::fs::read_to_string(&creds_path).expect("credentials"))
                 .expect("bootstrap output");
-        let pg = sluice_durable::db::connect(&database_url, 4)
+        let pg = sluice_store::db::connect(&database_url, 4)
             .await
             .expect("connect PostgreSQL");
-        let redis = projection::connect_redis(&env.redis_url, 1)
+        let redis = sluice_redis::connect_redis(&env.redis_url, 1)
             .await
             .expect("connect Redis");
         let gateways = vec![

@@ -8,9 +8,9 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, Ending, admit, land};
-use sluice_durable::projection::admission_config::write_admission_config;
 use sluice_gateway::config::GatewayConfig;
 use sluice_gateway::waiting_view::safety_margin;
+use sluice_redis::admission_config::write_admission_config;
 
 use super::*;
 
@@ -597,7 +597,7 @@ async fn rebuilds_and_missed_gone_entries_send_older_waiters_to_redis() {
     // again; waiters from before are answered by Redis.
     let watermark_before = bench.stack.gateway.waiting.watermark(app);
     bench.stack.lose_projection().await;
-    sluice_durable::projection::rebuild::ensure_ready(
+    sluice_durable::lifecycle::rebuild::ensure_ready(
         &bench.stack.pg,
         &bench.stack.redis,
         bench.stack.creds.application_id,

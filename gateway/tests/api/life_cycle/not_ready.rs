@@ -5,12 +5,12 @@
 
 use sluice_durable::declaration::IntakeBudget;
 use sluice_durable::ids::CommandId;
+use sluice_durable::lifecycle::rebuild::fence;
 use sluice_durable::lifecycle::redis::{
     Acceptance, Accepted, Admission, AdmitLimits, Ending, Extend, IntakeRequest, IntakeVerdict,
     Mark, RateKey, Release, Requeue, Requeued, Retake, accept, holding, land, mark, release, renew,
     requeue, reserve, retake,
 };
-use sluice_durable::projection::rebuild::fence;
 use std::time::Duration;
 use uuid::Uuid;
 

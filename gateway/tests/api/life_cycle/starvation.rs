@@ -57,7 +57,7 @@ async fn a_thousand_blocked_resources_never_delay_another_command() {
     let declaration = declaration(&backend.url("/hog"));
     let stack = Arc::new(stack_with(&backend, &declaration).await);
     let other = bootstrap_namespace(&stack, "other", vec![], false).await;
-    sluice_durable::tenancy::apply_declaration(
+    sluice_store::tenancy::apply_declaration(
         &stack.pg,
         other.namespace_id,
         &declaration,

@@ -231,7 +231,7 @@ async fn capacity_never_goes_below_use_and_raising_it_serves_waiting_commands() 
 
     // The same document again: the configured 4 stands. A changed number is applied.
     let declaration = reserved_declaration(2, 300);
-    sluice_durable::tenancy::apply_declaration(
+    sluice_store::tenancy::apply_declaration(
         &stack.pg,
         stack.creds.namespace_id,
         &declaration,
@@ -241,7 +241,7 @@ async fn capacity_never_goes_below_use_and_raising_it_serves_waiting_commands() 
     .await
     .expect("apply the same document");
     assert_eq!(pool_row(&stack.pg, "seats").await.0, 4);
-    sluice_durable::tenancy::apply_declaration(
+    sluice_store::tenancy::apply_declaration(
         &stack.pg,
         stack.creds.namespace_id,
         &reserved_declaration(6, 300),
@@ -251,7 +251,7 @@ async fn capacity_never_goes_below_use_and_raising_it_serves_waiting_commands() 
     .await
     .expect("apply a new capacity");
     assert_eq!(pool_row(&stack.pg, "seats").await.0, 6);
-    let below = sluice_durable::tenancy::apply_declaration(
+    let below = sluice_store::tenancy::apply_declaration(
         &stack.pg,
         stack.creds.namespace_id,
         &reserved_declaration(3, 300),

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hyper::StatusCode;
-use sluice_durable::rooms::FIRST_PASS_PICKUP;
-use sluice_durable::rooms::pace::LOOSENED_PICKUP;
-use sluice_durable::tenancy;
+use sluice_store::rooms::FIRST_PASS_PICKUP;
+use sluice_store::rooms::pace::LOOSENED_PICKUP;
+use sluice_store::tenancy;
 use uuid::Uuid;
 
 use super::kit::*;

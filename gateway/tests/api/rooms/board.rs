@@ -12,9 +12,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::ids::NamespaceId;
-use sluice_durable::rooms::PASS_GRACE;
-use sluice_durable::rooms::figures::{ADMITTED_WINDOW, ROOMS_SHOWN, ROOMS_SQL};
-use sluice_durable::tenancy;
+use sluice_store::rooms::PASS_GRACE;
+use sluice_store::rooms::figures::{ADMITTED_WINDOW, ROOMS_SHOWN, ROOMS_SQL};
+use sluice_store::tenancy;
 use uuid::Uuid;
 
 use super::kit::*;
@@ -337,7 +337,7 @@ async fn the_board_and_metrics_count_rooms_as_their_places_do() {
     assert!(drawn_at >= opens_at);
     assert_eq!(
         lapse(&shown)["opens_at"],
-        json!(sluice_durable::outbox::rfc3339(opens_at))
+        json!(sluice_store::outbox::rfc3339(opens_at))
     );
     assert_eq!(
         shown_drawn.timestamp_millis(),

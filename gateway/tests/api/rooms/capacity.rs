@@ -12,7 +12,7 @@ use hyper::StatusCode;
 
 use super::kit::*;
 use crate::support::*;
-use sluice_durable::rooms::FIRST_PASS_PICKUP;
+use sluice_store::rooms::FIRST_PASS_PICKUP;
 
 const MAX_ACTIVE: usize = 3;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use sluice_durable::rooms::FIRST_PASS_PICKUP;
+use sluice_store::rooms::FIRST_PASS_PICKUP;
 
 use super::kit::*;
 use crate::support::*;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::tenancy;
+use sluice_store::tenancy;
 
 use super::kit::*;
 use crate::support::*;

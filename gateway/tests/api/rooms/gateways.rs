@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use sluice_durable::rooms::join::{Joined, join as join_room};
 use sluice_gateway::ticket::PlaceClaims;
+use sluice_store::rooms::join::{Joined, join as join_room};
 
 use super::kit::*;
 use crate::gateway_process::GatewayProcess;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use sluice_durable::batching::BatchWriter;
-use sluice_durable::rooms::heartbeats::{HeartbeatRequest, Heartbeats};
-use sluice_durable::rooms::places::PassChange;
+use sluice_store::batching::BatchWriter;
+use sluice_store::rooms::heartbeats::{HeartbeatRequest, Heartbeats};
+use sluice_store::rooms::places::PassChange;
 use uuid::Uuid;
 
 use super::kit::*;
@@ -149,7 +149,7 @@ async fn one_statement_extends_every_live_pass_of_a_batch_and_nothing_else() {
         matches!(
             revived[..],
             [Some(PassChange::Ended(
-                sluice_durable::rooms::PlaceState::Left
+                sluice_store::rooms::PlaceState::Left
             ))]
         ),
         "{revived:?}"

@@ -108,9 +108,9 @@ async fn concurrent_joins_share_transactions_and_keep_one_numbered_place_each() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_batch_answers_repeats_and_spent_challenges_from_what_it_made_itself() {
-    use sluice_durable::batching::BatchWriter;
-    use sluice_durable::rooms::RoomRefusal;
-    use sluice_durable::rooms::join::{JoinRequest, Joined, Joins};
+    use sluice_store::batching::BatchWriter;
+    use sluice_store::rooms::RoomRefusal;
+    use sluice_store::rooms::join::{JoinRequest, Joined, Joins};
 
     let stack = stack_with_rooms("[[room]]\ncode = \"doors\"\nmax_active = 1\n").await;
     let request = |room: &str, subject: &str, challenge: Option<uuid::Uuid>| JoinRequest {

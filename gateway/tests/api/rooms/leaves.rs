@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_durable::batching::BatchWriter;
-use sluice_durable::rooms::leaves::{LeaveRequest, Leaves};
-use sluice_durable::rooms::places::PassChange;
+use sluice_store::batching::BatchWriter;
+use sluice_store::rooms::leaves::{LeaveRequest, Leaves};
+use sluice_store::rooms::places::PassChange;
 use uuid::Uuid;
 
 use super::heartbeats::{BEAT, admitted_crowd};

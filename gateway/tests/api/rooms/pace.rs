@@ -2,7 +2,7 @@
 //! the database time of the step that admitted each place) against the bucket the room
 //! declares, both ways: never more than it allows, and no fewer while people wait.
 //!
-//! The bucket (`durable/src/rooms/admission.rs`) refills at r = admit_per_minute / 60 a second
+//! The bucket (`durable/store/src/rooms/admission.rs`) refills at r = admit_per_minute / 60 a second
 //! and holds at most c = max(1, r); a step admits the whole tokens it holds. So, with u₀ < u₁ <
 //! … the instants at which steps admitted someone and nᵢ how many each admitted:
 //!
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::json;
-use sluice_durable::tenancy;
+use sluice_store::tenancy;
 
 use super::kit::*;
 use crate::support::*;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_durable::tenancy;
+use sluice_store::tenancy;
 
 use super::kit::*;
 use crate::browser_driver::run_script;

@@ -121,7 +121,7 @@ async fn waiting_polls_come_from_memory_and_never_tell_fewer_ahead_than_postgres
         assert_eq!(polled.data()["status"], "left", "{:?}", polled.body);
     }
     let (subject, id, ticket) = &people[20];
-    sluice_durable::rooms::leaves::leave(&stack.pg, stack.creds.namespace_id, *id, subject)
+    sluice_store::rooms::leaves::leave(&stack.pg, stack.creds.namespace_id, *id, subject)
         .await
         .expect("leave")
         .expect("the place");

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use sluice_durable::tenancy::NAMESPACE_SCOPES;
 use sluice_executor::ExecutorConfig;
+use sluice_store::tenancy::NAMESPACE_SCOPES;
 
 use super::*;
 use crate::execution::{RunningExecutor, fast_executor, held_permits, record, start_executor};

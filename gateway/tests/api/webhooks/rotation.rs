@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use sluice_durable::DurableError;
-use sluice_durable::webhook_secret;
+use sluice_store::webhook_secret;
 
 use super::*;
 use crate::execution::{fast_executor, start_executor};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_durable::tenancy;
+use sluice_store::tenancy;
 use uuid::Uuid;
 
 use super::caller::subject_token;
@@ -241,7 +241,7 @@ pub(super) async fn drive_on(
 /// microseconds, the clock of the people's evidence) and how many keys went, or why it could
 /// not.
 async fn flush_redis(
-    redis: sluice_durable::projection::Projection,
+    redis: sluice_redis::Projection,
     application_id: sluice_durable::ids::ApplicationId,
     at: Instant,
 ) -> Result<(i64, u64), String> {

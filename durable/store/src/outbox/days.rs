@@ -1,7 +1,7 @@
 //! The days of `commands`: one partition per UTC day of acceptance, `commands_dYYYYMMDD`, holding
 //! the ids from that day's first UUID v7 to the next day's (a UUID v7 starts with its clock in
 //! milliseconds, and PostgreSQL orders uuids bytewise). Retention drops a day whole
-//! ([`crate::lifecycle::retention`]); days are made ahead of need here.
+//! (`sluice_durable::lifecycle::retention`); days are made ahead of need here.
 //!
 //! There is no default partition (it would forbid `DETACH PARTITION … CONCURRENTLY`), so an id
 //! whose day was never made is refused by PostgreSQL: [`ensure_days`] runs in `migrate`, in every

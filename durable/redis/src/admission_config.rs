@@ -6,9 +6,9 @@ use fred::prelude::*;
 
 use super::AppKeys;
 use crate::DurableError;
+use crate::Projection;
 use crate::declaration::CommandDecl;
 use crate::ids::NamespaceId;
-use crate::projection::Projection;
 
 /// The admission spec of a command as `admit.lua` reads it from the `cfg` hash.
 pub fn admission_spec(decl: &CommandDecl) -> String {

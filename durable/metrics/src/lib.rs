@@ -1,22 +1,13 @@
-//! Prometheus metrics of the gateway and the executor (`GET /metrics`, text format 0.0.4).
+//! The process-wide Prometheus families of a gateway or an executor (`GET /metrics`, text
+//! format 0.0.4): what each counts, and their exposition.
 //!
 //! The counters and histograms are process-global: one process is one gateway or one executor,
 //! and the code that counts (the enqueue handler, the group committer, the handlers, the
 //! sweepers) should not need a handle threaded through to it. Each process renders only its
-//! own families ([`gateway_text`], [`executor_text`]), so a gateway never exports an executor's
-//! always-zero counters and the other way round.
-//!
-//! The projection figures (generation, readiness, queue depths, permits in flight) are not
-//! counted but read from Redis when scraped, for every application (at most
-//! [`MAX_APPLICATIONS`], the list cached for [`APPLICATION_LIST_TTL`]), one `metrics.lua` call
-//! per application. A read that fails never fails the scrape: that application is exported with
-//! `sluice_projection_up 0` and the scrape goes on.
-//!
-//! The quota pools' units by state are read from PostgreSQL when scraped, at the same time as
-//! the projection figures (one query, at most [`MAX_POOLS`] pools); a failed read is exported as
-//! `sluice_quota_pools_up 0`, and the scrape goes on. The waiting rooms' figures (people
-//! waiting, live passes, admissions, leaves and abandonments) are read from PostgreSQL the same
-//! way (one query, at most [`MAX_ROOMS`] rooms; a failed read is `sluice_rooms_up 0`).
+//! own families ([`register_gateway`], [`executor_text`]), so a gateway never exports an
+//! executor's always-zero counters and the other way round. What is read rather than counted
+//! when scraped (the projection's, the quota pools' and the rooms' figures) is read above this
+//! crate, where PostgreSQL and Redis are (`sluice_durable::figures`).
 
 use std::fmt::Write as _;
 use std::sync::LazyLock;
@@ -28,41 +19,17 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use sqlx::PgPool;
 
-use crate::DurableError;
 use sluice_model::CommandStatus;
-
-mod pools;
-mod projection;
-mod rooms;
-
-use crate::projection::Projection;
-pub use pools::MAX_POOLS;
-use pools::pool_figures;
-use projection::projection_figures;
-pub use projection::{AppFigures, CommandFigures, read_app_figures};
-pub use rooms::MAX_ROOMS;
-use rooms::room_figures;
+use sluice_model::DurableError;
 
 /// The `Content-Type` of [`gateway_text`] and [`executor_text`].
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Applications whose projection figures one scrape reads at most: a scrape must stay cheap
-/// and its answer bounded however many applications there are.
-pub const MAX_APPLICATIONS: i64 = 1_000;
-
-/// How long the list of applications is reused between scrapes.
-pub const APPLICATION_LIST_TTL: Duration = Duration::from_secs(5);
-
-/// The time one scrape may spend on projection reads; applications not read by then are
-/// exported as down rather than making the scraper time out.
-const PROJECTION_BUDGET: Duration = Duration::from_secs(5);
-
 /// One label, e.g. `("outcome", "accepted")`.
-type Label = [(&'static str, String); 1];
+pub type Label = [(&'static str, String); 1];
 
-fn label(name: &'static str, value: impl Into<String>) -> Label {
+pub fn label(name: &'static str, value: impl Into<String>) -> Label {
     [(name, value.into())]
 }
 
@@ -71,31 +38,6 @@ const LATENCY_BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
-
-/// Rows of a scrape-time read of PostgreSQL, or `None` when it failed or took longer than
-/// `budget`: a scrape never fails or hangs for them (the caller exports its `…_up 0`).
-async fn read_within<T>(
-    what: &'static str,
-    budget: Duration,
-    read: impl std::future::Future<Output = Result<Vec<T>, sqlx::Error>>,
-) -> Option<Vec<T>> {
-    match tokio::time::timeout(budget, read).await {
-        Ok(Ok(rows)) => Some(rows),
-        Ok(Err(error)) => {
-            let error = DurableError::from(error);
-            storage_error(&error);
-            tracing::warn!(%error, "metrics: {what} not read");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(
-                budget_ms = budget.as_millis() as u64,
-                "metrics: {what} not read within the budget"
-            );
-            None
-        }
-    }
-}
 
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
@@ -389,12 +331,10 @@ fn register_common(registry: &mut Registry) {
     );
 }
 
-/// The gateway's exposition: its counters, then the projection figures of every application,
-/// the quota pools' units and the waiting rooms' figures (all read now, side by side, see the
-/// module's doc).
-pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
-    let mut registry = Registry::default();
-    register_common(&mut registry);
+/// Registers the gateway's counted families in `registry`; the figures read when scraped are
+/// registered beside them by the caller (`sluice_durable::figures::gateway_text`).
+pub fn register_gateway(registry: &mut Registry) {
+    register_common(registry);
     let f = &*FAMILIES;
     registry.register(
         "sluice_intake_decisions",
@@ -446,15 +386,6 @@ pub async fn gateway_text(pg: &PgPool, redis: &Projection) -> String {
         "Command reads (by id, by request key, mine, cancel) refused by the subject's own rate or the process's budget",
         f.command_reads_refused.clone(),
     );
-    let (projection, pools, rooms) = tokio::join!(
-        projection_figures(pg, redis),
-        pool_figures(pg),
-        room_figures(pg)
-    );
-    projection.register(&mut registry);
-    pools.register(&mut registry);
-    rooms.register(&mut registry);
-    encode(&registry)
 }
 
 /// The executor's exposition: its counters.
@@ -505,7 +436,8 @@ pub fn executor_text() -> String {
     encode(&registry)
 }
 
-fn encode(registry: &Registry) -> String {
+/// The Prometheus text of `registry`.
+pub fn encode(registry: &Registry) -> String {
     let mut text = String::new();
     if let Err(error) = prometheus_text::encode(&mut text, registry) {
         // Writing to a String cannot fail; if the encoder ever does, say so in the answer.

@@ -61,7 +61,7 @@ async fn watch(client: Client, mut router: ConnectHandle) {
             Err(error) => error,
         };
         // Counted as what it is, a Redis failure (`sluice_storage_errors{store="redis"}`).
-        crate::metrics::storage_error(&crate::DurableError::Redis(error.clone()));
+        sluice_metrics::storage_error(&crate::DurableError::Redis(error.clone()));
         tracing::warn!(client = %client.id(), %error, "a Redis client's router ended; starting it again");
         let mut pause = FIRST_PAUSE;
         router = loop {

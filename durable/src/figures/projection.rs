@@ -12,14 +12,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
-use super::{
-    APPLICATION_LIST_TTL, Label, MAX_APPLICATIONS, PROJECTION_BUDGET, label, storage_error,
-};
+use sluice_metrics::{Label, label, storage_error};
+
+use super::{APPLICATION_LIST_TTL, MAX_APPLICATIONS, PROJECTION_BUDGET};
 use crate::DurableError;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::AppKeys;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
+use sluice_redis::AppKeys;
+use sluice_redis::Projection;
+use sluice_redis::asked_keys::call_asking;
 
 /// One application's figures as `metrics.lua` reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! - [`queries`]: the reads the API needs.
 //!
 //! Every write of a command, its commit included (the group commit's batch insert), is a
-//! transition of [`crate::lifecycle`]; this module holds the table's shape and reads.
+//! transition of the life cycle (`sluice_durable::lifecycle`); this module holds the table's shape and reads.
 
 pub mod days;
 pub mod queries;

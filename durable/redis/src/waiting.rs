@@ -6,9 +6,9 @@ use fred::prelude::*;
 
 use super::AppKeys;
 use crate::DurableError;
+use crate::Projection;
 use crate::ids::CommandId;
-use crate::projection::Projection;
-use crate::projection::start_rate::StartRecord;
+use crate::start_rate::StartRecord;
 
 /// One resource queue as `waiting.lua` saw it.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,10 +6,10 @@
 
 use sqlx::PgPool;
 
-use super::Projection;
 use crate::DurableError;
 use crate::ids::ApplicationId;
 use crate::{application, control};
+use sluice_redis::Projection;
 
 /// Stores the pauses and budgets of `application_id` as PostgreSQL holds them now.
 pub async fn refresh(

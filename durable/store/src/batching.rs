@@ -65,7 +65,7 @@ pub trait BatchWriter: Send + Sync + 'static {
 }
 
 /// Counters of one committer handle, for benchmarks; `/metrics` counts the same events
-/// process-wide ([`crate::metrics`]).
+/// process-wide ([`sluice_metrics`]).
 #[derive(Debug, Default)]
 pub struct GroupCommitStats {
     pub batches: AtomicU64,

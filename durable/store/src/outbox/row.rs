@@ -37,6 +37,7 @@ impl CommandRow {
 /// The [`CommandRow`] of a `sqlx::query!` record that has its columns, by name and type (each
 /// statement lists them in its file under `durable/queries/`): one mapping for every statement
 /// that reads a row (the macros' records are types of their own, one per statement).
+#[macro_export]
 macro_rules! command_row {
     ($record:ident) => {
         $crate::outbox::CommandRow {
@@ -56,4 +57,3 @@ macro_rules! command_row {
         }
     };
 }
-pub(crate) use command_row;

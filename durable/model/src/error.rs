@@ -43,7 +43,7 @@ pub enum DurableError {
     /// The group committer is gone (shutting down).
     #[error("the group committer has stopped")]
     CommitterStopped,
-    /// A fault-injection point stopped the work (tests only, see [`crate::faults`]): what a
+    /// A fault-injection point stopped the work (tests only, see `sluice_durable::faults`): what a
     /// crash there would leave behind.
     #[error("fault injected at {0}")]
     FaultInjected(String),

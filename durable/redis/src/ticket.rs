@@ -4,10 +4,10 @@ use fred::prelude::*;
 
 use super::AppKeys;
 use crate::DurableError;
+use crate::Projection;
+use crate::asked_keys::call_asking;
 use crate::ids::CommandId;
-use crate::projection::Projection;
-use crate::projection::asked_keys::call_asking;
-use crate::projection::start_rate::StartRecord;
+use crate::start_rate::StartRecord;
 use sluice_model::CommandStatus;
 
 /// The projected state of one command, as `ticket.lua` returns it.

@@ -21,10 +21,11 @@ pub struct CommandRecord {
 }
 
 /// The [`CommandRecord`] of a `sqlx::query!` record that has its columns (as `command_row!`).
+#[macro_export]
 macro_rules! command_record {
     ($record:ident) => {
         $crate::outbox::CommandRecord {
-            row: $crate::outbox::row::command_row!($record),
+            row: $crate::command_row!($record),
             finished_at: $record.finished_at,
             attempts: $record.attempts,
             cancel_requested: $record.cancel_requested,
@@ -34,7 +35,6 @@ macro_rules! command_record {
         }
     };
 }
-pub(crate) use command_record;
 
 /// A command of this namespace by id (another namespace's command is simply not found).
 pub async fn by_id(

@@ -9,8 +9,8 @@ use fred::prelude::*;
 
 use super::AppKeys;
 use crate::DurableError;
+use crate::Projection;
 use crate::ids::{ApplicationId, NamespaceId};
-use crate::projection::Projection;
 
 /// The channel on which invalidations are announced; gateways drop their in-process copies of
 /// the namespace's reads when a message names it (`<application>:<namespace>`).

@@ -31,15 +31,15 @@ use fred::prelude::*;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{AppKeys, request_key_field};
 use crate::DurableError;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use crate::lifecycle::RUNNING_PERMIT_GRACE;
-use crate::outbox::row::command_row;
-use crate::outbox::{CommandRow, rfc3339};
-use crate::projection::Projection;
 use sluice_model::CommandStatus;
+use sluice_redis::Projection;
+use sluice_redis::{AppKeys, request_key_field};
+use sluice_store::command_row;
+use sluice_store::outbox::{CommandRow, rfc3339};
 
 /// Rows fetched and written per round trip (one `rebuild.lua` call: it blocks Redis while it
 /// runs, so it stays short).
@@ -181,7 +181,7 @@ async fn rebuild_unless_ready(
     // Pauses and the shared budgets as PostgreSQL holds them now (not as of this transaction's
     // snapshot), each with its revision: a control or configure call committing meanwhile has
     // stored a newer one, and the newest revision wins.
-    super::settings::refresh(pg, redis, application_id).await?;
+    crate::converge::refresh(pg, redis, application_id).await?;
     // Reservations made before a loss of Redis may still be committing with numbers above
     // PostgreSQL's maximum; starting right after it would hand those numbers out again and queue
     // later commands ahead of earlier ones. The sequence jumps past them instead: positions are
