@@ -11,7 +11,9 @@
 # The target is 0 failures: no server error and no answer outside the document.
 #
 #   deploy/schemathesis.sh [--max-examples N] [--seed S] [--max-time SECONDS] [--workers N]
-#                          [--if-supported]
+#                          [--if-supported] [--install-only]
+#
+# --install-only installs schemathesis and runs nothing (deploy/test.sh installs while it builds).
 #
 # --if-supported (deploy/test.sh's short run) skips, saying why, on a machine whose newest
 # Python is 3.11: its ast raises a SystemError inside hypothesis on some runs of this document,
@@ -29,6 +31,7 @@ seed=$(( (RANDOM << 15) | RANDOM ))
 max_time=""
 workers=2
 if_supported=""
+install_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --max-examples) max_examples=$2; shift 2 ;;
@@ -36,7 +39,8 @@ while [ $# -gt 0 ]; do
     --max-time) max_time=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --if-supported) if_supported=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --install-only) install_only=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,6 +77,7 @@ if ! "$venv/bin/st" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; the
   }
   "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
+[ -n "$install_only" ] && exit 0
 
 if [ -n "${SLUICE_BIN:-}" ]; then
   sluice=$SLUICE_BIN

@@ -5,7 +5,12 @@
 #
 #   deploy/sqlx.sh prepare   rewrite .sqlx/ (after changing a query or a migration)
 #   deploy/sqlx.sh check     fail, naming the files, when .sqlx/ is not what the queries and the
-#                            migrations give now (deploy/test.sh runs it)
+#                            migrations give now
+#   deploy/sqlx.sh check -- CARGO_ARGS...
+#                            the same, with `cargo CARGO_ARGS` as the build that describes the
+#                            queries: deploy/test.sh passes its clippy run, so one build of the
+#                            workspace both lints and describes (a build of its own took a
+#                            minute and a half on 2 cores)
 #
 # Both describe every query against a throwaway PostgreSQL of their own (started on a free
 # port with every migration applied, removed on exit): what a running server holds is never
@@ -18,8 +23,15 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
   prepare|check) ;;
-  *) echo "usage: deploy/sqlx.sh prepare|check" >&2; exit 2 ;;
+  *) echo "usage: deploy/sqlx.sh prepare|check [-- CARGO_ARGS...]" >&2; exit 2 ;;
 esac
+shift
+build=(check --locked --quiet -p sluice-store -p sluice-durable -p sluice-executor -p sluice-gateway --lib)
+if [ "${1:-}" = "--" ]; then
+  shift
+  [ $# -gt 0 ] || { echo "deploy/sqlx.sh: no cargo arguments after --" >&2; exit 2; }
+  build=("$@")
+fi
 
 require_cargo
 require_postgres
@@ -32,9 +44,8 @@ trap 'rm -rf "$described"; stop_scratch_postgres' EXIT
 # The crates whose queries are checked; touching them makes cargo run their macros again (it
 # does not see the environment the macros read).
 touch durable/store/src/lib.rs durable/src/lib.rs durable/executor/src/lib.rs gateway/src/lib.rs
-log "describing every query against a throwaway PostgreSQL"
-SQLX_OFFLINE=false DATABASE_URL="$SCRATCH_PG_URL" SQLX_OFFLINE_DIR="$described" \
-  cargo check --locked --quiet -p sluice-store -p sluice-durable -p sluice-executor -p sluice-gateway --lib
+log "describing every query against a throwaway PostgreSQL (cargo ${build[*]})"
+SQLX_OFFLINE=false DATABASE_URL="$SCRATCH_PG_URL" SQLX_OFFLINE_DIR="$described" cargo "${build[@]}"
 
 if [ "$mode" = prepare ]; then
   rm -rf .sqlx

@@ -12,23 +12,44 @@ require_redis
 require_postgres
 require_pgbouncer
 require_setpriv
-require_chromium
 require_python
 require_systemd_analyze
-require_ui_test_deps
+
+# What only later steps need is installed while the workspace builds (network and disk against
+# two busy cores): Chromium and the browser tests' playwright-core, then the verifiers'
+# kubernetes-validate, hadolint, promtool and schemathesis. Its log is shown when it fails.
+tools_log=$(mktemp)
+trap 'rm -f "$tools_log"' EXIT
+(
+  set -e
+  require_chromium
+  require_ui_test_deps
+  deploy/kubernetes/verify.sh --install-only
+  deploy/container/verify.sh --install-only
+  deploy/observability/verify.sh --install-only
+  deploy/schemathesis.sh --if-supported --install-only
+) >"$tools_log" 2>&1 &
+tools=$!
+tools_ready() {
+  if ! wait "$tools"; then
+    cat "$tools_log" >&2
+    echo "installing the tools the tests need failed (above)" >&2
+    exit 1
+  fi
+  cat "$tools_log" >&2
+}
 
 log "cargo fmt --check"
 cargo fmt --all --check
-log "cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-# deploy/lib.sh builds every query from .sqlx/ (SQLX_OFFLINE=true); this proves .sqlx/ is current.
-log "sqlx offline data"
-deploy/sqlx.sh check
-log "node --test gateway/client (the browser module)"
-node --test gateway/client/test/
-log "cargo test"
+# One build both lints and describes every checked query against a throwaway PostgreSQL;
+# deploy/sqlx.sh then fails when .sqlx/ (what every other build reads, SQLX_OFFLINE=true) is not
+# what the queries and the migrations give now.
+log "cargo clippy, and the sqlx offline data it describes"
+deploy/sqlx.sh check -- clippy --workspace --all-targets --locked -- -D warnings
+log "cargo test: building every test binary"
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+built=$(mktemp)
+trap 'rm -f "$out" "$built" "$tools_log"' EXIT
 # Three tests at a time on two cores: most of a test's time is spent waiting on its servers (the
 # api binary took 341 s with two and about 200 s with four on this machine). The tests whose
 # bounds assume a quiet machine run alone afterwards, one at a time (each name below is a
@@ -50,38 +71,33 @@ for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done
 # Every script runs behind lua/lib/strict_keys.lua in every test below, gateway and executor
 # processes included: a call on a key that is not in the script's KEYS fails it.
 export SLUICE_STRICT_SCRIPT_KEYS=1
-cargo test --workspace --locked -- --test-threads 3 "${SKIP_ALONE[@]}" 2>&1 | tee "$out"
-status=${PIPESTATUS[0]}
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$built"
+tools_ready
+log "node --test gateway/client (the browser module)"
+node --test gateway/client/test/
+# The suites that must keep working on a Redis Cluster run again on a real one (three masters
+# with a replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild,
+# reads, control and the life-cycle races through the gateway. The failover test (`cluster::`)
+# runs alone below.
+CLUSTER=(projection:: idempotency:: execution:: reads:: life_cycle:: concurrency:: control::
+  commands:: reconcile::)
+# The gateway's api binary in one lane; every other test binary (the Lua scripts, the load
+# generator's scenarios, the model checker's short run, the unit tests), then the cluster suites,
+# in the other, side by side: the api binary mostly waits on its servers (deploy/test_lanes.py).
+log "cargo test: the api binary beside every other test binary and the cluster suites"
+status=0
+python3 deploy/test_lanes.py "$built" "$out" --test-threads 3 "${SKIP_ALONE[@]}" \
+  --cluster "${CLUSTER[@]}" "${SKIP_ALONE[@]}" || status=$?
 if [ "$status" -eq 0 ]; then
   log "cargo test: the tests that run alone"
   cargo test --workspace --locked --test api -- --test-threads 1 "${ALONE[@]}" 2>&1 \
     | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
-# The model checker's short run (loadtest/check/, docs/faults.md "The model checker"): two fixed
-# seeds of generated declarations, workloads and faults against real gateway and executor
-# processes, judged by the checker's own model and witnesses. A failure prints the seed, the
-# broken promises and a shortened plan to replay (`sluice-check replay <file>`).
+# Of those, the cluster suites hold the three-gateway test (`concurrency::`): on the cluster too.
 if [ "$status" -eq 0 ]; then
-  log "model checker (sluice-check ci)"
-  cargo build --locked -p sluice-check
-  "${CARGO_TARGET_DIR:-target}/debug/sluice-check" --shrink 4 ci 2>&1 | tee -a "$out"
-  status=${PIPESTATUS[0]}
-fi
-# The suites that must keep working on a Redis Cluster, again on a real one (three masters with a
-# replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild, reads,
-# control and the life-cycle races through the gateway. The failover test (`cluster::`) ran above.
-# `--workspace` with `--test` runs the binaries built above: `-p` alone would resolve features
-# for one package and build them all again (three minutes here).
-if [ "$status" -eq 0 ]; then
-  log "cargo test on a Redis Cluster (SLUICE_TEST_REDIS=cluster)"
-  SLUICE_TEST_REDIS=cluster cargo test --workspace --locked --test lua 2>&1 | tee -a "$out"
-  status=${PIPESTATUS[0]}
-fi
-if [ "$status" -eq 0 ]; then
-  SLUICE_TEST_REDIS=cluster cargo test --workspace --locked --test api -- \
-    projection:: idempotency:: execution:: reads:: life_cycle:: concurrency:: control:: \
-    commands:: reconcile:: 2>&1 | tee -a "$out"
+  SLUICE_TEST_REDIS=cluster cargo test --workspace --locked --test api -- --exact \
+    concurrency::three_gateway_processes_share_one_intake_bucket_exactly 2>&1 | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
 # The systemd units, checked against the binary the tests just built.

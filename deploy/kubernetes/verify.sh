@@ -4,6 +4,9 @@
 # policy.py for what a schema cannot say (probes, resources, hardening, secrets, disruption
 # budgets, the gateway's autoscaler). kubernetes-validate is installed with pip into target/
 # when missing, as deploy/schemathesis.sh installs schemathesis.
+#
+#   deploy/kubernetes/verify.sh [--install-only]   (--install-only: install, check nothing;
+#                                                  deploy/test.sh installs while it builds)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KUBERNETES_VALIDATE_VERSION=1.37.0
@@ -19,6 +22,7 @@ if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KUBERNET
   "$venv/bin/pip" install -q --disable-pip-version-check \
     "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
+[ "${1:-}" = "--install-only" ] && exit 0
 manifests=(deploy/kubernetes/*.yaml)
 "$venv/bin/kubernetes-validate" --strict --kubernetes-version "$KUBERNETES_VERSION" \
   --quiet "${manifests[@]}"

@@ -10,6 +10,10 @@
 # target/ (apt-get download + dpkg-deb -x: installing the package would also start a Prometheus
 # server). That the metric names are the ones Sluice exports is checked against a real scrape by
 # gateway/tests/api/observability.rs.
+#
+#   deploy/observability/verify.sh [--install-only]   (--install-only: find or unpack promtool,
+#                                                     check nothing; deploy/test.sh does it
+#                                                     while it builds)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/lib.sh
@@ -42,6 +46,7 @@ require_promtool() {
 
 require_python
 require_promtool
+[ "${1:-}" = "--install-only" ] && exit 0
 "$PROMTOOL" --version 2>&1 | head -n 1
 
 log "promtool check rules"
