@@ -30,10 +30,11 @@ require_cargo() {
 }
 
 # The one release build of every binary of the workspace (sluice, sluice-loadtest and the
-# benchmarks), shared by deploy/local.sh and loadtest/bench.sh. Building `-p sluice-gateway`
-# in one and `-p sluice-gateway -p sluice-loadtest` in the other unified the dependencies'
-# features differently, so the second script compiled the whole tree again: the same command
-# in both builds it once.
+# benchmarks), shared by the measuring scripts (loadtest/bench.sh, loadtest/connections.sh).
+# Building `-p sluice-gateway` in one and `-p sluice-gateway -p sluice-loadtest` in the other
+# unified the dependencies' features differently, so the second script compiled the whole tree
+# again: the same command in each builds it once. deploy/local.sh builds the `sluice` binary
+# alone, all a first run needs.
 build_release() {
   log "building every binary (release)"
   cargo build --release --locked --workspace --bins

@@ -43,7 +43,10 @@ psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = 'sluice'" | grep -q 1 \
 psql_admin -c "SELECT 1 FROM pg_database WHERE datname = 'sluice'" | grep -q 1 \
   || psql_admin -c "CREATE DATABASE sluice OWNER sluice"
 
-build_release
+# Only what this script runs: the `sluice` binary (the benchmarks' binaries are
+# loadtest/bench.sh's, built by build_release there).
+log "building sluice (release)"
+cargo build --release --locked -p sluice-gateway --bin sluice
 sluice=target/release/sluice
 
 mkdir -p "$dev_dir"

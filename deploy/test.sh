@@ -41,12 +41,11 @@ tools_ready() {
 
 log "cargo fmt --check"
 cargo fmt --all --check
-# One build both lints and describes every checked query against a throwaway PostgreSQL;
-# deploy/sqlx.sh then fails when .sqlx/ (what every other build reads, SQLX_OFFLINE=true) is not
-# what the queries and the migrations give now.
-log "cargo clippy, and the sqlx offline data it describes"
-deploy/sqlx.sh check -- clippy --workspace --all-targets --locked -- -D warnings
-log "cargo test: building every test binary"
+# Every crate of the workspace is compiled by clippy's driver with `-D warnings`
+# (deploy/clippy_rustc.sh), so the one build of the tests below is the lint too; no build is
+# incremental (nothing here is built twice, and incremental builds write more).
+CLIPPY_DRIVER=$(rustup which clippy-driver)
+export CLIPPY_DRIVER RUSTC_WORKSPACE_WRAPPER="$PWD/deploy/clippy_rustc.sh" CARGO_INCREMENTAL=0
 out=$(mktemp)
 built=$(mktemp)
 trap 'rm -f "$out" "$built" "$tools_log"' EXIT
@@ -71,7 +70,12 @@ for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done
 # Every script runs behind lua/lib/strict_keys.lua in every test below, gateway and executor
 # processes included: a call on a key that is not in the script's KEYS fails it.
 export SLUICE_STRICT_SCRIPT_KEYS=1
-cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$built"
+# One build: every test binary, linted, its checked queries described against a throwaway
+# PostgreSQL; deploy/sqlx.sh then fails when .sqlx/ (what every other build reads,
+# SQLX_OFFLINE=true) is not what the queries and the migrations give now.
+log "building every test binary (linted by clippy), and the sqlx offline data it describes"
+deploy/sqlx.sh check -- test --workspace --locked --no-run \
+  --message-format=json-render-diagnostics >"$built"
 tools_ready
 log "node --test gateway/client (the browser module)"
 node --test gateway/client/test/

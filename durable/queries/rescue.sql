@@ -20,6 +20,7 @@ UPDATE commands c SET
     attempt_id = NULL, updated_at = now()
   FROM decided d WHERE c.id = d.id
 RETURNING c.id AS "id: CommandId", c.application_id AS "application_id: ApplicationId",
-          c.namespace_id AS "namespace_id: NamespaceId", c.command, c.resource_key, c.queue_seq,
-          c.status AS "status: CommandStatus", c.updated_at, c.result, c.error_code,
-          c.error_message, false AS "held!", d.lapsed AS "attempt: AttemptId"
+          c.namespace_id AS "namespace_id: NamespaceId", c.command, c.subject, c.request_key,
+          c.content_sha256, c.resource_key, c.queue_seq, c.status AS "status: CommandStatus",
+          c.accepted_at, c.deadline_at, c.updated_at, c.result, c.error_code, c.error_message,
+          false AS "held!", d.lapsed AS "attempt: AttemptId"

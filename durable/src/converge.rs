@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use crate::DurableError;
 use crate::ids::ApplicationId;
-use crate::{application, control};
+use crate::{budgets, control};
 use sluice_redis::Projection;
 
 /// Stores the pauses and budgets of `application_id` as PostgreSQL holds them now.
@@ -19,6 +19,6 @@ pub async fn refresh(
 ) -> Result<(), DurableError> {
     let pauses = control::pauses_of(pg, application_id).await?;
     control::store_in_redis(redis, application_id, &pauses).await?;
-    let (revision, budgets) = application::budgets_now(pg, application_id).await?;
-    application::store_in_redis(redis, application_id, revision, budgets).await
+    let (revision, shared) = budgets::budgets_now(pg, application_id).await?;
+    budgets::store_in_redis(redis, application_id, revision, shared).await
 }

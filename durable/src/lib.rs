@@ -5,12 +5,12 @@
 //! - [`lifecycle`]: every transition of a command, its PostgreSQL statement and its Redis
 //!   script side by side, fenced by epoch and attempt; its upkeep (sweep, repair, rebuild,
 //!   retention).
-//! - [`application`]: the budgets all namespaces of an application share, and their configure.
+//! - [`budgets`]: the budgets all namespaces of an application share, and their configure.
 //! - [`control`]: operator pauses, stored with audit and propagated to Redis.
 //! - [`converge`]: an application's pauses and budgets stored in Redis as PostgreSQL holds them.
 //! - [`quotas`]: quota pools' counts and capacity, allocations' confirm and release, and the
 //!   expiry of reservations.
-//! - [`status`]: the status board operators read.
+//! - [`status_board`]: the status board operators read (`GET /v1/status`).
 //! - [`figures`]: what `GET /metrics` reads when scraped (projection, quota pools, rooms).
 //! - [`http_client`]: the one outbound HTTP client type (webhooks and read origins).
 //! - [`faults`]: fault-injection points (feature `fault-injection`, tests only).
@@ -18,7 +18,7 @@
 
 pub use sluice_model::{declaration, field_error, ids};
 
-pub mod application;
+pub mod budgets;
 pub mod control;
 pub mod converge;
 pub mod faults;
@@ -26,6 +26,6 @@ pub mod figures;
 pub mod http_client;
 pub mod lifecycle;
 pub mod quotas;
-pub mod status;
+pub mod status_board;
 
 pub use sluice_model::DurableError;

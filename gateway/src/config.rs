@@ -51,13 +51,13 @@ pub struct GatewayConfig {
     pub command_reads_concurrency: usize,
     /// ...and this many per second for one subject (a burst of twice that), so that one person
     /// cannot spend the process's budget: past it `429 RATE_LIMITED`, past the process's
-    /// `503 UNAVAILABLE`, both with `Retry-After` ([`crate::pg_budget`]).
+    /// `503 UNAVAILABLE`, both with `Retry-After` ([`crate::identity::pg_budget`]).
     pub command_reads_per_subject_per_second: u32,
     /// Lookups of credentials and subject keys this process has not seen valid, per second at
-    /// most: what a flood of random bearers or `kid`s can cost PostgreSQL ([`crate::lookup_budget`]).
+    /// most: what a flood of random bearers or `kid`s can cost PostgreSQL ([`crate::identity::lookup_budget`]).
     pub unknown_lookups_per_second: u32,
     /// Waiting polls of commands deep in their queue answered from the gateway's memory
-    /// ([`crate::waiting_view`]), with tickets that state their queue (version 3). Off: every
+    /// ([`crate::polls::waiting_view`]), with tickets that state their queue (version 3). Off: every
     /// poll asks Redis and tickets are version 2, as before; a rolling upgrade keeps it off
     /// until every gateway and executor runs scripts that keep the gone record and the started
     /// sequences (and verifies version 3 tickets).

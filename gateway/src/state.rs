@@ -20,12 +20,12 @@ use sluice_store::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use crate::auth::Caller;
 use crate::config::GatewayConfig;
-use crate::error::{ApiError, ErrorCode};
-use crate::lookup_budget::{IdentityKey, Lookup, LookupBudget};
-use crate::pg_budget::{PgBudget, Refused};
-use crate::ticket::TicketKeys;
+use crate::http::error::{ApiError, ErrorCode};
+use crate::identity::auth::Caller;
+use crate::identity::lookup_budget::{IdentityKey, Lookup, LookupBudget};
+use crate::identity::pg_budget::{PgBudget, Refused};
+use crate::identity::ticket::TicketKeys;
 use sluice_store::pass_keys::PassKey;
 
 /// How long a gateway keeps the pass keys it read.
@@ -65,14 +65,14 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub stats: GatewayStats,
     pub reads: Arc<crate::reads::ReadCache>,
-    /// Waiting polls answered from memory ([`crate::waiting_view`]).
-    pub waiting: crate::waiting_view::WaitingView,
+    /// Waiting polls answered from memory ([`crate::polls::waiting_view`]).
+    pub waiting: crate::polls::waiting_view::WaitingView,
     /// `sluice dev`'s demo sale (`/demo/`), set by `sluice dev` only.
-    pub demo: std::sync::OnceLock<crate::demo::Demo>,
+    pub demo: std::sync::OnceLock<crate::pages::demo::Demo>,
     /// Each room's recent arrival rate, for adaptive proof of work.
-    pub arrivals: crate::arrival_rate::ArrivalRates,
-    /// Waiting places' polls answered from memory ([`crate::room_board`]).
-    pub room_boards: crate::room_board::RoomBoards,
+    pub arrivals: crate::rooms::arrival_rate::ArrivalRates,
+    /// Waiting places' polls answered from memory ([`crate::rooms::board`]).
+    pub room_boards: crate::rooms::board::RoomBoards,
     namespaces: Cache<NamespaceId, Arc<NamespaceConfig>>,
     credentials: Cache<[u8; 32], Option<Arc<CredentialRecord>>>,
     subject_keys: Cache<String, Option<SubjectKey>>,
@@ -141,10 +141,13 @@ impl Gateway {
             ),
             stats: GatewayStats::default(),
             reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
-            waiting: crate::waiting_view::WaitingView::new(redis.clone(), config.polls_from_memory),
+            waiting: crate::polls::waiting_view::WaitingView::new(
+                redis.clone(),
+                config.polls_from_memory,
+            ),
             demo: std::sync::OnceLock::new(),
-            arrivals: crate::arrival_rate::ArrivalRates::default(),
-            room_boards: crate::room_board::RoomBoards::default(),
+            arrivals: crate::rooms::arrival_rate::ArrivalRates::default(),
+            room_boards: crate::rooms::board::RoomBoards::default(),
             ticker_pg: pg.clone(),
             pg,
             redis,

@@ -32,7 +32,7 @@ where
         loop {
             let stream = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                stream = sluice_gateway::server::accept(&listener, "load test") => stream,
+                stream = sluice_gateway::http::server::accept(&listener, "load test") => stream,
             };
             let _ = stream.set_nodelay(true);
             let handler = handler.clone();

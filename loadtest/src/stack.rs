@@ -118,7 +118,7 @@ impl Stack {
                 run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
                 let listen = free_loopback_addr()?;
                 let admin = free_loopback_addr()?;
-                let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
+                let (ticket_keys, _) = sluice_gateway::identity::ticket::TicketKeys::generate();
                 let mut env = vec![("SLUICE_TICKET_KEYS", ticket_keys.as_str())];
                 env.extend_from_slice(spec.gateway_env);
                 let gateway = spawn(
@@ -148,7 +148,7 @@ impl Stack {
                 run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
                 // One set of ticket keys for every gateway: a ticket issued by one is polled at
                 // any other.
-                let (ticket_keys, _) = sluice_gateway::ticket::TicketKeys::generate();
+                let (ticket_keys, _) = sluice_gateway::identity::ticket::TicketKeys::generate();
                 let mut env = vec![("SLUICE_TICKET_KEYS", ticket_keys.as_str())];
                 env.extend_from_slice(spec.gateway_env);
                 let (mut bases, mut ready_urls, mut children) =

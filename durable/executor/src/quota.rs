@@ -87,7 +87,7 @@ async fn allocate_in_one_transaction(
     batch: &[Claimed],
     holds: &Holds,
 ) -> Result<Vec<Landed>, DurableError> {
-    let ids: Vec<CommandId> = batch.iter().map(|c| c.id).collect();
+    let ids: Vec<CommandId> = batch.iter().map(|c| c.row.id).collect();
     let attempts: Vec<Uuid> = batch.iter().map(|c| c.attempt.as_uuid()).collect();
     let mut tx = pg.begin().await?;
     let held: Vec<(CommandId, String)> = sqlx::query!(

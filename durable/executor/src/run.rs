@@ -247,7 +247,7 @@ impl Executor {
         if shutdown.is_cancelled() {
             // Admitted just as shutdown began: a draining executor starts nothing new, so the
             // heads go back to their queues (and their permits with them) unclaimed.
-            claim::give_back(self.stores(), &keys, &batch.heads).await;
+            claim::requeue_heads(self.stores(), &keys, &batch.heads).await;
             return;
         }
         let external: Vec<CommandId> = batch
@@ -280,25 +280,30 @@ impl Executor {
                 // their queues in their original places.
                 sluice_metrics::storage_error(&error);
                 tracing::warn!(%error, "claim failed; heads go back to their queues");
-                claim::give_back(self.stores(), &keys, &batch.heads).await;
+                claim::requeue_heads(self.stores(), &keys, &batch.heads).await;
                 return;
             }
         };
         let mut by_pool: HashMap<(NamespaceId, String), Vec<Claimed>> = HashMap::new();
         let mut holds = quota::Holds::new();
-        for row in claimed {
+        for claimed in claimed {
             let permits = keys.command_permits(
-                row.namespace_id,
-                &row.command,
-                &row.resource_key,
-                &row.limit_keys,
+                claimed.row.namespace_id,
+                &claimed.row.command,
+                &claimed.row.resource_key,
+                &claimed.limit_keys,
             );
-            let hold =
-                self.attempts
-                    .hold(row.attempt, row.id, app.id, permits, batch.at, self.lease());
+            let hold = self.attempts.hold(
+                claimed.attempt,
+                claimed.row.id,
+                app.id,
+                permits,
+                batch.at,
+                self.lease(),
+            );
             let handler = app
                 .commands
-                .get(&(row.namespace_id, row.command.clone()))
+                .get(&(claimed.row.namespace_id, claimed.row.command.clone()))
                 .filter(|decl| runnable(decl))
                 .map(|decl| decl.handler.clone());
             match handler {
@@ -307,12 +312,12 @@ impl Executor {
                         reservation_seconds,
                     } = mode
                     {
-                        holds.insert(row.id, reservation_seconds);
+                        holds.insert(claimed.row.id, reservation_seconds);
                     }
                     by_pool
-                        .entry((row.namespace_id, pool))
+                        .entry((claimed.row.namespace_id, pool))
                         .or_default()
-                        .push(row);
+                        .push(claimed);
                 }
                 Some(HandlerDecl::Webhook { url, timeout_ms }) => {
                     let delivery = Delivery {
@@ -320,9 +325,9 @@ impl Executor {
                         timeout_ms,
                         admitted_at: batch.at,
                     };
-                    self.start_webhook(app, &keys, row, hold, delivery, shutdown);
+                    self.start_webhook(app, &keys, claimed, hold, delivery, shutdown);
                 }
-                _ => self.give_back(&keys, &row).await,
+                _ => self.requeue(&keys, &claimed).await,
             }
         }
         for ((namespace_id, pool), rows) in by_pool {
@@ -378,7 +383,7 @@ impl Executor {
                 sluice_metrics::storage_error(&error);
                 tracing::warn!(%error, %pool, "quota batch failed; its commands go back to their queue");
                 for row in rows {
-                    self.give_back(keys, row).await;
+                    self.requeue(keys, row).await;
                 }
             }
         }
@@ -392,12 +397,13 @@ impl Executor {
     }
 
     /// `requeue`: a row this executor cannot handle goes back to its queue.
-    async fn give_back(&self, keys: &AppKeys, row: &Claimed) {
-        if let Err(error) = held::give_back(self.stores(), keys, row, self.patience()).await {
+    async fn requeue(&self, keys: &AppKeys, claimed: &Claimed) {
+        if let Err(error) = held::requeue_held(self.stores(), keys, claimed, self.patience()).await
+        {
             sluice_metrics::storage_error(&error);
-            tracing::warn!(command_id = %row.id, %error, "not given back; its lease lapses and it is rescued");
+            tracing::warn!(command_id = %claimed.row.id, %error, "not given back; its lease lapses and it is rescued");
         }
-        self.attempts.release(row.attempt);
+        self.attempts.release(claimed.attempt);
     }
 
     /// Runs one webhook command to its end on its own task: its retries may wait for seconds
@@ -407,16 +413,19 @@ impl Executor {
         self: &Arc<Self>,
         app: &Application,
         keys: &AppKeys,
-        row: Claimed,
+        claimed: Claimed,
         hold: Hold,
         delivery: Delivery,
         shutdown: &CancellationToken,
     ) {
-        let Some(decl) = app.commands.get(&(row.namespace_id, row.command.clone())) else {
+        let Some(decl) = app
+            .commands
+            .get(&(claimed.row.namespace_id, claimed.row.command.clone()))
+        else {
             return;
         };
-        let Some(namespace) = app.namespaces.get(&row.namespace_id) else {
-            tracing::error!(namespace_id = %row.namespace_id, "namespace missing from the catalog; its lease lapses and it is retried");
+        let Some(namespace) = app.namespaces.get(&claimed.row.namespace_id) else {
+            tracing::error!(namespace_id = %claimed.row.namespace_id, "namespace missing from the catalog; its lease lapses and it is retried");
             return;
         };
         let target = Target {
@@ -424,7 +433,7 @@ impl Executor {
             timeout: Duration::from_millis(u64::from(delivery.timeout_ms)),
             secrets: namespace.webhook_secrets.clone(),
             namespace: namespace.name.clone(),
-            rate_keys: rate_keys_of(keys, &row, decl),
+            rate_keys: rate_keys_of(keys, &claimed, decl),
             admitted_at: delivery.admitted_at,
             fence: hold.fence,
         };
@@ -443,23 +452,23 @@ impl Executor {
                 patience: this.patience(),
             };
             tokio::select! {
-                ended = webhook::run(&deps, &row, &target, &shutdown) => match ended {
+                ended = webhook::run(&deps, &claimed, &target, &shutdown) => match ended {
                     Ok(webhook::End::Withheld) => {
-                        tracing::warn!(command_id = %row.id, attempt = %row.attempt, "webhook request withheld: the attempt's lease ran out before it went out");
+                        tracing::warn!(command_id = %claimed.row.id, attempt = %claimed.attempt, "webhook request withheld: the attempt's lease ran out before it went out");
                     }
-                    Ok(end) => tracing::debug!(command_id = %row.id, ?end, "webhook command let go"),
-                    // PostgreSQL failed mid-way: the row keeps its lease until it lapses, then the
+                    Ok(end) => tracing::debug!(command_id = %claimed.row.id, ?end, "webhook command let go"),
+                    // PostgreSQL failed mid-way: the claimed keeps its lease until it lapses, then the
                     // sweeper puts it back in line (in doubt, so a past-deadline one is reviewed).
                     Err(error) => {
                         sluice_metrics::storage_error(&error);
-                        tracing::warn!(command_id = %row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
+                        tracing::warn!(command_id = %claimed.row.id, %error, "webhook command dropped; its lease lapses and the sweeper takes over");
                     }
                 },
                 () = hold.stop.cancelled() => {
-                    tracing::warn!(command_id = %row.id, attempt = %row.attempt, "webhook attempt abandoned: it lost its lease");
+                    tracing::warn!(command_id = %claimed.row.id, attempt = %claimed.attempt, "webhook attempt abandoned: it lost its lease");
                 }
             }
-            this.attempts.release(row.attempt);
+            this.attempts.release(claimed.attempt);
             this.wake.notify_one();
         });
     }
@@ -525,14 +534,15 @@ impl Executor {
 }
 
 /// The start buckets of `row`'s rate-limited limit keys.
-fn rate_keys_of(keys: &AppKeys, row: &Claimed, decl: &CommandDecl) -> Vec<RateKey> {
-    row.limit_keys
+fn rate_keys_of(keys: &AppKeys, claimed: &Claimed, decl: &CommandDecl) -> Vec<RateKey> {
+    claimed
+        .limit_keys
         .iter()
         .filter_map(|[template, key]| {
             let limit = decl.limits.iter().find(|l| &l.key == template)?;
             let per_second = limit.per_second?;
             Some(RateKey {
-                bucket: keys.limit_bucket(row.namespace_id, key),
+                bucket: keys.limit_bucket(claimed.row.namespace_id, key),
                 per_second,
                 burst: limit.burst.unwrap_or(per_second),
             })

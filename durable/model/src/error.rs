@@ -1,7 +1,7 @@
 use crate::field_error::FieldError;
 
 /// Everything that can go wrong below the HTTP layer. The gateway maps each variant to exactly one
-/// API error code in one place (`gateway/src/error.rs`).
+/// API error code in one place (`gateway/src/http/error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub enum DurableError {
     /// PostgreSQL refused or could not be reached. Whether a write landed may be unknown.

@@ -214,7 +214,7 @@ pub async fn fill(
 /// Gives a fill lease back without filling (this caller will not ask the origin: a budget
 /// refused), so that the next caller of any gateway may fill at once instead of waiting for the
 /// lease to lapse. A lease this caller no longer holds is left alone.
-pub async fn give_back(
+pub async fn release_fill_lease(
     redis: &Projection,
     app: &AppKeys,
     keys: &EntryKeys,

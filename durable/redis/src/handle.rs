@@ -17,7 +17,7 @@ pub struct Projection {
     admission_keys: Arc<AdmissionKeys>,
 }
 
-/// `pub async fn <script>(keys, args)`: `EVALSHA` of `lua/<script>.lua` on a connected client
+/// `pub async fn <script>(keys, args)`: `EVALSHA` of `lua/<kind>/<script>.lua` on a connected client
 /// of the pool (see [`super::scripts::NamedScript::call`]).
 macro_rules! script_methods {
     ($($name:ident),* $(,)?) => {
@@ -62,18 +62,18 @@ impl Projection {
         land,
         requeue,
         renew,
-        mark,
-        holders,
-        holding,
-        retake,
+        attempt_status,
+        permit_holders,
+        still_held,
+        start_tokens,
         ready,
         rebuild,
         app_limits,
         usage,
-        projected,
+        queued_in_redis,
         metrics,
         control,
-        status,
+        status_board,
         cache_read,
         cache_fill,
         cache_invalidate,

@@ -24,18 +24,18 @@ pub struct Scripts {
     pub land: NamedScript,
     pub requeue: NamedScript,
     pub renew: NamedScript,
-    pub mark: NamedScript,
-    pub holders: NamedScript,
-    pub holding: NamedScript,
-    pub retake: NamedScript,
+    pub attempt_status: NamedScript,
+    pub permit_holders: NamedScript,
+    pub still_held: NamedScript,
+    pub start_tokens: NamedScript,
     pub ready: NamedScript,
     pub rebuild: NamedScript,
     pub app_limits: NamedScript,
     pub usage: NamedScript,
-    pub projected: NamedScript,
+    pub queued_in_redis: NamedScript,
     pub metrics: NamedScript,
     pub control: NamedScript,
-    pub status: NamedScript,
+    pub status_board: NamedScript,
     pub cache_read: NamedScript,
     pub cache_fill: NamedScript,
     pub cache_invalidate: NamedScript,
@@ -43,7 +43,7 @@ pub struct Scripts {
 }
 
 /// A life-cycle script: `lua/lib/asked_keys.lua` and `lua/lib/epoch.lua` (whose declared
-/// permits ask through the first) followed by `lua/<name>`.
+/// permits ask through the first) followed by `lua/fenced/<name>`.
 macro_rules! fenced {
     ($name:literal) => {
         NamedScript::new(
@@ -51,21 +51,21 @@ macro_rules! fenced {
             concat!(
                 include_str!("../../../lua/lib/asked_keys.lua"),
                 include_str!("../../../lua/lib/epoch.lua"),
-                include_str!(concat!("../../../lua/", $name))
+                include_str!(concat!("../../../lua/fenced/", $name))
             ),
         )
     };
 }
 
 /// A script that reads, and asks for the keys it learns by reading (`lua/lib/asked_keys.lua`
-/// followed by `lua/<name>`).
+/// followed by `lua/asking/<name>`).
 macro_rules! asking {
     ($name:literal) => {
         NamedScript::new(
             $name,
             concat!(
                 include_str!("../../../lua/lib/asked_keys.lua"),
-                include_str!(concat!("../../../lua/", $name))
+                include_str!(concat!("../../../lua/asking/", $name))
             ),
         )
     };
@@ -80,7 +80,7 @@ pub const STRICT_KEYS_VARIABLE: &str = "SLUICE_STRICT_SCRIPT_KEYS";
 /// A script that reads, or writes only what needs no trusted projection.
 macro_rules! plain {
     ($name:literal) => {
-        NamedScript::new($name, include_str!(concat!("../../../lua/", $name)))
+        NamedScript::new($name, include_str!(concat!("../../../lua/plain/", $name)))
     };
 }
 
@@ -179,20 +179,20 @@ impl Scripts {
             land: fenced!("land.lua"),
             requeue: fenced!("requeue.lua"),
             renew: fenced!("renew.lua"),
-            mark: fenced!("mark.lua"),
-            retake: fenced!("retake.lua"),
+            attempt_status: fenced!("attempt_status.lua"),
+            start_tokens: fenced!("start_tokens.lua"),
             ticket: fenced!("ticket.lua"),
             waiting: fenced!("waiting.lua"),
-            holders: asking!("holders.lua"),
-            holding: fenced!("holding.lua"),
+            permit_holders: asking!("permit_holders.lua"),
+            still_held: fenced!("still_held.lua"),
             ready: plain!("ready.lua"),
             rebuild: plain!("rebuild.lua"),
             app_limits: plain!("app_limits.lua"),
             usage: plain!("usage.lua"),
-            projected: plain!("projected.lua"),
+            queued_in_redis: plain!("queued_in_redis.lua"),
             metrics: asking!("metrics.lua"),
             control: plain!("control.lua"),
-            status: asking!("status.lua"),
+            status_board: asking!("status_board.lua"),
             cache_read: plain!("cache_read.lua"),
             cache_fill: plain!("cache_fill.lua"),
             cache_invalidate: plain!("cache_invalidate.lua"),

@@ -32,7 +32,7 @@ pub struct ProjectedStatus {
     /// when it waits and its queue started something since it last had none waiting.
     pub starts_per_second: Option<f64>,
     /// The suffix of the queue the command waits in (`<ns>:<cmd>:<resource>`), while it waits:
-    /// what a ticket's queue tag stands for (gateway/src/waiting_view.rs).
+    /// what a ticket's queue tag stands for (gateway/src/polls/waiting_view.rs).
     pub queue_suffix: Option<String>,
 }
 

@@ -16,28 +16,22 @@ use super::Stores;
 use super::attempt::AttemptId;
 use super::end::project_current;
 use super::redis::{Admission, Requeue, Requeued, requeue};
-use super::row_state::RowState;
+use super::row_state::{RowState, row_state};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_model::CommandStatus;
 use sluice_redis::AppKeys;
-use sluice_store::outbox::rfc3339;
+use sluice_store::outbox::{CommandRow, rfc3339};
 
 pub use super::redis::{AdmitLimits, AdmittedHead, RateKey};
 
-/// A row this executor now holds, under its attempt.
+/// A row this executor now holds, under its attempt: the row (the table's one row type,
+/// [`CommandRow`]) and what only an attempt needs beside it.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    pub id: CommandId,
+    pub row: CommandRow,
     pub attempt: AttemptId,
-    pub namespace_id: NamespaceId,
-    pub command: String,
-    pub subject: String,
-    pub resource_key: String,
-    pub queue_seq: i64,
     pub input: serde_json::Value,
-    pub accepted_at: DateTime<Utc>,
-    pub deadline_at: DateTime<Utc>,
     pub attempts: i32,
     /// Rendered limit keys, `[[template, key], …]`.
     pub limit_keys: Vec<[String; 2]>,
@@ -166,7 +160,9 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
               WHERE c.id = old.id AND old.in_time
              -- These names are the UNION's (its first branch names its columns), with the types
              -- and nullability sqlx cannot infer through it.
-             RETURNING c.subject AS "subject!", c.input AS "input!", c.accepted_at AS "accepted_at!",
+             RETURNING c.subject AS "subject!", c.request_key AS "request_key!",
+                       c.content_sha256 AS "content_sha256!", c.input AS "input!",
+                       c.accepted_at AS "accepted_at!",
                        c.deadline_at AS "deadline_at!", c.attempts AS "attempts!",
                        c.limit_keys AS "limit_keys!", old.in_doubt AS "was_in_doubt!",
                        c.id AS "id!: CommandId", c.application_id AS "application_id!: ApplicationId",
@@ -180,7 +176,8 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         "
                FROM old
               WHERE c.id = old.id AND NOT old.in_time
-             RETURNING c.subject, c.input, c.accepted_at, c.deadline_at, c.attempts, c.limit_keys,
+             RETURNING c.subject, c.request_key, c.content_sha256, c.input, c.accepted_at,
+                       c.deadline_at, c.attempts, c.limit_keys,
                        old.in_doubt AS was_in_doubt, c.id, c.application_id, c.namespace_id,
                        c.command, c.resource_key, c.queue_seq, c.status, c.updated_at, c.result,
                        c.error_code, c.error_message, c.lease_owner IS NOT NULL AS held, c.attempt_id)
@@ -199,51 +196,42 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
     let found: Vec<CommandId> = rows.iter().map(|row| row.id).collect();
     let mut claimed = Vec::with_capacity(rows.len());
     let mut ended = Vec::new();
-    for row in rows {
-        let state = RowState {
-            id: row.id,
-            application_id: row.application_id,
-            namespace_id: row.namespace_id,
-            command: row.command,
-            resource_key: row.resource_key,
-            queue_seq: row.queue_seq,
-            status: row.status,
-            updated_at: row.updated_at,
-            result: row.result,
-            error_code: row.error_code,
-            error_message: row.error_message,
-            held: row.held,
-            attempt: row.attempt,
-        };
-        if state.status != CommandStatus::Executing {
+    for record in rows {
+        let input = record.input;
+        let attempts = record.attempts;
+        let limit_keys = record.limit_keys;
+        let was_in_doubt = record.was_in_doubt;
+        let state = row_state!(record);
+        if state.row.status != CommandStatus::Executing {
             ended.push(state);
             continue;
         }
         claimed.push(Claimed {
-            id: state.id,
             attempt: state
                 .attempt
                 .ok_or_else(|| DurableError::script("claim", "a claimed row without attempt"))?,
-            namespace_id: state.namespace_id,
-            command: state.command,
-            subject: row.subject,
-            resource_key: state.resource_key,
-            queue_seq: state.queue_seq,
-            input: row.input,
-            accepted_at: row.accepted_at,
-            deadline_at: row.deadline_at,
-            attempts: row.attempts,
-            limit_keys: serde_json::from_value(row.limit_keys).unwrap_or_default(),
-            was_in_doubt: row.was_in_doubt,
+            row: state.row,
+            input,
+            attempts,
+            limit_keys: serde_json::from_value(limit_keys).unwrap_or_default(),
+            was_in_doubt,
         });
     }
     if found.is_empty() && generation(stores, order.application_id).await? != order.generation {
         return Ok(Claim::Stale);
     }
     let keys = AppKeys::new(order.application_id);
-    for row in &ended {
-        tracing::info!(command_id = %row.id, status = %row.status, "admitted past its time: ended instead of started");
-        project_current(stores, &keys, order.retention_ms, order.patience, row, None).await;
+    for state in &ended {
+        tracing::info!(command_id = %state.row.id, status = %state.row.status, "admitted past its time: ended instead of started");
+        project_current(
+            stores,
+            &keys,
+            order.retention_ms,
+            order.patience,
+            state,
+            None,
+        )
+        .await;
     }
     let unclaimed: Vec<&AdmittedHead> = order
         .heads
@@ -251,7 +239,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         .filter(|h| !found.contains(&h.command_id))
         .collect();
     if !unclaimed.is_empty() {
-        give_back_unclaimed(stores, &keys, order, &unclaimed).await;
+        requeue_unclaimed(stores, &keys, order, &unclaimed).await;
     }
     Ok(Claim::Claimed(claimed))
 }
@@ -271,7 +259,7 @@ async fn generation(
 
 /// Heads admitted but not claimed (cancelled, ended or taken meanwhile): their Redis side follows
 /// what PostgreSQL says of them, under the attempt their admission minted.
-async fn give_back_unclaimed(
+async fn requeue_unclaimed(
     stores: Stores<'_>,
     keys: &AppKeys,
     order: &ClaimOrder<'_>,
@@ -280,17 +268,17 @@ async fn give_back_unclaimed(
     let ids: Vec<CommandId> = unclaimed.iter().map(|h| h.command_id).collect();
     match current_state(stores, &ids).await {
         Ok(states) => {
-            for row in &states {
+            for state in &states {
                 let attempt = unclaimed
                     .iter()
-                    .find(|h| h.command_id == row.id)
+                    .find(|h| h.command_id == state.row.id)
                     .map(|h| h.attempt);
                 project_current(
                     stores,
                     keys,
                     order.retention_ms,
                     order.patience,
-                    row,
+                    state,
                     attempt,
                 )
                 .await;
@@ -302,14 +290,14 @@ async fn give_back_unclaimed(
             sluice_metrics::storage_error(&error);
             tracing::warn!(%error, "unclaimed heads go back to their queues");
             let heads: Vec<AdmittedHead> = unclaimed.iter().map(|h| (*h).clone()).collect();
-            give_back(stores, keys, &heads).await;
+            requeue_heads(stores, keys, &heads).await;
         }
     }
 }
 
 /// Gives admitted heads back to their queues unclaimed (the claim failed, or the executor is
 /// draining): PostgreSQL still has them waiting.
-pub async fn give_back(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead]) {
+pub async fn requeue_heads(stores: Stores<'_>, keys: &AppKeys, heads: &[AdmittedHead]) {
     for head in heads {
         let Some((namespace_id, command, resource_key)) = split_suffix(&head.queue_suffix) else {
             continue;
@@ -348,11 +336,10 @@ pub async fn current_state(
     stores: Stores<'_>,
     ids: &[CommandId],
 ) -> Result<Vec<RowState>, DurableError> {
-    Ok(
-        sqlx::query_file_as!(RowState, "queries/current_state.sql", ids as _)
-            .fetch_all(stores.pg)
-            .await?,
-    )
+    Ok(sqlx::query_file!("queries/current_state.sql", ids as _)
+        .map(|current| row_state!(current))
+        .fetch_all(stores.pg)
+        .await?)
 }
 
 #[cfg(test)]

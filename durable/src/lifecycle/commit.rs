@@ -12,6 +12,8 @@ use sqlx::PgConnection;
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_model::CommandStatus;
+use sluice_store::command_row;
+use sluice_store::outbox::CommandRow;
 
 /// What makes two enqueues the same intent: the primary key of `request_keys`. A second enqueue with
 /// the same key is a replay (or a conflict when its content differs), never a second command.
@@ -42,17 +44,6 @@ pub struct NewCommand {
     pub generation: i64,
 }
 
-/// The row PostgreSQL already holds for a request key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExistingCommand {
-    pub id: CommandId,
-    pub content_sha256: Vec<u8>,
-    pub status: CommandStatus,
-    pub accepted_at: DateTime<Utc>,
-    pub deadline_at: DateTime<Utc>,
-    pub resource_key: String,
-}
-
 /// What happened to one command of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InsertOutcome {
@@ -61,7 +52,7 @@ pub enum InsertOutcome {
         deadline_at: DateTime<Utc>,
     },
     /// The key already had a row (a replay, or a conflict if the content differs).
-    Existing(ExistingCommand),
+    Existing(CommandRow),
     /// PostgreSQL says the namespace or command is paused.
     Paused,
     /// The projection was rebuilt since the reservation (a new epoch): reserve again.
@@ -187,16 +178,17 @@ async fn generations(
 async fn find_existing(
     conn: &mut PgConnection,
     missing: &[&NewCommand],
-) -> Result<HashMap<IdempotencyKey, ExistingCommand>, DurableError> {
+) -> Result<HashMap<IdempotencyKey, CommandRow>, DurableError> {
     let namespaces: Vec<NamespaceId> = missing.iter().map(|c| c.key.namespace_id).collect();
     let commands: Vec<&str> = missing.iter().map(|c| c.key.command.as_str()).collect();
     let subjects: Vec<&str> = missing.iter().map(|c| c.key.subject.as_str()).collect();
     let keys: Vec<&str> = missing.iter().map(|c| c.key.request_key.as_str()).collect();
     let rows = sqlx::query!(
-        r#"SELECT c.id AS "id: CommandId", c.namespace_id AS "namespace_id: NamespaceId",
-                  c.command, c.subject, c.request_key, c.content_sha256,
+        r#"SELECT c.id AS "id: CommandId", c.application_id AS "application_id: ApplicationId",
+                  c.namespace_id AS "namespace_id: NamespaceId", c.command, c.subject,
+                  c.request_key, c.content_sha256, c.resource_key, c.queue_seq,
                   c.status AS "status: CommandStatus", c.accepted_at, c.deadline_at,
-                  c.resource_key
+                  c.updated_at
              FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS k(ns, cmd, sub, rk)
              JOIN request_keys held
                ON held.namespace_id = k.ns AND held.command = k.cmd AND held.subject = k.sub
@@ -214,19 +206,11 @@ async fn find_existing(
         .map(|row| {
             let key = IdempotencyKey {
                 namespace_id: row.namespace_id,
-                command: row.command,
-                subject: row.subject,
-                request_key: row.request_key,
+                command: row.command.clone(),
+                subject: row.subject.clone(),
+                request_key: row.request_key.clone(),
             };
-            let existing = ExistingCommand {
-                id: row.id,
-                content_sha256: row.content_sha256,
-                status: row.status,
-                accepted_at: row.accepted_at,
-                deadline_at: row.deadline_at,
-                resource_key: row.resource_key,
-            };
-            (key, existing)
+            (key, command_row!(row))
         })
         .collect())
 }

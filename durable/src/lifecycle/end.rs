@@ -162,16 +162,17 @@ pub async fn project_current(
     keys: &AppKeys,
     retention_ms: i64,
     patience: Duration,
-    row: &RowState,
+    state: &RowState,
     attempt: Option<AttemptId>,
 ) -> bool {
+    let row = &state.row;
     match row.status {
         // Held between two webhook attempts: its attempt decides, like an executing one.
-        CommandStatus::RetryWait if row.held => false,
+        CommandStatus::RetryWait if state.held => false,
         CommandStatus::Accepted | CommandStatus::RetryWait => {
             let back = Requeued {
                 command_id: row.id,
-                attempt: attempt.or(row.attempt),
+                attempt: attempt.or(state.attempt),
                 namespace_id: row.namespace_id,
                 command: &row.command,
                 resource_key: &row.resource_key,
@@ -190,17 +191,17 @@ pub async fn project_current(
                 resource_key: &row.resource_key,
                 limit_keys: &[],
             };
-            let error = row
+            let error = state
                 .error_code
                 .as_deref()
-                .map(|c| (c, row.error_message.as_deref().unwrap_or("")));
+                .map(|c| (c, state.error_message.as_deref().unwrap_or("")));
             project_end(
                 stores,
                 keys,
                 place,
                 &Outcome {
                     status,
-                    result: row.result.as_ref(),
+                    result: state.result.as_ref(),
                     error,
                 },
                 row.updated_at,

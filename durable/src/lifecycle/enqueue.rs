@@ -15,7 +15,7 @@ use super::Stores;
 use super::intake_batcher::IntakeBatcher;
 use super::redis::{Acceptance, Accepted, IntakeRequest, IntakeVerdict, Release, accept, release};
 
-use super::commit::{ExistingCommand, IdempotencyKey, InsertOutcome, NewCommand};
+use super::commit::{IdempotencyKey, InsertOutcome, NewCommand};
 use super::group_commit::GroupCommitter;
 /// Why intake refused an intent before anything was written (a [`Refusal::Limited`]).
 pub use super::redis::Limit;
@@ -24,6 +24,7 @@ use crate::declaration::CommandDecl;
 use crate::faults::{self, Point};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_redis::AppKeys;
+use sluice_store::outbox::CommandRow;
 use sluice_store::outbox::rfc3339;
 
 /// Reservations refused by the commit because a rebuild began meanwhile, before the enqueue
@@ -82,7 +83,7 @@ pub enum Enqueued {
     },
     /// PostgreSQL already held a row for the key (same content: a replay; else a conflict).
     Existing {
-        row: ExistingCommand,
+        row: CommandRow,
         generation: i64,
     },
     Refused(Refusal),
@@ -246,24 +247,24 @@ async fn commit(
         }
         Ok(InsertOutcome::Existing(row)) => {
             let same = row.content_sha256 == intent.digest;
-            give_back(stores, intent, reservation.command_id, same.then_some(&row)).await;
+            release_reservation(stores, intent, reservation.command_id, same.then_some(&row)).await;
             Ok(Some(Enqueued::Existing {
                 row,
                 generation: reservation.generation,
             }))
         }
         Ok(InsertOutcome::Paused) => {
-            give_back(stores, intent, reservation.command_id, None).await;
+            release_reservation(stores, intent, reservation.command_id, None).await;
             Ok(Some(Enqueued::Refused(Refusal::Limited(Limit::Paused {
                 whole_namespace: true,
             }))))
         }
         Ok(InsertOutcome::Stale) => {
-            give_back(stores, intent, reservation.command_id, None).await;
+            release_reservation(stores, intent, reservation.command_id, None).await;
             Ok(None)
         }
         Err(error) => {
-            give_back(stores, intent, reservation.command_id, None).await;
+            release_reservation(stores, intent, reservation.command_id, None).await;
             Err(error)
         }
     }
@@ -320,11 +321,11 @@ async fn project(
 
 /// `release`: gives a reservation back. If Redis is unreachable now the reservation simply
 /// expires.
-async fn give_back(
+async fn release_reservation(
     stores: Stores<'_>,
     intent: &Intent<'_>,
     command_id: CommandId,
-    existing: Option<&ExistingCommand>,
+    existing: Option<&CommandRow>,
 ) {
     let give = Release {
         command_id,

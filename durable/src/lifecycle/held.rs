@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::attempt::AttemptId;
 use super::claim::Claimed;
-use super::redis::{Extend, Mark, RateKey, Requeued, mark};
+use super::redis::{Extend, Mark, RateKey, Requeued, set_attempt_status};
 use super::{RUNNING_PERMIT_GRACE, Stores, until_ready};
 use crate::DurableError;
 use crate::ids::CommandId;
@@ -64,7 +64,7 @@ pub async fn renew_leases(
 pub async fn wait_for_retry(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &Claimed,
+    claimed: &Claimed,
     in_doubt: bool,
     next_attempt_at: DateTime<Utc>,
     reason: &str,
@@ -76,8 +76,8 @@ pub async fn wait_for_retry(
                 error_code = 'WEBHOOK_RETRYING', error_message = $5, updated_at = now()
           WHERE id = $1 AND attempt_id = $2 AND status = 'executing'
          RETURNING cancel_requested",
-        row.id as _,
-        row.attempt.as_uuid(),
+        claimed.row.id as _,
+        claimed.attempt.as_uuid(),
         in_doubt,
         next_attempt_at,
         reason,
@@ -85,7 +85,7 @@ pub async fn wait_for_retry(
     .fetch_optional(stores.pg)
     .await?;
     if cancel.is_some() {
-        show(stores, keys, row, CommandStatus::RetryWait).await;
+        show(stores, keys, claimed, CommandStatus::RetryWait).await;
     }
     Ok(cancel)
 }
@@ -95,18 +95,18 @@ pub async fn wait_for_retry(
 pub async fn start_retry(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &Claimed,
+    claimed: &Claimed,
 ) -> Result<Option<i32>, DurableError> {
     // Transition `attempt`, second half.
     let number: Option<i32> = sqlx::query_file_scalar!(
         "queries/start_retry.sql",
-        row.id as _,
-        row.attempt.as_uuid()
+        claimed.row.id as _,
+        claimed.attempt.as_uuid()
     )
     .fetch_optional(stores.pg)
     .await?;
     if number.is_some() {
-        show(stores, keys, row, CommandStatus::Executing).await;
+        show(stores, keys, claimed, CommandStatus::Executing).await;
     }
     Ok(number)
 }
@@ -122,14 +122,14 @@ pub async fn cancel_requested(stores: Stores<'_>, id: CommandId) -> Result<bool,
     .unwrap_or(false))
 }
 
-/// The status a ticket poll shows while the attempt holds the command (`mark.lua`); a poll shows
+/// The status a ticket poll shows while the attempt holds the command (`attempt_status.lua`); a poll shows
 /// PostgreSQL's status when this misses, so a failure is only logged.
-async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: CommandStatus) {
-    let marked = mark(
+async fn show(stores: Stores<'_>, keys: &AppKeys, claimed: &Claimed, status: CommandStatus) {
+    let marked = set_attempt_status(
         stores.redis,
         keys,
-        row.id,
-        row.attempt,
+        claimed.row.id,
+        claimed.attempt,
         status,
         rfc3339(Utc::now()),
         None,
@@ -137,7 +137,7 @@ async fn show(stores: Stores<'_>, keys: &AppKeys, row: &Claimed, status: Command
     )
     .await;
     if let Err(error) = marked {
-        tracing::debug!(command_id = %row.id, %error, "status not shown in Redis; PostgreSQL holds it");
+        tracing::debug!(command_id = %claimed.row.id, %error, "status not shown in Redis; PostgreSQL holds it");
     }
 }
 
@@ -158,27 +158,27 @@ pub enum Running {
 pub async fn running(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &Claimed,
+    claimed: &Claimed,
     patience: Duration,
 ) -> Result<Running, DurableError> {
-    let until_deadline = (row.deadline_at - Utc::now())
+    let until_deadline = (claimed.row.deadline_at - Utc::now())
         .to_std()
         .unwrap_or_default()
         .saturating_add(RUNNING_PERMIT_GRACE);
-    // The claimed row names every permit: the extension is one call.
+    // The claimed claimed names every permit: the extension is one call.
     let permits = keys.command_permits(
-        row.namespace_id,
-        &row.command,
-        &row.resource_key,
-        &row.limit_keys,
+        claimed.row.namespace_id,
+        &claimed.row.command,
+        &claimed.row.resource_key,
+        &claimed.limit_keys,
     );
     let extended = until_ready(stores, keys.application_id(), patience, || async {
         Ok(
-            match mark(
+            match set_attempt_status(
                 stores.redis,
                 keys,
-                row.id,
-                row.attempt,
+                claimed.row.id,
+                claimed.attempt,
                 CommandStatus::Running,
                 rfc3339(Utc::now()),
                 Some(Extend::Live(until_deadline)),
@@ -195,15 +195,18 @@ pub async fn running(
     match extended {
         Ok(Some(Mark::Marked)) => {}
         other => {
-            tracing::warn!(command_id = %row.id, ?other, "running permits not extended; the permit sweeper restores them");
+            tracing::warn!(command_id = %claimed.row.id, ?other, "running permits not extended; the permit sweeper restores them");
         }
     }
     // Transition `running`: nobody holds a lease on it any more; the attempt stays on record,
     // so a rebuild restores its permits under it.
-    let marked: Option<DateTime<Utc>> =
-        sqlx::query_file_scalar!("queries/running.sql", row.id as _, row.attempt.as_uuid())
-            .fetch_optional(stores.pg)
-            .await?;
+    let marked: Option<DateTime<Utc>> = sqlx::query_file_scalar!(
+        "queries/running.sql",
+        claimed.row.id as _,
+        claimed.attempt.as_uuid()
+    )
+    .fetch_optional(stores.pg)
+    .await?;
     Ok(if marked.is_some() {
         Running::Running
     } else {
@@ -214,27 +217,30 @@ pub async fn running(
 /// `requeue`: the attempt gives its command back to its queue at its original place, as
 /// `retry_wait` (its handler could not run, or the executor is draining between two attempts).
 /// Returns false when the attempt had already lost the row.
-pub async fn give_back(
+pub async fn requeue_held(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &Claimed,
+    claimed: &Claimed,
     patience: Duration,
 ) -> Result<bool, DurableError> {
     // Transition `requeue`.
-    let given: Option<DateTime<Utc>> =
-        sqlx::query_file_scalar!("queries/give_back.sql", row.id as _, row.attempt.as_uuid())
-            .fetch_optional(stores.pg)
-            .await?;
+    let given: Option<DateTime<Utc>> = sqlx::query_file_scalar!(
+        "queries/requeue_held.sql",
+        claimed.row.id as _,
+        claimed.attempt.as_uuid()
+    )
+    .fetch_optional(stores.pg)
+    .await?;
     let Some(updated_at) = given else {
         return Ok(false);
     };
     let back = Requeued {
-        command_id: row.id,
-        attempt: Some(row.attempt),
-        namespace_id: row.namespace_id,
-        command: &row.command,
-        resource_key: &row.resource_key,
-        queue_seq: row.queue_seq,
+        command_id: claimed.row.id,
+        attempt: Some(claimed.attempt),
+        namespace_id: claimed.row.namespace_id,
+        command: &claimed.row.command,
+        resource_key: &claimed.row.resource_key,
+        queue_seq: claimed.row.queue_seq,
         status: CommandStatus::RetryWait,
         updated_at: rfc3339(updated_at),
     };
@@ -242,12 +248,12 @@ pub async fn give_back(
     Ok(true)
 }
 
-/// `retake`: before a retry's request, one start token from every rate-limited bucket of the
-/// command (`retake.lua`), or how long until every bucket has one.
-pub async fn retake(
+/// `take_start_tokens`: before a retry's request, one start token from every rate-limited bucket of the
+/// command (`start_tokens.lua`), or how long until every bucket has one.
+pub async fn take_start_tokens(
     stores: Stores<'_>,
     keys: &AppKeys,
     buckets: &[RateKey],
 ) -> Result<Retake, DurableError> {
-    super::redis::retake(stores.redis, keys, buckets).await
+    super::redis::take_start_tokens(stores.redis, keys, buckets).await
 }

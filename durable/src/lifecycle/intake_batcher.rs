@@ -242,7 +242,7 @@ impl Drop for Unread {
         };
         answer.close();
         if let Ok(Ok(verdict)) = answer.try_recv() {
-            give_back_orphan(&self.shared, &self.entry, &verdict);
+            release_orphan(&self.shared, &self.entry, &verdict);
         }
         // Not answered yet: the lane finds the receiver closed when it replies, and gives the
         // reservation back itself.
@@ -260,7 +260,7 @@ const ORPHAN_RETRY_MAX_PAUSE: Duration = Duration::from_secs(5);
 /// exactly once, so an expiry in between changes nothing). In a task of its own, so neither a
 /// lane nor a dropping caller waits for it. Retried until the reservation would have expired by
 /// itself, after which there is nothing left to give back.
-fn give_back_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict) {
+fn release_orphan(shared: &Arc<Shared>, entry: &Entry, verdict: &IntakeVerdict) {
     if !matches!(verdict, IntakeVerdict::Reserved { .. }) {
         return;
     }
@@ -347,7 +347,7 @@ async fn decide(shared: &Arc<Shared>, batch: &mut Vec<Job>) {
         Ok(verdicts) => {
             for (job, verdict) in batch.drain(..).zip(verdicts) {
                 if let Err(Ok(verdict)) = job.reply.send(Ok(verdict)) {
-                    give_back_orphan(shared, &job.entry, &verdict);
+                    release_orphan(shared, &job.entry, &verdict);
                 }
             }
         }

@@ -48,7 +48,7 @@ pub async fn land_batch(
         .map(|d| {
             batch
                 .iter()
-                .find(|c| c.id == d.id)
+                .find(|c| c.row.id == d.id)
                 .map(|c| c.attempt.as_uuid())
         })
         .collect();
@@ -105,15 +105,15 @@ pub async fn project_landed(
     projecting: Projecting,
 ) {
     for done in landed {
-        let Some(row) = batch.iter().find(|c| c.id == done.id) else {
+        let Some(claimed) = batch.iter().find(|c| c.row.id == done.id) else {
             continue;
         };
         let place = Place {
-            id: row.id,
-            namespace_id: row.namespace_id,
-            command: &row.command,
-            resource_key: &row.resource_key,
-            limit_keys: &row.limit_keys,
+            id: claimed.row.id,
+            namespace_id: claimed.row.namespace_id,
+            command: &claimed.row.command,
+            resource_key: &claimed.row.resource_key,
+            limit_keys: &claimed.limit_keys,
         };
         let outcome = Outcome {
             status: done.status,

@@ -17,7 +17,7 @@ use fred::prelude::*;
 
 use super::claim::current_state;
 use super::end::project_current;
-use super::redis::{Acceptance, Accepted, Extend, accept, holders, mark};
+use super::redis::{Acceptance, Accepted, Extend, accept, permit_holders, set_attempt_status};
 use super::sweep::SweepSide;
 use super::{RUNNING_PERMIT_GRACE, Stores};
 use crate::DurableError;
@@ -61,43 +61,51 @@ pub async fn permits(
     for app in apps {
         let keys = AppKeys::new(app.application_id);
         for (namespace_id, command) in &app.commands {
-            let found = holders(stores.redis, &keys, *namespace_id, command, HOLDERS).await?;
+            let found =
+                permit_holders(stores.redis, &keys, *namespace_id, command, HOLDERS).await?;
             if found.is_empty() {
                 continue;
             }
             let ids: Vec<CommandId> = found.iter().map(|h| h.command_id).collect();
             let states = current_state(stores, &ids).await?;
             for holder in &found {
-                let Some(row) = states.iter().find(|s| s.id == holder.command_id) else {
+                let Some(state) = states.iter().find(|s| s.row.id == holder.command_id) else {
                     continue;
                 };
-                let repaired = match row.status {
+                let repaired = match state.row.status {
                     // An admitted head nobody claimed (its executor died): back in line, once
                     // its permit lapsed (a live one is an admission whose claim is under way).
                     CommandStatus::Accepted | CommandStatus::RetryWait
-                        if !row.held && !holder.live =>
+                        if !state.held && !holder.live =>
                     {
-                        tracing::info!(command_id = %row.id, "permit lapsed before its claim; command back in line");
+                        tracing::info!(command_id = %state.row.id, "permit lapsed before its claim; command back in line");
                         project_current(
                             stores,
                             &keys,
                             side.retention_ms,
                             side.patience,
-                            row,
+                            state,
                             holder.attempt,
                         )
                         .await
                     }
                     CommandStatus::Running => {
-                        restore_running(stores, &keys, row, holder.attempt).await
+                        restore_running(stores, &keys, state, holder.attempt).await
                     }
                     CommandStatus::Executing
                     | CommandStatus::RetryWait
                     | CommandStatus::Accepted => false,
                     // Ended (or needs_review) while its landing missed Redis.
                     _ => {
-                        project_current(stores, &keys, side.retention_ms, side.patience, row, None)
-                            .await
+                        project_current(
+                            stores,
+                            &keys,
+                            side.retention_ms,
+                            side.patience,
+                            state,
+                            None,
+                        )
+                        .await
                     }
                 };
                 changed += usize::from(repaired);
@@ -105,7 +113,7 @@ pub async fn permits(
             // Permits of rows that no longer exist (pruned) are simply dropped.
             let gone: Vec<String> = ids
                 .iter()
-                .filter(|id| !states.iter().any(|s| s.id == **id))
+                .filter(|id| !states.iter().any(|s| s.row.id == **id))
                 .map(CommandId::to_string)
                 .collect();
             if !gone.is_empty() {
@@ -127,10 +135,11 @@ pub async fn permits(
 async fn restore_running(
     stores: Stores<'_>,
     keys: &AppKeys,
-    row: &super::row_state::RowState,
+    state: &super::row_state::RowState,
     on_record: Option<super::AttemptId>,
 ) -> bool {
-    let Some(attempt) = row.attempt.filter(|a| Some(*a) == on_record) else {
+    let row = &state.row;
+    let Some(attempt) = state.attempt.filter(|a| Some(*a) == on_record) else {
         return false;
     };
     let deadline: Option<chrono::DateTime<Utc>> = sqlx::query_scalar!(
@@ -149,7 +158,7 @@ async fn restore_running(
         .unwrap_or_default()
         .saturating_add(RUNNING_PERMIT_GRACE);
     matches!(
-        mark(
+        set_attempt_status(
             stores.redis,
             keys,
             row.id,
@@ -224,7 +233,7 @@ pub async fn projection(
             continue;
         }
         let keys = AppKeys::new(application_id);
-        let seen = projected(stores, &keys, &waiting).await?;
+        let seen = queued_in_redis(stores, &keys, &waiting).await?;
         let mut unqueued = Vec::new();
         for (one, (status, queued)) in waiting.iter().zip(seen) {
             match status.as_deref() {
@@ -247,11 +256,18 @@ pub async fn projection(
         }
         if !unqueued.is_empty() {
             // Asked again under the rows' current state: one claimed meanwhile is left alone.
-            for row in current_state(stores, &unqueued).await? {
-                if project_current(stores, &keys, side.retention_ms, side.patience, &row, None)
-                    .await
+            for state in current_state(stores, &unqueued).await? {
+                if project_current(
+                    stores,
+                    &keys,
+                    side.retention_ms,
+                    side.patience,
+                    &state,
+                    None,
+                )
+                .await
                 {
-                    tracing::warn!(command_id = %row.id, "waiting command missing from its queue; back in line");
+                    tracing::warn!(command_id = %state.row.id, "waiting command missing from its queue; back in line");
                     repaired += 1;
                 }
             }
@@ -291,26 +307,26 @@ impl Waiting {
 }
 
 /// Each row's projected status (None: no status hash) and whether it is in its queue.
-async fn projected(
+async fn queued_in_redis(
     stores: Stores<'_>,
     keys: &AppKeys,
     rows: &[Waiting],
 ) -> Result<Vec<(Option<String>, bool)>, DurableError> {
     let mut script_keys = Vec::with_capacity(rows.len() * 2);
     let mut args: Vec<Value> = Vec::with_capacity(rows.len());
-    for row in rows {
-        script_keys.push(keys.command(row.row.id));
+    for state in rows {
+        script_keys.push(keys.command(state.row.id));
         script_keys.push(keys.queue(
-            row.row.namespace_id,
-            &row.row.command,
-            &row.row.resource_key,
+            state.row.namespace_id,
+            &state.row.command,
+            &state.row.resource_key,
         ));
-        args.push(row.row.id.to_string().into());
+        args.push(state.row.id.to_string().into());
     }
-    let answer: Vec<Value> = stores.redis.projected(script_keys, args).await?;
+    let answer: Vec<Value> = stores.redis.queued_in_redis(script_keys, args).await?;
     if answer.len() != rows.len() * 2 {
         return Err(DurableError::script(
-            "projected.lua",
+            "queued_in_redis.lua",
             "one pair per command",
         ));
     }

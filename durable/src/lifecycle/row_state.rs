@@ -2,24 +2,16 @@
 //! claim, the sweepers, the queue repair and the ends share (its own module, so none of them
 //! imports another for it).
 
-use chrono::{DateTime, Utc};
+use sluice_store::outbox::CommandRow;
 
 use super::attempt::AttemptId;
-use crate::ids::{ApplicationId, CommandId, NamespaceId};
-use sluice_model::CommandStatus;
 
 /// What PostgreSQL says of a row whose Redis side must follow: a head that could not be claimed,
-/// a permit that lapsed, a row a sweeper just changed.
+/// a permit that lapsed, a row a sweeper just changed. The row itself is the table's one row type
+/// ([`CommandRow`]); beside it, what only the Redis side of an end needs.
 #[derive(Debug, Clone)]
 pub struct RowState {
-    pub id: CommandId,
-    pub application_id: ApplicationId,
-    pub namespace_id: NamespaceId,
-    pub command: String,
-    pub resource_key: String,
-    pub queue_seq: i64,
-    pub status: CommandStatus,
-    pub updated_at: DateTime<Utc>,
+    pub row: CommandRow,
     pub result: Option<serde_json::Value>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
@@ -28,3 +20,20 @@ pub struct RowState {
     /// The attempt that holds it, if any (also on `running` rows).
     pub attempt: Option<AttemptId>,
 }
+
+/// The [`RowState`] of a `sqlx::query!` record that has its columns: every column of
+/// [`CommandRow`] (as `sluice_store::command_row!` reads them), `result`, `error_code`,
+/// `error_message`, `held` and `attempt`, by those names.
+macro_rules! row_state {
+    ($record:ident) => {
+        $crate::lifecycle::row_state::RowState {
+            row: sluice_store::command_row!($record),
+            result: $record.result,
+            error_code: $record.error_code,
+            error_message: $record.error_message,
+            held: $record.held,
+            attempt: $record.attempt,
+        }
+    };
+}
+pub(crate) use row_state;

@@ -23,8 +23,8 @@ use super::Stores;
 use super::attempt::AttemptId;
 use super::claim::ending_waiting;
 use super::end::project_current;
-use super::redis::holding;
-use super::row_state::RowState;
+use super::redis::still_held;
+use super::row_state::{RowState, row_state};
 use crate::DurableError;
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_model::CommandStatus;
@@ -69,9 +69,9 @@ where
 
 /// The Redis side of what a sweep changed; returns how many rows it changed.
 async fn project_all(stores: Stores<'_>, side: SweepSide, rows: &[RowState]) -> usize {
-    for row in rows {
-        let keys = AppKeys::new(row.application_id);
-        project_current(stores, &keys, side.retention_ms, side.patience, row, None).await;
+    for state in rows {
+        let keys = AppKeys::new(state.row.application_id);
+        project_current(stores, &keys, side.retention_ms, side.patience, state, None).await;
     }
     rows.len()
 }
@@ -131,7 +131,7 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
     }
     for (application_id, attempts) in by_app {
         let keys = AppKeys::new(application_id);
-        match holding(stores.redis, &keys, &attempts).await {
+        match still_held(stores.redis, &keys, &attempts).await {
             Ok(Some(held)) => rescued.extend(
                 attempts
                     .iter()
@@ -150,14 +150,15 @@ pub async fn rescue(stores: Stores<'_>, side: SweepSide) -> Result<usize, Durabl
         return Ok(0);
     }
     // Transition `rescue`: rows whose attempt lapsed, among those found lapsed and locked.
-    let rows = sqlx::query_file_as!(RowState, "queries/rescue.sql", &rescued as _)
+    let rows = sqlx::query_file!("queries/rescue.sql", &rescued as _)
+        .map(|rescued| row_state!(rescued))
         .fetch_all(&mut *tx)
         .await?;
     tx.commit().await?;
-    for row in &rows {
-        sluice_metrics::lease_rescued(row.status);
-        if row.status == CommandStatus::RetryWait {
-            tracing::info!(command_id = %row.id, "lease lapsed; command back in line");
+    for state in &rows {
+        sluice_metrics::lease_rescued(state.row.status);
+        if state.row.status == CommandStatus::RetryWait {
+            tracing::info!(command_id = %state.row.id, "lease lapsed; command back in line");
         }
     }
     Ok(project_all(stores, side, &rows).await)
@@ -171,12 +172,12 @@ pub async fn review_overdue_running(
     side: SweepSide,
 ) -> Result<usize, DurableError> {
     // Running rows past their deadline (transition `review`).
-    let review = sqlx::query_file_as!(RowState, "queries/review_running.sql", BATCH);
+    let review = sqlx::query_file!("queries/review_running.sql", BATCH).map(|due| row_state!(due));
     let Some(rows) = locked(stores.pg, LOCK_RUNNING, review).await? else {
         return Ok(0);
     };
-    for row in &rows {
-        tracing::warn!(command_id = %row.id, "running command reached its deadline without a result: needs_review");
+    for state in &rows {
+        tracing::warn!(command_id = %state.row.id, "running command reached its deadline without a result: needs_review");
     }
     Ok(project_all(stores, side, &rows).await)
 }
@@ -185,8 +186,7 @@ pub async fn review_overdue_running(
 /// an earlier attempt may have reached a backend unanswered).
 pub async fn expire_waiting(stores: Stores<'_>, side: SweepSide) -> Result<usize, DurableError> {
     // Waiting rows past their `max_wait` or deadline (transition `expire`).
-    let expire = ending_waiting!(query_as!(
-        RowState,
+    let expire = ending_waiting!(query!(
         "WITH due AS (
              SELECT id FROM commands
               WHERE status IN ('accepted', 'retry_wait') AND lease_owner IS NULL
@@ -196,12 +196,14 @@ pub async fn expire_waiting(stores: Stores<'_>, side: SweepSide) -> Result<usize
         r#"
            FROM due WHERE c.id = due.id
          RETURNING c.id AS "id: CommandId", c.application_id AS "application_id: ApplicationId",
-                   c.namespace_id AS "namespace_id: NamespaceId", c.command, c.resource_key,
-                   c.queue_seq, c.status AS "status: CommandStatus", c.updated_at, c.result,
-                   c.error_code, c.error_message, c.lease_owner IS NOT NULL AS "held!",
-                   c.attempt_id AS "attempt: AttemptId""#,
+                   c.namespace_id AS "namespace_id: NamespaceId", c.command, c.subject,
+                   c.request_key, c.content_sha256, c.resource_key, c.queue_seq,
+                   c.status AS "status: CommandStatus", c.accepted_at, c.deadline_at,
+                   c.updated_at, c.result, c.error_code, c.error_message,
+                   c.lease_owner IS NOT NULL AS "held!", c.attempt_id AS "attempt: AttemptId""#,
         BATCH
-    ));
+    ))
+    .map(|due| row_state!(due));
     let Some(rows) = locked(stores.pg, LOCK_WAITING, expire).await? else {
         return Ok(0);
     };

@@ -1,6 +1,6 @@
 //! A quota pool's counts as PostgreSQL holds them, and the operator's capacity change
 //! (`POST /v1/quota-pools/{pool}:configure`): compare-and-set on the pool's revision, audited,
-//! idempotent by key like the application's budgets (`crate::application`).
+//! idempotent by key like the application's budgets (`crate::budgets`).
 //!
 //! A declaration sets a pool's capacity when it creates the pool or when the document changes
 //! the declared number; re-applying a document that declares the same number leaves a capacity

@@ -3,7 +3,7 @@
 //! `{"KEYS", key, ...}` and does nothing else; the Rust callers then call again with them. The
 //! permit scripts (land, requeue, renew, mark, holding: lib/epoch.lua's declared permits) and the
 //! readers (holders, metrics, status, ticket). And `land.lua`'s outcomes per second go to one
-//! declared ring per namespace, which `status.lua` reads back without counting a second the ring
+//! declared ring per namespace, which `status_board.lua` reads back without counting a second the ring
 //! no longer holds.
 
 use std::collections::HashSet;
@@ -13,8 +13,8 @@ use serde_json::json;
 use sluice_durable::figures::read_app_figures;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::attempt::AttemptId;
-use sluice_durable::lifecycle::redis::{AdmittedHead, holders, holding, renew};
-use sluice_durable::status;
+use sluice_durable::lifecycle::redis::{AdmittedHead, permit_holders, renew, still_held};
+use sluice_durable::status_board;
 use sluice_redis::ticket::read_status;
 
 use crate::lua_fixture::{Bench, admit_limits};
@@ -128,7 +128,7 @@ async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
         HashSet::from([limit_lease(&bench)])
     );
 
-    // renew.lua and holding.lua with the command's status hash only: every lease is asked for.
+    // renew.lua and still_held.lua with the command's status hash only: every lease is asked for.
     let attempt = head.attempt.to_string();
     let renew_args: Vec<Value> = vec![60_000.into(), id.to_string().into(), attempt.clone().into()];
     let answer: Value = bench
@@ -139,18 +139,18 @@ async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
     assert_eq!(asked(&answer, "renew.lua"), all);
     let answer: Value = bench
         .redis
-        .holding(
+        .still_held(
             vec![bench.keys.meta(), bench.keys.command(id)],
             vec![id.to_string().into(), attempt.clone().into()],
         )
         .await
-        .expect("holding.lua");
-    assert_eq!(asked(&answer, "holding.lua"), all);
+        .expect("still_held.lua");
+    assert_eq!(asked(&answer, "still_held.lua"), all);
 
-    // mark.lua extending the permits, with two of them.
+    // attempt_status.lua extending the permits, with two of them.
     let answer: Value = bench
         .redis
-        .mark(
+        .attempt_status(
             vec![
                 bench.keys.meta(),
                 bench.keys.command(id),
@@ -167,9 +167,9 @@ async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
             ],
         )
         .await
-        .expect("mark.lua");
+        .expect("attempt_status.lua");
     assert_eq!(
-        asked(&answer, "mark.lua"),
+        asked(&answer, "attempt_status.lua"),
         HashSet::from([known[2].clone(), limit_lease(&bench)])
     );
     assert_eq!(
@@ -217,7 +217,7 @@ async fn a_script_given_too_few_permits_asks_for_them_and_writes_nothing() {
         extended > first,
         "the limit key's permit was extended: {first} -> {extended}"
     );
-    let told = holding(
+    let told = still_held(
         &bench.redis,
         &bench.keys,
         &[(id, head.attempt), (id, AttemptId::mint())],
@@ -303,14 +303,14 @@ async fn outcomes_land_in_a_declared_ring_and_a_reused_slot_starts_from_nothing(
     }
     assert_eq!((succeeded, failed), (2, 1), "{fields:?}");
 
-    // status.lua reads the ring: once these seconds are whole, it shows the same three, and a
+    // status_board.lua reads the ring: once these seconds are whole, it shows the same three, and a
     // slot still holding a second two minutes old counts for nothing.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while redis_second(&bench).await <= after {
         assert!(std::time::Instant::now() < deadline, "Redis time moves on");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let figures = status::projection(
+    let figures = status_board::projection(
         &bench.redis,
         &bench.keys,
         bench.namespace,
@@ -319,7 +319,7 @@ async fn outcomes_land_in_a_declared_ring_and_a_reused_slot_starts_from_nothing(
         16,
     )
     .await
-    .expect("status.lua");
+    .expect("status_board.lua");
     let shown: (i64, i64) = figures
         .outcomes
         .iter()
@@ -354,18 +354,18 @@ async fn readers_ask_for_the_keys_they_learn_by_reading_and_answer_with_them() {
     let keys = &bench.keys;
     let ns = bench.namespace;
 
-    // holders.lua with the lease zset only: it names both holders' status hashes.
+    // permit_holders.lua with the lease zset only: it names both holders' status hashes.
     let answer: Value = bench
         .redis
-        .holders(
+        .permit_holders(
             vec![keys.command_leases(ns, "job")],
             vec![10.into(), keys.command_prefix().into()],
         )
         .await
-        .expect("holders.lua");
+        .expect("permit_holders.lua");
     let expected: HashSet<String> = running.iter().map(|id| keys.command(*id)).collect();
-    assert_eq!(asked(&answer, "holders.lua"), expected);
-    let found = holders(&bench.redis, keys, ns, "job", 10)
+    assert_eq!(asked(&answer, "permit_holders.lua"), expected);
+    let found = permit_holders(&bench.redis, keys, ns, "job", 10)
         .await
         .expect("holders");
     let found_ids: HashSet<CommandId> = found.iter().map(|h| h.command_id).collect();
@@ -407,7 +407,7 @@ async fn readers_ask_for_the_keys_they_learn_by_reading_and_answer_with_them() {
         "two running, one waiting: {figures:?}"
     );
 
-    // status.lua asking: the waiting resource's queue and lease zset.
+    // status_board.lua asking: the waiting resource's queue and lease zset.
     let status_keys = vec![
         keys.meta(),
         keys.application_leases(),
@@ -428,9 +428,9 @@ async fn readers_ask_for_the_keys_they_learn_by_reading_and_answer_with_them() {
     };
     let answer: Value = bench
         .redis
-        .status(status_keys.clone(), status_args("ask"))
+        .status_board(status_keys.clone(), status_args("ask"))
         .await
-        .expect("status.lua");
+        .expect("status_board.lua");
     // Every resource still in the command's `rq` set (a resource leaves it when admit.lua finds
     // its queue empty): the two started from and the one waiting.
     let r3 = bench.suffix("job", "r3");
@@ -441,19 +441,19 @@ async fn readers_ask_for_the_keys_they_learn_by_reading_and_answer_with_them() {
             [keys.queue_by_suffix(&suffix), keys.resource_leases(&suffix)]
         })
         .collect();
-    assert_eq!(asked(&answer, "status.lua"), resources);
+    assert_eq!(asked(&answer, "status_board.lua"), resources);
     // "partial" without them looks at nothing it was not given.
     let answer: Vec<Value> = bench
         .redis
-        .status(status_keys.clone(), status_args("partial"))
+        .status_board(status_keys.clone(), status_args("partial"))
         .await
-        .expect("status.lua");
+        .expect("status_board.lua");
     assert_eq!(
         answer[3].as_i64(),
         Some(0),
         "no resource scanned: {answer:?}"
     );
-    let figures = status::projection(&bench.redis, keys, ns, &["job"], &[], 16)
+    let figures = status_board::projection(&bench.redis, keys, ns, &["job"], &[], 16)
         .await
         .expect("status");
     assert_eq!(figures.command_in_flight, vec![2]);

@@ -449,7 +449,7 @@ async fn a_reservation_whose_caller_went_away_is_given_back() {
 /// Redis answers: the slot of a caller who is gone is freed once Redis is back, not held until
 /// the reservation expires (60 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_give_back_that_fails_is_tried_again_once_redis_answers() {
+async fn a_release_that_fails_is_tried_again_once_redis_answers() {
     use std::sync::atomic::Ordering;
     let mut server = RedisServer::start();
     let bench = Bench::on(&server.url()).await;

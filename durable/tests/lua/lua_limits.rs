@@ -1,7 +1,7 @@
 //! Limit keys against a real Redis: `admit.lua` takes every permit and start token of a command's
 //! limit keys or none, lets the next of the first `lookahead` commands pass a head held back only
 //! by its own keys, and records the leases it took in `held`; `land.lua` and `requeue.lua` release
-//! exactly those; `retake.lua` takes a token from every bucket or none.
+//! exactly those; `start_tokens.lua` takes a token from every bucket or none.
 //! The `cfg` hash, queues and status hashes are written by the test itself.
 
 use std::collections::{HashMap, HashSet};
@@ -14,7 +14,7 @@ use serde_json::{Map, Value as Json, json};
 use sluice_durable::declaration::{parse, render_limit_keys};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
-    AdmitLimits, AdmittedHead, RateKey, Requeue, Requeued, Retake, requeue, retake,
+    AdmitLimits, AdmittedHead, RateKey, Requeue, Requeued, Retake, requeue, take_start_tokens,
 };
 use sluice_redis::admission_config::{admission_spec, limit_specs, write_admission_config};
 use tokio::sync::mpsc;
@@ -801,7 +801,7 @@ async fn requeue_and_land_release_held_leases() {
     assert_eq!(bench.waiting().await, 0);
 }
 
-/// retake.lua: one of two buckets empty → the wait, and nothing taken from the other; both with
+/// start_tokens.lua: one of two buckets empty → the wait, and nothing taken from the other; both with
 /// a token → one taken from each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retake_takes_a_token_from_every_bucket_or_none() {
@@ -852,13 +852,14 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
         set_bucket(full.bucket.clone(), "3").await;
         set_bucket(empty.bucket.clone(), "0").await;
         let full_before = bench.hash(&full.bucket).await;
-        let wait = retake(&bench.redis, &bench.keys, &buckets)
+        let wait = take_start_tokens(&bench.redis, &bench.keys, &buckets)
             .await
-            .expect("retake.lua");
+            .expect("start_tokens.lua");
         // A missing bucket is full: the wait comes from the empty one alone, whatever the order.
-        let wait_fresh = retake(&bench.redis, &bench.keys, &[empty.clone(), fresh.clone()])
-            .await
-            .expect("retake.lua");
+        let wait_fresh =
+            take_start_tokens(&bench.redis, &bench.keys, &[empty.clone(), fresh.clone()])
+                .await
+                .expect("start_tokens.lua");
         if bench.now_ms().await - before >= 400 {
             continue;
         }
@@ -890,9 +891,9 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     let (a_tokens, a_ts) = bench.bucket(&full.bucket).await;
     let (b_tokens, b_ts) = bench.bucket(&empty.bucket).await;
     assert_eq!(
-        retake(&bench.redis, &bench.keys, &buckets)
+        take_start_tokens(&bench.redis, &bench.keys, &buckets)
             .await
-            .expect("retake.lua"),
+            .expect("start_tokens.lua"),
         Retake::Taken
     );
     let (a_after, a_now) = bench.bucket(&full.bucket).await;
@@ -911,7 +912,7 @@ async fn retake_takes_a_token_from_every_bucket_or_none() {
     assert_eq!(b_after, 1.0);
     // No bucket: nothing to wait for.
     assert_eq!(
-        retake(&bench.redis, &bench.keys, &[])
+        take_start_tokens(&bench.redis, &bench.keys, &[])
             .await
             .expect("retake"),
         Retake::Taken

@@ -28,7 +28,7 @@ type Bench = lua_fixture::Bench<Waiting>;
 /// Kept in step with `GONE_KEEP` in lua/lib/epoch.lua.
 const GONE_KEEP: u64 = 4096;
 
-/// What a gateway asks for (`RUNS_ENTRIES`, `RUNS_READS` in gateway/src/waiting_view.rs).
+/// What a gateway asks for (`RUNS_ENTRIES`, `RUNS_READS` in gateway/src/polls/waiting_view.rs).
 const GATEWAY_RUNS: RunLimits = RunLimits {
     entries: 16_384,
     reads: 2_048,

@@ -34,7 +34,7 @@ async fn a_script_touching_an_undeclared_key_fails_before_redis_runs_it() {
     );
 
     // A key built inside the script, written and read, through `redis.call`, a copy of it
-    // (`local call = redis.call`, as status.lua does) and `redis.pcall`.
+    // (`local call = redis.call`, as status_board.lua does) and `redis.pcall`.
     for body in [
         "return redis.call('SET', KEYS[1] .. 'b', 'x')",
         "local call = redis.call; return call('GET', string.sub(KEYS[1], 1, -2) .. 'b')",

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sluice_durable::ids::CommandId;
 use sluice_model::CommandStatus;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// `202` to an enqueue (and `200` to its replay).
 #[derive(Debug, Serialize)]

@@ -11,23 +11,23 @@ use crate::handlers::answers::to_data;
 use hyper::{HeaderMap, StatusCode};
 use serde::Serialize;
 use sluice_durable::DurableError;
-use sluice_durable::application::{
+use sluice_durable::budgets::{
     self, Budgets, Configure, MAX_CONCURRENCY_RANGE, MAX_UNFINISHED_RANGE, RATE_PER_SECOND_RANGE,
     Snapshot,
 };
 use sluice_durable::ids::ApplicationId;
 
 use super::{Handled, RevisedChange, idempotency_key, require_json};
-use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::Caller;
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
 
 pub async fn read(gateway: &Gateway, caller: &Caller) -> Handled {
     caller.require_scope("application:resources:read")?;
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let application_id = namespace.application_id;
-    let read = || application::read(&gateway.pg, &gateway.redis, application_id);
+    let read = || budgets::read(&gateway.pg, &gateway.redis, application_id);
     let snapshot = match read().await {
         Err(DurableError::Unavailable(_)) if gateway.ensure_projection(application_id).await => {
             read().await?
@@ -58,7 +58,7 @@ pub async fn configure(
         reason: &request.reason,
         budgets: request.budgets,
     };
-    let configure = || application::configure(&gateway.pg, &gateway.redis, &call);
+    let configure = || budgets::configure(&gateway.pg, &gateway.redis, &call);
     // Not ready: nothing was changed (usage is read before the transaction); rebuild, then again.
     let configured = match configure().await {
         Err(DurableError::Unavailable(_))

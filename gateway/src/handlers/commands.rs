@@ -10,11 +10,11 @@ use sluice_store::outbox::queries::{self, CommandRecord, MinePage};
 use super::answers::to_data;
 use super::record::{caller_command, command_json};
 use super::{Handled, pages};
-use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::strict_json::{validate_request_key, validate_subject};
+use crate::http::url::query_value;
+use crate::identity::auth::Caller;
 use crate::state::Gateway;
-use crate::strict_json::{validate_request_key, validate_subject};
-use crate::url::query_value;
 use serde::Serialize;
 
 pub fn parse_command_id(text: &str) -> Result<CommandId, ApiError> {

@@ -14,10 +14,10 @@ use sluice_store::outbox::queries::CommandRecord;
 
 use super::Handled;
 use super::record::{caller_command, command_json};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorCode};
+use crate::http::error::{ApiError, ErrorCode};
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::Caller;
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
 
 pub async fn complete(gateway: &Gateway, caller: &Caller, id: CommandId, body: Bytes) -> Handled {
     caller.require_scope("commands:complete")?;

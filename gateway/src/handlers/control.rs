@@ -9,10 +9,10 @@ use sluice_durable::control::{self, SetPause};
 use sluice_durable::ids::NamespaceId;
 
 use super::{Handled, require_json, validate_reason};
-use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::Caller;
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
 
 pub async fn control(
     gateway: &Gateway,

@@ -11,25 +11,26 @@ use sluice_durable::declaration::CommandDecl;
 use sluice_durable::declaration::render_limit_keys;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle;
-use sluice_durable::lifecycle::commit::ExistingCommand;
 use sluice_durable::lifecycle::enqueue::Limit;
 use sluice_durable::lifecycle::enqueue::{Enqueued, Intent, Refusal};
 use sluice_model::CommandStatus;
 use sluice_redis::ticket::read_status;
 use sluice_redis::{AppKeys, request_key_field};
-use sluice_store::outbox::rfc3339;
+use sluice_store::outbox::{CommandRow, rfc3339};
 use sluice_store::secrets::sha256;
 use sluice_store::tenancy::NamespaceConfig;
 
 use super::Handled;
 use super::answers::{QueuePlace, Receipt, to_data};
 use super::record::sign_ticket;
-use crate::auth::{Caller, Principal};
-use crate::error::{ApiError, ErrorCode};
-use crate::poll_policy;
+use crate::http::error::{ApiError, ErrorCode};
+use crate::http::strict_json::{
+    ObjectReader, parse_object, validate_request_key, validate_subject,
+};
+use crate::identity::auth::{Caller, Principal};
+use crate::identity::ticket::{QueueClaim, queue_tag};
+use crate::polls::poll_policy;
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object, validate_request_key, validate_subject};
-use crate::ticket::{QueueClaim, queue_tag};
 
 /// A parsed, validated enqueue body.
 struct EnqueueRequest {
@@ -284,18 +285,10 @@ impl Attempt<'_> {
                 "the command of this key is not visible yet; retry with the same key",
             )
         })?;
-        let existing = ExistingCommand {
-            id: record.row.id,
-            content_sha256: record.row.content_sha256.clone(),
-            status: record.row.status,
-            accepted_at: record.row.accepted_at,
-            deadline_at: record.row.deadline_at,
-            resource_key: record.row.resource_key.clone(),
-        };
-        Ok((StatusCode::OK, self.receipt_from_row(&existing)?))
+        Ok((StatusCode::OK, self.receipt_from_row(&record.row)?))
     }
 
-    fn receipt_from_row(&self, existing: &ExistingCommand) -> Result<Value, ApiError> {
+    fn receipt_from_row(&self, existing: &CommandRow) -> Result<Value, ApiError> {
         let ticket = self.ticket(existing.id, existing.deadline_at.timestamp());
         receipt_json(
             self,
@@ -322,7 +315,7 @@ impl Attempt<'_> {
 
     /// The ticket of a command accepted now: it states its queue sequence and queue, so its
     /// polls can be answered from memory while it cannot have started
-    /// ([`crate::waiting_view`]); this gateway learns the queue its tag stands for.
+    /// ([`crate::polls::waiting_view`]); this gateway learns the queue its tag stands for.
     fn fresh_ticket(
         &self,
         command_id: CommandId,

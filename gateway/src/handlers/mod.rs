@@ -13,7 +13,7 @@ pub mod quotas;
 pub mod reads;
 pub mod record;
 pub mod rooms;
-pub mod status;
+pub mod status_board;
 pub mod tickets;
 
 use bytes::Bytes;
@@ -23,7 +23,7 @@ use hyper::header::CONTENT_LENGTH;
 use hyper::{HeaderMap, StatusCode};
 use serde_json::Value;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::http::error::{ApiError, ErrorCode};
 
 pub type Handled = Result<(StatusCode, Value), ApiError>;
 
@@ -54,7 +54,7 @@ pub struct RevisedChange {
 }
 
 impl RevisedChange {
-    pub fn read(reader: &mut crate::strict_json::ObjectReader) -> Result<Self, ApiError> {
+    pub fn read(reader: &mut crate::http::strict_json::ObjectReader) -> Result<Self, ApiError> {
         Ok(Self {
             expected_revision: reader.required_decimal_string_u64("expected_revision")?,
             reason: reader.required_string("reason")?,

@@ -8,8 +8,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use uuid::Uuid;
 
-use crate::error::ApiError;
-use crate::url::query_value;
+use crate::http::error::ApiError;
+use crate::http::url::query_value;
 
 /// The `limit` parameter: `default` when absent, else an integer in `1..=max`.
 pub fn limit(query: &[(String, String)], default: i64, max: i64) -> Result<i64, ApiError> {

@@ -1,5 +1,5 @@
 //! Proof of work at a room's door: `POST /v1/rooms/{room}:challenge`, and the check a join
-//! makes of the solution it carries (see `crate::work_challenge` for the puzzle).
+//! makes of the solution it carries (see `crate::rooms::work_challenge` for the puzzle).
 //!
 //! The challenge states its bits, signed, so a change of difficulty (adaptive rooms follow the
 //! arrival rate) never fails a challenge already being solved. Verification is one HMAC and
@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use super::answers::to_data;
 use super::{Handled, require_json};
-use crate::auth::{Caller, now_unix};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::{Caller, now_unix};
+use crate::rooms::work_challenge::{self, ALGORITHM, Holder};
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
-use crate::work_challenge::{self, ALGORITHM, Holder};
 
 /// The answer of `POST /v1/rooms/{room}:challenge`.
 #[derive(Debug, Serialize)]

@@ -17,10 +17,10 @@ use uuid::Uuid;
 
 use super::answers::to_data;
 use super::{Handled, RevisedChange, check_declared_code, idempotency_key, require_json};
-use crate::auth::{Caller, Principal};
-use crate::error::{ApiError, ErrorCode};
+use crate::http::error::{ApiError, ErrorCode};
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::{Caller, Principal};
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
 
 /// A pool code as declarations allow it; anything else cannot exist.
 pub fn check_pool_code(code: &str) -> Result<(), ApiError> {

@@ -16,12 +16,12 @@ use sluice_redis::cache::{self, EntryKeys};
 use sluice_store::outbox::rfc3339;
 
 use super::{Handled, require_json};
-use crate::auth::{Caller, Principal};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::http::url::parse_query;
+use crate::identity::auth::{Caller, Principal};
 use crate::reads::ReadCall;
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
-use crate::url::parse_query;
 
 /// Dependencies one invalidate call may bump.
 const MAX_INVALIDATED: usize = 100;
@@ -61,7 +61,7 @@ pub async fn read(gateway: &Gateway, caller: &Caller, name: &str, query: Option<
                     )
                 })?;
             let (_, subject) = pairs.remove(at);
-            crate::strict_json::validate_subject(&subject, "subject")?;
+            crate::http::strict_json::validate_subject(&subject, "subject")?;
             subject
         }
     };

@@ -5,10 +5,10 @@ use sluice_durable::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_store::outbox::{CommandRecord, queries, rfc3339};
 
 use super::answers::{CommandAnswer, shown_error, shown_result, to_data};
-use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::identity::auth::Caller;
+use crate::identity::ticket::{QueueClaim, TicketClaims};
 use crate::state::Gateway;
-use crate::ticket::{QueueClaim, TicketClaims};
 
 /// Command `command_id` of the caller's namespace, or `404 NOT_FOUND` (a command of another
 /// namespace is not found either).
@@ -63,7 +63,7 @@ pub fn ticket_for(gateway: &Gateway, record: &CommandRecord) -> String {
 /// A ticket for one command, valid for the retention period after the command's deadline (as
 /// long as its result can be read). `queue`: where it waits, when known (a fresh acceptance),
 /// so its polls can be answered from memory while it cannot have started
-/// ([`crate::waiting_view`]); None everywhere else (replays, reads): Redis answers.
+/// ([`crate::polls::waiting_view`]); None everywhere else (replays, reads): Redis answers.
 pub fn sign_ticket(
     gateway: &Gateway,
     application_id: ApplicationId,

@@ -3,7 +3,7 @@
 //!
 //! A place is one person's: joining, heartbeats and leaving take a subject token of that
 //! subject. PostgreSQL alone admits (see `sluice_store::rooms`): a waiting place's poll is
-//! answered from the gateway's memory of its room (`crate::room_board`), never ahead of what
+//! answered from the gateway's memory of its room (`crate::rooms::board`), never ahead of what
 //! PostgreSQL committed, and everything else about a place is read from PostgreSQL; a pass is
 //! signed here, on the way out, for the times the database committed, so it never claims more
 //! than the place holds.
@@ -25,14 +25,14 @@ use uuid::Uuid;
 
 use super::answers::to_data;
 use super::{Handled, check_declared_code, pages, require_json};
-use crate::auth::{Caller, now_unix};
-use crate::error::{ApiError, ErrorCode};
-use crate::poll_policy;
-use crate::room_board::Look;
-use crate::room_poll_policy::{self, Standing};
+use crate::http::error::{ApiError, ErrorCode};
+use crate::http::strict_json::{ObjectReader, parse_object};
+use crate::identity::auth::{Caller, now_unix};
+use crate::identity::ticket::{PlaceClaims, Seat};
+use crate::polls::poll_policy;
+use crate::rooms::board::Look;
+use crate::rooms::poll_policy::{Standing, place_poll_after_ms};
 use crate::state::Gateway;
-use crate::strict_json::{ObjectReader, parse_object};
-use crate::ticket::{PlaceClaims, Seat};
 use sluice_store::rooms::board::Front;
 
 /// A place's ticket lives this long after the later of its issue and the room's start: long
@@ -123,7 +123,7 @@ pub async fn join(
 /// `GET /v1/tickets/{ticket}` for a place's ticket, and its `Cache-Control`.
 ///
 /// A waiting or left place whose ticket states its seat is answered from memory
-/// ([`crate::room_board`]); one the admission front reached reads PostgreSQL (its pass is
+/// ([`crate::rooms::board`]); one the admission front reached reads PostgreSQL (its pass is
 /// there); one memory cannot place reads it within the fallback budget. A ticket without a
 /// seat (minted before seats) reads PostgreSQL.
 pub async fn poll(gateway: &Gateway, claims: &PlaceClaims) -> Handled {
@@ -304,7 +304,8 @@ pub async fn leave(
     let place_id = match (pass, ticket) {
         (Some(pass), None) => read_pass(gateway, caller, subject, &pass).await?.jti,
         (None, Some(ticket)) => {
-            let crate::ticket::Ticket::Place(claims) = super::tickets::verify(gateway, &ticket)?
+            let crate::identity::ticket::Ticket::Place(claims) =
+                super::tickets::verify(gateway, &ticket)?
             else {
                 return Err(ApiError::invalid(
                     "ticket",
@@ -481,8 +482,7 @@ async fn place_answer(
         pace: place.pace,
         crowd: place.crowd,
     };
-    let poll_after_ms =
-        waiting.then(|| room_poll_policy::place_poll_after_ms(&standing, rand::random::<f64>()));
+    let poll_after_ms = waiting.then(|| place_poll_after_ms(&standing, rand::random::<f64>()));
     let (pass, pass_expires_at, heartbeat_after_ms) = match places::pass_times(place) {
         Some((issued, until)) => (
             Some(sign_pass(gateway, place, issued, until).await?),

@@ -12,12 +12,12 @@ use sluice_store::outbox::{queries, rfc3339};
 use super::Handled;
 use super::answers::{QueuePlace, TicketAnswer, shown_error, shown_result, to_data};
 use super::enqueue::millis_rfc3339;
-use crate::auth::now_unix;
-use crate::error::ApiError;
-use crate::poll_policy;
+use crate::http::error::ApiError;
+use crate::identity::auth::now_unix;
+use crate::identity::ticket::{QueueClaim, Ticket, TicketClaims};
+use crate::polls::poll_policy;
+use crate::polls::waiting_view::MemoryAnswer;
 use crate::state::Gateway;
-use crate::ticket::{QueueClaim, Ticket, TicketClaims};
-use crate::waiting_view::MemoryAnswer;
 
 /// Checks the ticket's signature and expiry (no I/O): a command's or a waiting-room place's.
 pub fn verify(gateway: &Gateway, ticket: &str) -> Result<Ticket, ApiError> {

@@ -37,7 +37,7 @@ use sluice_redis::cache::{
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use origin::{Fetched, OriginClient};
 use sluice_redis::Projection;
 
@@ -289,7 +289,7 @@ impl ReadCache {
         let app = AppKeys::new(call.application_id);
         let Ok(_slot) = self.origin_slots.clone().try_acquire_owned() else {
             self.stats.filling_refusals.fetch_add(1, Ordering::Relaxed);
-            give_back(redis, &app, call, token).await;
+            release_fill_lease(redis, &app, call, token).await;
             return Err(filling());
         };
         let budget = OriginBudget {
@@ -301,7 +301,7 @@ impl ReadCache {
             Ok(()) => {}
             Err(refused) => {
                 self.stats.filling_refusals.fetch_add(1, Ordering::Relaxed);
-                give_back(redis, &app, call, token).await;
+                release_fill_lease(redis, &app, call, token).await;
                 let wait = match refused {
                     PermitRefused::Concurrency => 1_000,
                     PermitRefused::Rate { wait_ms } => wait_ms.clamp(1, 60_000) as u64,
@@ -451,8 +451,8 @@ impl ReadCache {
 }
 
 /// Gives a fill lease back unfilled; a failure only means that it lapses by itself.
-async fn give_back(redis: &Projection, app: &AppKeys, call: &ReadCall<'_>, token: &str) {
-    if let Err(error) = cache::give_back(redis, app, &call.keys, token).await {
+async fn release_fill_lease(redis: &Projection, app: &AppKeys, call: &ReadCall<'_>, token: &str) {
+    if let Err(error) = cache::release_fill_lease(redis, app, &call.keys, token).await {
         tracing::debug!(%error, "fill lease not given back; it lapses");
     }
 }

@@ -8,9 +8,9 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
 use sluice_durable::ids::CommandId;
-use sluice_gateway::auth::now_unix;
-use sluice_gateway::subject_token;
-use sluice_gateway::ticket::{TicketClaims, TicketKeys};
+use sluice_gateway::identity::auth::now_unix;
+use sluice_gateway::identity::subject_token;
+use sluice_gateway::identity::ticket::{TicketClaims, TicketKeys};
 use sluice_store::secrets;
 use uuid::Uuid;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 use sluice_gateway::config::GatewayConfig;
-use sluice_gateway::subject_token;
+use sluice_gateway::identity::subject_token;
 use sluice_store::secrets;
 use sqlx::{Connection, PgConnection};
 
@@ -70,7 +70,7 @@ fn random_bearer() -> String {
 }
 
 fn random_kid_token() -> String {
-    let now = sluice_gateway::auth::now_unix();
+    let now = sluice_gateway::identity::auth::now_unix();
     subject_token::issue(
         &secrets::new_key_id(),
         b"not the key",
@@ -174,7 +174,7 @@ async fn random_bearers_and_kids_cost_at_most_the_lookup_budget() {
 async fn malformed_bearers_and_kids_cost_no_lookup() {
     let stack = Stack::start().await;
     let before = settled_identity_scans(&stack).await;
-    let now = sluice_gateway::auth::now_unix();
+    let now = sluice_gateway::identity::auth::now_unix();
     let good = secrets::new_credential_secret();
     let mut refused = 0;
     for i in 0..400 {

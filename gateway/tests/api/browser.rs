@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_gateway::demo::Demo;
+use sluice_gateway::pages::demo::Demo;
 use sluice_store::secrets::Redacted;
 use sluice_store::tenancy;
 use tokio_util::sync::CancellationToken;

@@ -249,7 +249,7 @@ async fn apply_refuses_two_templates_that_render_one_key_with_other_numbers() {
     )
     .await
     .expect_err("refused");
-    let answer = sluice_gateway::error::ApiError::from(error);
+    let answer = sluice_gateway::http::error::ApiError::from(error);
     assert_eq!(answer.status(), hyper::StatusCode::BAD_REQUEST);
     assert_eq!(answer.code.as_str(), "INVALID_ARGUMENT");
     assert_eq!(
@@ -289,7 +289,7 @@ fn serve_needs_ticket_keys_and_keygen_makes_them() {
     assert!(keygen.status.success());
     let spec = String::from_utf8_lossy(&keygen.stdout).trim().to_string();
     assert!(
-        sluice_gateway::ticket::TicketKeys::parse(&spec).is_ok(),
+        sluice_gateway::identity::ticket::TicketKeys::parse(&spec).is_ok(),
         "{spec}"
     );
 }

@@ -237,7 +237,7 @@ async fn every_line_of_a_request_carries_its_id_and_one_answered_line_ends_it() 
         let target = line["target"].as_str().unwrap_or("");
         let per_request = target.starts_with("sluice_gateway::")
             && !target.starts_with("sluice_gateway::cli")
-            && !target.starts_with("sluice_gateway::server");
+            && !target.starts_with("sluice_gateway::http::server");
         let id = request_id_of(line);
         if per_request {
             assert!(id.is_some(), "a request line without a request id: {line}");

@@ -7,13 +7,13 @@ use std::collections::BTreeSet;
 
 use hyper::{Method, StatusCode};
 use serde_json::Value;
-use sluice_gateway::error::ErrorCode;
+use sluice_gateway::http::error::ErrorCode;
 
 use crate::support::*;
 
 const DOCUMENT_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
 
-/// Every operation `gateway/src/router.rs` serves today. Keep in step with the router.
+/// Every operation `gateway/src/http/router.rs` serves today. Keep in step with the router.
 const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/v1/commands/{command}:enqueue"),
     ("GET", "/v1/tickets/{ticket}"),

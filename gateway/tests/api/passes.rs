@@ -43,7 +43,7 @@ fn verify(set: &JwkSet, token: &str) -> Result<Value, jsonwebtoken::errors::Erro
 }
 
 fn claims(subject: &str, exp_in: i64) -> Value {
-    let now = sluice_gateway::auth::now_unix();
+    let now = sluice_gateway::identity::auth::now_unix();
     json!({"sub": subject, "room": "doors", "namespace": "main", "iat": now, "exp": now + exp_in})
 }
 

@@ -1134,7 +1134,7 @@ async fn exactly_one_of_sixteen_racers_takes_the_fill_lease() {
 
         // Given back: the next caller takes it at once.
         let (holder, _) = lookups.iter().find(|(_, l)| l.lease_taken).expect("holder");
-        cache::give_back(&bench.redis, &bench.app, &stale_keys, holder)
+        cache::release_fill_lease(&bench.redis, &bench.app, &stale_keys, holder)
             .await
             .expect("give back");
         assert!(bench.lookup(&stale_keys, "next").await.lease_taken);

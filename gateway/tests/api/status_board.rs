@@ -2,7 +2,7 @@
 //! computes on its own (its own SQL over `commands` and `quota_pools`, `ZCARD`/`ZCOUNT` of the
 //! live Redis keys), the pause flags follow `POST /v1/control`, only `status:read` opens it, it
 //! still answers from PostgreSQL while Redis is gone, and with a million rows in the namespace
-//! none of its queries scans `commands`. At the Lua level: `status.lua` reads only its own
+//! none of its queries scans `commands`. At the Lua level: `status_board.lua` reads only its own
 //! namespace and live permits, and `land.lua` counts each command's outcome exactly once whoever
 //! lands it, however many times.
 
@@ -16,7 +16,9 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::ids::{CommandId, NamespaceId};
 use sluice_durable::lifecycle::redis::{AdmitLimits, Ending as Landing, land};
-use sluice_durable::status::{self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP};
+use sluice_durable::status_board::{
+    self, COMMANDS_QUERIES, OUTCOME_SECONDS, RESOURCES_SCANNED, TOP,
+};
 use sluice_executor::Executor;
 use sluice_redis::AppKeys;
 use sluice_store::tenancy;
@@ -1129,8 +1131,8 @@ impl LuaBench {
         commands: &[&str],
         limit_keys: &[&str],
         scan: i64,
-    ) -> status::ProjectionFigures {
-        status::projection(
+    ) -> status_board::ProjectionFigures {
+        status_board::projection(
             &self.redis,
             &self.keys,
             self.namespace,
@@ -1139,7 +1141,7 @@ impl LuaBench {
             scan,
         )
         .await
-        .expect("status.lua")
+        .expect("status_board.lua")
     }
 
     async fn zadd(&self, key: &str, score: f64, member: &str) {
@@ -1154,7 +1156,7 @@ impl LuaBench {
 }
 
 /// Outcomes of every second `figures` shows, per final status.
-fn outcome_totals(figures: &status::ProjectionFigures) -> BTreeMap<&'static str, i64> {
+fn outcome_totals(figures: &status_board::ProjectionFigures) -> BTreeMap<&'static str, i64> {
     let mut totals = BTreeMap::new();
     for o in &figures.outcomes {
         for (status, n) in [
@@ -1170,7 +1172,7 @@ fn outcome_totals(figures: &status::ProjectionFigures) -> BTreeMap<&'static str,
     totals
 }
 
-/// `status.lua`: the busiest queues are this namespace's non-empty ones among the first `scan`
+/// `status_board.lua`: the busiest queues are this namespace's non-empty ones among the first `scan`
 /// resources with waiting work of its commands, deepest first; another namespace's queue and a
 /// served queue still in its command's set never show; permits count only while live; ten whole
 /// seconds of outcomes; nothing is written.
@@ -1301,10 +1303,10 @@ async fn status_lua_reads_its_namespace_and_live_permits_only() {
 
     let mut after = scan_keys(&bench.redis, &bench.keys.pattern()).await;
     after.sort();
-    assert_eq!(before, after, "status.lua created or removed keys");
+    assert_eq!(before, after, "status_board.lua created or removed keys");
 }
 
-/// `status.lua` keeps the [`TOP`] deepest of many queues, deepest first and equal depths by
+/// `status_board.lua` keeps the [`TOP`] deepest of many queues, deepest first and equal depths by
 /// name, whatever the turn order, and counts every non-empty queue it looked at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lua_keeps_the_deepest_queues_in_order() {
@@ -1390,7 +1392,7 @@ impl Mirrored {
 
 /// `land.lua` raced from eight tasks, three landings per command:
 /// each command is counted out once and its outcome counted once, in its final status, and the
-/// outcome seconds `status.lua` returns add up to exactly that.
+/// outcome seconds `status_board.lua` returns add up to exactly that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_outcome_is_counted_once_whoever_mirrors_it() {
     const N: usize = 200;
@@ -1514,7 +1516,7 @@ async fn each_outcome_is_counted_once_whoever_mirrors_it() {
         "every permit given back"
     );
     // Every mirror call ran within the last seconds: once the current second is over, the ten
-    // seconds status.lua returns hold them all.
+    // seconds status_board.lua returns hold them all.
     let totals =
         || async { outcome_totals(&bench.figures(&["claim"], &[], RESOURCES_SCANNED).await) };
     let counted = eventually(Duration::from_secs(5), || async {

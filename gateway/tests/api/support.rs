@@ -15,10 +15,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use sluice_gateway::config::GatewayConfig;
-use sluice_gateway::server;
+use sluice_gateway::http::server;
+use sluice_gateway::identity::subject_token;
+use sluice_gateway::identity::ticket::TicketKeys;
 use sluice_gateway::state::Gateway;
-use sluice_gateway::subject_token;
-use sluice_gateway::ticket::TicketKeys;
 use sluice_redis::AppKeys;
 use sluice_redis::Projection;
 use sluice_store::tenancy::{self, BootstrapOutput, BootstrapRequest};
@@ -168,7 +168,7 @@ impl Stack {
         let admin_base = format!("http://{}", admin.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         tokio::spawn(server::run(listener, gateway.clone(), shutdown.clone()));
-        tokio::spawn(sluice_gateway::admin::serve_gateway(
+        tokio::spawn(sluice_gateway::http::admin::serve_gateway(
             admin,
             gateway.clone(),
             shutdown.clone(),
@@ -247,7 +247,7 @@ impl Stack {
     /// A subject token signed with the namespace's subject key (its secret as shown, the
     /// documented key), valid for an hour.
     pub fn subject_token(&self, subject: &str) -> String {
-        let now = sluice_gateway::auth::now_unix();
+        let now = sluice_gateway::identity::auth::now_unix();
         subject_token::issue(
             &self.creds.subject_key.id,
             self.creds.subject_key.secret.as_bytes(),

@@ -85,8 +85,8 @@ pub(super) fn new_person_joins(
     let path = format!("/v1/rooms/{room}:join");
     let key = key.clone();
     std::sync::Arc::new(move || {
-        let now = sluice_gateway::auth::now_unix();
-        let token = sluice_gateway::subject_token::issue(
+        let now = sluice_gateway::identity::auth::now_unix();
+        let token = sluice_gateway::identity::subject_token::issue(
             &key.id,
             key.secret.as_bytes(),
             &format!("person-{}", next_number()),

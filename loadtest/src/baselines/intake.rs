@@ -220,7 +220,7 @@ impl RawIntake {
             match intake(&self.pool, &request).await? {
                 IntakeVerdict::Limited(Limit::RateLimited { .. }) => limited += 1,
                 IntakeVerdict::Reserved { .. } => {
-                    self.give_back(&keys, command_id, &field).await?;
+                    self.release(&keys, command_id, &field).await?;
                     reserved += 1;
                 }
                 other => return Err(format!("raw intake.lua answered {other:?}").into()),
@@ -230,7 +230,7 @@ impl RawIntake {
     }
 
     /// A refill's token became a reservation: give it back, as a refused commit would.
-    async fn give_back(
+    async fn release(
         &self,
         keys: &AppKeys,
         command_id: CommandId,

@@ -3,7 +3,7 @@
 //!
 //! The people stand as in a room drop: one place admitted (`max_active = 1`, a day's pass), the
 //! rest waiting behind it, so every poll is of a waiting place, answered from the gateway's
-//! memory of the room (`sluice_gateway::room_board`); the pair prints how many were, and how
+//! memory of the room (`sluice_gateway::rooms::board`); the pair prints how many were, and how
 //! many reads of the room it took.
 
 use std::sync::Arc;

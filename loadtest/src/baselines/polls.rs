@@ -5,7 +5,7 @@
 //! The waiters stand as in a drop: deep in one long queue that has started draining (its first
 //! command started before they enqueued, as an executor does within milliseconds of a drop's
 //! first claim; none runs here, so nothing else starts and the queue stands still). Such polls
-//! are answered from the gateway's memory of the queue (`sluice_gateway::waiting_view`) except
+//! are answered from the gateway's memory of the queue (`sluice_gateway::polls::waiting_view`) except
 //! for the first few positions; the pair prints the share.
 
 use std::net::SocketAddr;

@@ -4,13 +4,13 @@
 //!
 //! The namespace holds `--rows` commands: the finished history (inserted with one
 //! `generate_series` statement, older than everything else), `--waiting` commands enqueued over
-//! HTTP through an in-process gateway onto `--resources` resources (so `status.lua` looks at that
+//! HTTP through an in-process gateway onto `--resources` resources (so `status_board.lua` looks at that
 //! many ready queues), and `--in-hand` running commands holding limit keys. Then
 //! `VACUUM ANALYZE commands`, as autovacuum would have done on such a table.
 //!
 //! Measured, each as the median of `--calls` sequential calls per round, rounds alternating:
 //! - the board: the whole `GET /v1/status` over HTTP (authentication, its five PostgreSQL
-//!   queries, one `status.lua` call, the JSON);
+//!   queries, one `status_board.lua` call, the JSON);
 //! - the baseline: `SELECT command, status, count(*), min(accepted_at) FROM commands WHERE
 //!   namespace_id = $1 GROUP BY 1, 2` alone, straight on the pool: no status predicate, so no
 //!   partial index can serve it and PostgreSQL scans the namespace (its plan is printed).
@@ -25,7 +25,7 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use serde_json::Value;
-use sluice_durable::status;
+use sluice_durable::status_board;
 use sluice_gateway::config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::http_client;
@@ -42,7 +42,7 @@ struct Args {
     /// Commands enqueued over HTTP that stay waiting (no executor runs).
     #[arg(long, default_value_t = 10_000)]
     waiting: u64,
-    /// Resources the waiting commands are spread over (ready queues status.lua looks at).
+    /// Resources the waiting commands are spread over (ready queues status_board.lua looks at).
     #[arg(long, default_value_t = 10_000)]
     resources: u64,
     /// Running commands, each holding one limit key of 50.
@@ -218,11 +218,11 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
         .filter(|line| line.contains(" on commands"))
         .collect();
     println!("baseline plan: {scans:?}");
-    for (sql, params) in status::COMMANDS_QUERIES {
+    for (sql, params) in status_board::COMMANDS_QUERIES {
         let mut explain =
             sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}"))).bind(ns);
         if params == 2 {
-            explain = explain.bind(status::TOP);
+            explain = explain.bind(status_board::TOP);
         }
         let plan = explain.fetch_all(&tenant.pg).await?;
         let scans: Vec<&str> = plan
@@ -314,34 +314,34 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
             ms(n)
         );
     }
-    // Where the board's time goes: its counts query alone, and status.lua alone.
+    // Where the board's time goes: its counts query alone, and status_board.lua alone.
     let mut counts = Vec::with_capacity(args.calls);
     let mut script = Vec::with_capacity(args.calls);
     let keys = AppKeys::new(tenant.creds.application_id);
     for _ in 0..args.calls {
         let started = Instant::now();
-        sqlx::query(status::COUNTS_SQL)
+        sqlx::query(status_board::COUNTS_SQL)
             .bind(ns)
             .fetch_all(&tenant.pg)
             .await?;
         counts.push(started.elapsed());
         let started = Instant::now();
-        status::projection(
+        status_board::projection(
             &tenant.redis,
             &keys,
             ns,
             &["claim"],
             &[],
-            status::RESOURCES_SCANNED,
+            status_board::RESOURCES_SCANNED,
         )
         .await?;
         script.push(started.elapsed());
     }
     println!(
-        "parts of the board: counts query {:.2} ms, status.lua ({} ready resources) {:.2} ms \
+        "parts of the board: counts query {:.2} ms, status_board.lua ({} ready resources) {:.2} ms \
          (medians of {} calls)",
         ms(median(&mut counts)),
-        args.resources.min(status::RESOURCES_SCANNED as u64),
+        args.resources.min(status_board::RESOURCES_SCANNED as u64),
         ms(median(&mut script)),
         args.calls
     );
@@ -351,7 +351,7 @@ async fn rounds(args: &Args, tenant: &Tenant, history: i64) -> Result<(), BoxErr
     println!("| measured | median ms | p90 ms | calls |");
     println!("| --- | ---: | ---: | ---: |");
     println!(
-        "| GET /v1/status (HTTP, 5 queries, status.lua, JSON) | {:.2} | {:.2} | {} |",
+        "| GET /v1/status (HTTP, 5 queries, status_board.lua, JSON) | {:.2} | {:.2} | {} |",
         ms(b50),
         ms(b90),
         boards.len()

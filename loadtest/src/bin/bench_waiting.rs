@@ -20,7 +20,7 @@ use clap::Parser;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_gateway::waiting_view::{RUNS_ENTRIES, RUNS_READS};
+use sluice_gateway::polls::waiting_view::{RUNS_ENTRIES, RUNS_READS};
 use sluice_loadtest::bench_stack::evalsha_stats;
 use sluice_redis::waiting::{RunLimits, pull};
 use sluice_redis::{AppKeys, Projection, connect_redis};

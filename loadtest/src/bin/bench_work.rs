@@ -11,8 +11,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sluice_gateway::ticket::{PlaceClaims, Seat, TicketKeys};
-use sluice_gateway::work_challenge::{self, Holder};
+use sluice_gateway::identity::ticket::{PlaceClaims, Seat, TicketKeys};
+use sluice_gateway::rooms::work_challenge::{self, Holder};
 use uuid::Uuid;
 
 #[derive(Debug, Parser)]

@@ -127,6 +127,12 @@ pub(super) fn subject_token(
     key: &sluice_store::tenancy::SubjectKeyOutput,
     subject: &str,
 ) -> String {
-    let now = sluice_gateway::auth::now_unix();
-    sluice_gateway::subject_token::issue(&key.id, key.secret.as_bytes(), subject, now, now + 3600)
+    let now = sluice_gateway::identity::auth::now_unix();
+    sluice_gateway::identity::subject_token::issue(
+        &key.id,
+        key.secret.as_bytes(),
+        subject,
+        now,
+        now + 3600,
+    )
 }

@@ -36,7 +36,7 @@ use sluice_durable::lifecycle::end::{
     Outcome, Place, Projecting, Reported, land_attempt, project_end,
 };
 use sluice_durable::lifecycle::held::{self, Running};
-use sluice_durable::lifecycle::held::{Retake, retake};
+use sluice_durable::lifecycle::held::{Retake, take_start_tokens};
 use sluice_metrics::HandlerKind;
 use sluice_model::CommandStatus;
 use sluice_redis::AppKeys;
@@ -105,29 +105,36 @@ pub enum End {
 /// Runs `row` to its end under its attempt.
 pub async fn run(
     deps: &Deps<'_>,
-    row: &Claimed,
+    claimed: &Claimed,
     target: &Target,
     shutdown: &CancellationToken,
 ) -> Result<End, DurableError> {
-    let mut attempt = row.attempts;
-    let mut in_doubt = row.was_in_doubt;
+    let mut attempt = claimed.attempts;
+    let mut in_doubt = claimed.was_in_doubt;
     let mut tokens_taken = target.admitted_at;
     loop {
         if tokens_taken.elapsed() > TOKEN_FRESHNESS {
-            match take_tokens(deps, row, target, shutdown).await? {
+            match take_tokens(deps, claimed, target, shutdown).await? {
                 Tokens::Taken => {}
                 Tokens::PastDeadline => {
-                    return deadline(deps, row, in_doubt, "no start token before the deadline")
-                        .await;
+                    return deadline(
+                        deps,
+                        claimed,
+                        in_doubt,
+                        "no start token before the deadline",
+                    )
+                    .await;
                 }
-                Tokens::ShuttingDown => return hand_back(deps, row).await,
+                Tokens::ShuttingDown => return hand_back(deps, claimed).await,
             }
         }
-        let remaining = (row.deadline_at - Utc::now()).to_std().unwrap_or_default();
+        let remaining = (claimed.row.deadline_at - Utc::now())
+            .to_std()
+            .unwrap_or_default();
         if remaining.is_zero() {
             return deadline(
                 deps,
-                row,
+                claimed,
                 in_doubt,
                 "the deadline passed before the attempt",
             )
@@ -139,16 +146,16 @@ pub async fn run(
             .deliver(client::Delivery {
                 url: &target.url,
                 secrets: &target.secrets,
-                command_id: row.id,
-                body: request_body(row, &target.namespace, attempt),
+                command_id: claimed.row.id,
+                body: request_body(claimed, &target.namespace, attempt),
                 timeout: target.timeout.min(remaining),
                 fence: &target.fence,
             })
             .await;
         sluice_metrics::handler_latency(HandlerKind::Webhook, started.elapsed());
         let (retry_after, doubtful, reason) = match answer {
-            Answer::Decided(decided) => return decide(deps, row, &decided).await,
-            Answer::Running => return running(deps, row).await,
+            Answer::Decided(decided) => return decide(deps, claimed, &decided).await,
+            Answer::Running => return running(deps, claimed).await,
             Answer::Withheld => return Ok(End::Withheld),
             Answer::Retry {
                 retry_after,
@@ -166,41 +173,43 @@ pub async fn run(
         );
         // A wait that does not end before the deadline (a backend's Retry-After may name any
         // time at all) ends the command now, as the deadline would.
-        let Some(next_at) = before_deadline(wait, row.deadline_at) else {
-            return deadline(deps, row, in_doubt, &reason).await;
+        let Some(next_at) = before_deadline(wait, claimed.row.deadline_at) else {
+            return deadline(deps, claimed, in_doubt, &reason).await;
         };
-        tracing::info!(command_id = %row.id, attempt, %reason, ?wait, in_doubt, "webhook retry scheduled");
+        tracing::info!(command_id = %claimed.row.id, attempt, %reason, ?wait, in_doubt, "webhook retry scheduled");
         let stores = deps.stores();
-        let Some(cancel) = persist(row, "retry_wait", || {
-            held::wait_for_retry(stores, &deps.keys, row, in_doubt, next_at, &reason)
+        let Some(cancel) = persist(claimed, "retry_wait", || {
+            held::wait_for_retry(stores, &deps.keys, claimed, in_doubt, next_at, &reason)
         })
         .await?
         else {
             return Ok(End::Elsewhere);
         };
         if cancel && !in_doubt {
-            return cancelled(deps, row).await;
+            return cancelled(deps, claimed).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => return hand_back(deps, row).await,
+            _ = shutdown.cancelled() => return hand_back(deps, claimed).await,
         }
         // Each attempt is a request to the provider: it needs its start tokens again.
-        match take_tokens(deps, row, target, shutdown).await? {
+        match take_tokens(deps, claimed, target, shutdown).await? {
             Tokens::Taken => tokens_taken = tokio::time::Instant::now(),
-            Tokens::PastDeadline => return deadline(deps, row, in_doubt, &reason).await,
-            Tokens::ShuttingDown => return hand_back(deps, row).await,
+            Tokens::PastDeadline => return deadline(deps, claimed, in_doubt, &reason).await,
+            Tokens::ShuttingDown => return hand_back(deps, claimed).await,
         }
         if !in_doubt
-            && persist(row, "cancel check", || {
-                held::cancel_requested(stores, row.id)
+            && persist(claimed, "cancel check", || {
+                held::cancel_requested(stores, claimed.row.id)
             })
             .await?
         {
-            return cancelled(deps, row).await;
+            return cancelled(deps, claimed).await;
         }
-        let Some(next) =
-            persist(row, "retry", || held::start_retry(stores, &deps.keys, row)).await?
+        let Some(next) = persist(claimed, "retry", || {
+            held::start_retry(stores, &deps.keys, claimed)
+        })
+        .await?
         else {
             return Ok(End::Elsewhere);
         };
@@ -212,7 +221,7 @@ pub async fn run(
 /// a result the backend decided or a request it has. The attempt holds its command meanwhile
 /// (its permits are renewed in Redis, so no sweeper takes the command from it), and its executor
 /// stops it if it loses them.
-async fn persist<T, F, Fut>(row: &Claimed, what: &str, mut write: F) -> Result<T, DurableError>
+async fn persist<T, F, Fut>(claimed: &Claimed, what: &str, mut write: F) -> Result<T, DurableError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, DurableError>>,
@@ -222,7 +231,7 @@ where
         match write().await {
             Err(error) if error.postgres_is_unreachable() => {
                 sluice_metrics::storage_error(&error);
-                tracing::warn!(command_id = %row.id, %error, what, "PostgreSQL unreachable; the attempt keeps its command and writes again");
+                tracing::warn!(command_id = %claimed.row.id, %error, what, "PostgreSQL unreachable; the attempt keeps its command and writes again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
@@ -238,22 +247,22 @@ enum Tokens {
     ShuttingDown,
 }
 
-/// One start token from every rate-limited limit key of the command (`retake.lua`), waiting as
+/// One start token from every rate-limited limit key of the command (`start_tokens.lua`), waiting as
 /// long as the buckets say, within the deadline.
 async fn take_tokens(
     deps: &Deps<'_>,
-    row: &Claimed,
+    claimed: &Claimed,
     target: &Target,
     shutdown: &CancellationToken,
 ) -> Result<Tokens, DurableError> {
     loop {
-        let more = match retake(deps.stores(), &deps.keys, &target.rate_keys).await? {
+        let more = match take_start_tokens(deps.stores(), &deps.keys, &target.rate_keys).await? {
             Retake::Taken => return Ok(Tokens::Taken),
             Retake::Wait(more) => more,
             // Being rebuilt (a rolled-back bucket would have refilled): ask again shortly.
             Retake::NotReady => Duration::from_millis(100),
         };
-        if before_deadline(more, row.deadline_at).is_none() {
+        if before_deadline(more, claimed.row.deadline_at).is_none() {
             return Ok(Tokens::PastDeadline);
         }
         tokio::select! {
@@ -272,24 +281,28 @@ fn before_deadline(wait: Duration, deadline: DateTime<Utc>) -> Option<DateTime<U
 }
 
 /// The body API.md fixes.
-fn request_body(row: &Claimed, namespace: &str, attempt: i32) -> Bytes {
+fn request_body(claimed: &Claimed, namespace: &str, attempt: i32) -> Bytes {
     Bytes::from(
         json!({
-            "command_id": row.id,
-            "command": row.command,
+            "command_id": claimed.row.id,
+            "command": claimed.row.command,
             "namespace": namespace,
-            "subject": row.subject,
-            "resource_key": row.resource_key,
-            "input": row.input,
+            "subject": claimed.row.subject,
+            "resource_key": claimed.row.resource_key,
+            "input": claimed.input,
             "attempt": attempt,
-            "accepted_at": rfc3339(row.accepted_at),
-            "deadline_at": rfc3339(row.deadline_at),
+            "accepted_at": rfc3339(claimed.row.accepted_at),
+            "deadline_at": rfc3339(claimed.row.deadline_at),
         })
         .to_string(),
     )
 }
 
-async fn decide(deps: &Deps<'_>, row: &Claimed, decided: &Reported) -> Result<End, DurableError> {
+async fn decide(
+    deps: &Deps<'_>,
+    claimed: &Claimed,
+    decided: &Reported,
+) -> Result<End, DurableError> {
     let error = decided
         .error
         .as_ref()
@@ -299,13 +312,13 @@ async fn decide(deps: &Deps<'_>, row: &Claimed, decided: &Reported) -> Result<En
         result: decided.result.as_ref(),
         error,
     };
-    land(deps, row, &outcome, &decided.invalidate).await
+    land(deps, claimed, &outcome, &decided.invalidate).await
 }
 
 /// Out of time: unknown if an attempt may have reached the backend unanswered, else expired.
 async fn deadline(
     deps: &Deps<'_>,
-    row: &Claimed,
+    claimed: &Claimed,
     in_doubt: bool,
     last: &str,
 ) -> Result<End, DurableError> {
@@ -329,16 +342,16 @@ async fn deadline(
         result: None,
         error: Some((code, &message)),
     };
-    land(deps, row, &outcome, &[]).await
+    land(deps, claimed, &outcome, &[]).await
 }
 
-async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+async fn cancelled(deps: &Deps<'_>, claimed: &Claimed) -> Result<End, DurableError> {
     let outcome = Outcome {
         status: CommandStatus::Cancelled,
         result: None,
         error: Some(("CANCELLED", "cancelled before the backend acted on it")),
     };
-    land(deps, row, &outcome, &[]).await
+    land(deps, claimed, &outcome, &[]).await
 }
 
 /// `land`: the result, fenced by the attempt. The dependencies a backend's answer names are
@@ -346,39 +359,39 @@ async fn cancelled(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> 
 /// finds the old values gone.
 async fn land(
     deps: &Deps<'_>,
-    row: &Claimed,
+    claimed: &Claimed,
     outcome: &Outcome<'_>,
     invalidate: &[String],
 ) -> Result<End, DurableError> {
     let stores = deps.stores();
-    let Some(updated_at) = persist(row, "land", || {
-        land_attempt(stores, row.id, row.attempt, outcome)
+    let Some(updated_at) = persist(claimed, "land", || {
+        land_attempt(stores, claimed.row.id, claimed.attempt, outcome)
     })
     .await?
     else {
         return Ok(End::Elsewhere);
     };
-    // Counted once it landed: a row decided elsewhere is counted by whoever decided it.
+    // Counted once it landed: a claimed decided elsewhere is counted by whoever decided it.
     sluice_metrics::execution_landed(outcome.status);
     if let Err(error) = sluice_redis::cache::invalidate(
         deps.redis,
         deps.keys.application_id(),
-        row.namespace_id,
+        claimed.row.namespace_id,
         invalidate,
     )
     .await
     {
-        tracing::warn!(%error, command_id = %row.id, "cached views the backend named not invalidated; they expire by age");
+        tracing::warn!(%error, command_id = %claimed.row.id, "cached views the backend named not invalidated; they expire by age");
     }
     project_end(
         stores,
         &deps.keys,
         Place {
-            id: row.id,
-            namespace_id: row.namespace_id,
-            command: &row.command,
-            resource_key: &row.resource_key,
-            limit_keys: &row.limit_keys,
+            id: claimed.row.id,
+            namespace_id: claimed.row.namespace_id,
+            command: &claimed.row.command,
+            resource_key: &claimed.row.resource_key,
+            limit_keys: &claimed.limit_keys,
         },
         outcome,
         updated_at,
@@ -392,11 +405,11 @@ async fn land(
 }
 
 /// `202`: `running`, its permits extended to the deadline first.
-async fn running(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+async fn running(deps: &Deps<'_>, claimed: &Claimed) -> Result<End, DurableError> {
     let stores = deps.stores();
     Ok(
-        match persist(row, "running", || {
-            held::running(stores, &deps.keys, row, deps.patience)
+        match persist(claimed, "running", || {
+            held::running(stores, &deps.keys, claimed, deps.patience)
         })
         .await?
         {
@@ -406,11 +419,11 @@ async fn running(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
     )
 }
 
-async fn hand_back(deps: &Deps<'_>, row: &Claimed) -> Result<End, DurableError> {
+async fn hand_back(deps: &Deps<'_>, claimed: &Claimed) -> Result<End, DurableError> {
     let stores = deps.stores();
     Ok(
-        if persist(row, "hand back", || {
-            held::give_back(stores, &deps.keys, row, deps.patience)
+        if persist(claimed, "hand back", || {
+            held::requeue_held(stores, &deps.keys, claimed, deps.patience)
         })
         .await?
         {

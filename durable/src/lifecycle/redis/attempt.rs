@@ -1,4 +1,4 @@
-//! What a started attempt writes: `renew`, `mark`, `retake`, `requeue`.
+//! What a started attempt writes: `renew`, `attempt_status`, `start_tokens`, `requeue`.
 
 use std::time::Duration;
 
@@ -135,7 +135,7 @@ pub enum Mark {
     NotReady,
 }
 
-/// How `mark.lua` extends the permits of the command it marks.
+/// How `attempt_status.lua` extends the permits of the command it marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Extend {
     /// Every permit to last this long from now, provided each is still live.
@@ -145,11 +145,11 @@ pub enum Extend {
     Restore(Duration),
 }
 
-/// `mark.lua`: shows `status` for a started attempt, after extending its permits if asked.
+/// `attempt_status.lua`: shows `status` for a started attempt, after extending its permits if asked.
 /// `permits` are the lease zsets the caller expects it to hold ([`AppKeys::command_permits`],
 /// or none known): an extension asks for any other.
 #[allow(clippy::too_many_arguments)]
-pub async fn mark(
+pub async fn set_attempt_status(
     redis: &Projection,
     keys: &AppKeys,
     command_id: CommandId,
@@ -177,8 +177,8 @@ pub async fn mark(
     if extend.is_some() {
         script_keys.extend(permits.iter().cloned());
     }
-    let answer = call_asking("mark.lua", script_keys, |keys| {
-        redis.mark(keys, args.clone())
+    let answer = call_asking("attempt_status.lua", script_keys, |keys| {
+        redis.attempt_status(keys, args.clone())
     })
     .await?;
     if is_not_ready(&answer) {
@@ -207,8 +207,8 @@ pub enum Retake {
     NotReady,
 }
 
-/// `retake.lua`: one start token from every bucket, or none.
-pub async fn retake(
+/// `start_tokens.lua`: one start token from every bucket, or none.
+pub async fn take_start_tokens(
     redis: &Projection,
     keys: &AppKeys,
     buckets: &[RateKey],
@@ -222,7 +222,7 @@ pub async fn retake(
         .iter()
         .flat_map(|b| [i64::from(b.per_second).into(), i64::from(b.burst).into()])
         .collect();
-    let answer: Value = redis.retake(script_keys, args).await?;
+    let answer: Value = redis.start_tokens(script_keys, args).await?;
     if is_not_ready(&answer) {
         return Ok(Retake::NotReady);
     }
@@ -232,9 +232,9 @@ pub async fn retake(
     })
 }
 
-/// `holding.lua`: whether each `(command, attempt)` is still held — the attempt on record with
+/// `still_held.lua`: whether each `(command, attempt)` is still held — the attempt on record with
 /// every permit live. None when the projection is not trusted (nothing can be told).
-pub async fn holding(
+pub async fn still_held(
     redis: &Projection,
     keys: &AppKeys,
     attempts: &[(CommandId, AttemptId)],
@@ -249,8 +249,8 @@ pub async fn holding(
         args.push(id.to_string().into());
         args.push(attempt.to_string().into());
     }
-    let answer = call_asking("holding.lua", script_keys, |keys| {
-        redis.holding(keys, args.clone())
+    let answer = call_asking("still_held.lua", script_keys, |keys| {
+        redis.still_held(keys, args.clone())
     })
     .await?;
     if is_not_ready(&answer) {
@@ -261,7 +261,7 @@ pub async fn holding(
             Ok(Some(items.iter().map(|v| v.as_i64() == Some(1)).collect()))
         }
         _ => Err(DurableError::script(
-            "holding.lua",
+            "still_held.lua",
             "one answer per attempt",
         )),
     }

@@ -4,8 +4,8 @@
 //! over), which callers must not take for success.
 //!
 //! - [`intake`]: `reserve` (intake.lua), `accept`, `release` — the gateway's.
-//! - [`start`]: `admit`, and the `holders` of a command's permits the sweeper reconciles.
-//! - [`attempt`]: `renew`, `mark`, `retake`, `requeue` — a started attempt's.
+//! - [`start`]: `admit`, and the `permit_holders` of a command's permits the sweeper reconciles.
+//! - [`attempt`]: `renew`, `attempt_status`, `start_tokens`, `requeue` — a started attempt's.
 //! - [`end`]: a command's end, `land`.
 
 mod attempt;

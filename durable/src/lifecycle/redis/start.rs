@@ -252,8 +252,8 @@ pub struct Holder {
     pub status: Option<CommandStatus>,
 }
 
-/// `holders.lua`: up to `limit` members of a command's lease zset, oldest expiry first.
-pub async fn holders(
+/// `permit_holders.lua`: up to `limit` members of a command's lease zset, oldest expiry first.
+pub async fn permit_holders(
     redis: &Projection,
     keys: &AppKeys,
     namespace_id: NamespaceId,
@@ -262,10 +262,10 @@ pub async fn holders(
 ) -> Result<Vec<Holder>, DurableError> {
     // The holders are not known before the call: the first names their status hashes.
     let answer = call_asking(
-        "holders.lua",
+        "permit_holders.lua",
         vec![keys.command_leases(namespace_id, command)],
         |script_keys| {
-            redis.holders(
+            redis.permit_holders(
                 script_keys,
                 vec![limit.into(), keys.command_prefix().into()],
             )
@@ -275,10 +275,10 @@ pub async fn holders(
     let answer = match answer {
         Value::Array(items) => items,
         Value::Null => Vec::new(),
-        _ => return Err(DurableError::script("holders.lua", "not a list")),
+        _ => return Err(DurableError::script("permit_holders.lua", "not a list")),
     };
     if !answer.len().is_multiple_of(4) {
-        return Err(DurableError::script("holders.lua", "not quadruples"));
+        return Err(DurableError::script("permit_holders.lua", "not quadruples"));
     }
     Ok(answer
         .chunks(4)

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::ids::{ApplicationId, CommandId, NamespaceId};
 use sluice_model::CommandStatus;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandRow {
     pub id: CommandId,
     pub application_id: ApplicationId,

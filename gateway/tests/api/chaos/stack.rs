@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_gateway::ticket::TicketKeys;
+use sluice_gateway::identity::ticket::TicketKeys;
 use sluice_store::tenancy::BootstrapOutput;
 use sluice_testkit::{PgServer, RedisServer};
 use sqlx::PgPool;

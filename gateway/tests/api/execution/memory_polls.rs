@@ -1,4 +1,4 @@
-//! Waiting polls answered from the gateway's memory (gateway/src/waiting_view.rs), against a
+//! Waiting polls answered from the gateway's memory (gateway/src/polls/waiting_view.rs), against a
 //! Redis of the test's own so that Redis's own `INFO commandstats` is the witness: `ticket.lua`
 //! is the only script that calls `ZRANK` (accept.lua too, but nothing is enqueued while a test
 //! counts), so `cmdstat_zrank` counts the polls Redis answered and nothing else. No executor
@@ -9,7 +9,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, Ending, admit, land};
 use sluice_gateway::config::GatewayConfig;
-use sluice_gateway::waiting_view::safety_margin;
+use sluice_gateway::polls::waiting_view::safety_margin;
 use sluice_redis::admission_config::write_admission_config;
 
 use super::*;

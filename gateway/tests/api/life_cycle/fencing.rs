@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{
-    Acceptance, Accepted, AdmitLimits, Mark, Requeue, Requeued, accept, mark, renew, requeue,
+    Acceptance, Accepted, AdmitLimits, Mark, Requeue, Requeued, accept, renew, requeue,
+    set_attempt_status,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -197,7 +198,7 @@ impl Bench {
         attempt: sluice_durable::lifecycle::AttemptId,
         status: &str,
     ) -> Mark {
-        mark(
+        set_attempt_status(
             &self.redis,
             &self.keys,
             CommandId::from_uuid(id),
@@ -208,7 +209,7 @@ impl Bench {
             &[],
         )
         .await
-        .expect("mark.lua")
+        .expect("attempt_status.lua")
     }
 
     /// unfinished, waiting and queued of `job`, and the live permits of `job`.

@@ -8,8 +8,8 @@ use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::rebuild::fence;
 use sluice_durable::lifecycle::redis::{
     Acceptance, Accepted, Admission, AdmitLimits, Ending, Extend, IntakeRequest, IntakeVerdict,
-    Mark, RateKey, Release, Requeue, Requeued, Retake, accept, holding, land, mark, release, renew,
-    requeue, reserve, retake,
+    Mark, RateKey, Release, Requeue, Requeued, Retake, accept, land, release, renew, requeue,
+    reserve, set_attempt_status, still_held, take_start_tokens,
 };
 use std::time::Duration;
 use uuid::Uuid;
@@ -144,9 +144,9 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         "renew"
     );
     assert_eq!(
-        holding(redis, keys, &[(started, attempt)])
+        still_held(redis, keys, &[(started, attempt)])
             .await
-            .expect("holding.lua"),
+            .expect("still_held.lua"),
         None,
         "holding"
     );
@@ -156,7 +156,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         Some(Extend::Restore(Duration::from_secs(600))),
     ] {
         assert_eq!(
-            mark(
+            set_attempt_status(
                 redis,
                 keys,
                 started,
@@ -167,7 +167,7 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
                 &[],
             )
             .await
-            .expect("mark.lua"),
+            .expect("attempt_status.lua"),
             Mark::NotReady,
             "mark with {extend:?}"
         );
@@ -178,7 +178,9 @@ async fn every_script_refuses_a_fenced_projection_and_writes_nothing() {
         burst: 1_000,
     };
     assert_eq!(
-        retake(redis, keys, &[bucket]).await.expect("retake.lua"),
+        take_start_tokens(redis, keys, &[bucket])
+            .await
+            .expect("start_tokens.lua"),
         Retake::NotReady,
         "retake"
     );

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 use serde_json::json;
-use sluice_gateway::ticket::PlaceClaims;
+use sluice_gateway::identity::ticket::PlaceClaims;
 use sluice_store::rooms::join::{Joined, join as join_room};
 
 use super::kit::*;
@@ -47,7 +47,7 @@ async fn join_while_stopped(stack: &Stack, subject: &str) -> String {
     stack.gateway.tickets.sign_place(&PlaceClaims {
         namespace_id: place.namespace_id,
         place_id: place.id,
-        expires_at_unix: sluice_gateway::auth::now_unix() + 3_600,
+        expires_at_unix: sluice_gateway::identity::auth::now_unix() + 3_600,
         seat: None,
     })
 }

@@ -178,7 +178,7 @@ impl Origin {
         let exp = claims["exp"].as_i64().unwrap_or_default();
         let iat = claims["iat"].as_i64().unwrap_or_default();
         // What `jsonwebtoken` accepts: `exp` not before this whole second.
-        let now = sluice_gateway::auth::now_unix();
+        let now = sluice_gateway::identity::auth::now_unix();
         let mut seen = self.state.lock().expect("origin state");
         let latest = seen.latest_exp.entry(jti.clone()).or_insert(exp);
         *latest = (*latest).max(exp);

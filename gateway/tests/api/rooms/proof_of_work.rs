@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_gateway::work_challenge;
+use sluice_gateway::rooms::work_challenge;
 
 use super::kit::*;
 use crate::support::*;
