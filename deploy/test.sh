@@ -48,11 +48,12 @@ CLIPPY_DRIVER=$(rustup which clippy-driver)
 export CLIPPY_DRIVER RUSTC_WORKSPACE_WRAPPER="$PWD/deploy/clippy_rustc.sh" CARGO_INCREMENTAL=0
 out=$(mktemp)
 built=$(mktemp)
-trap 'rm -f "$out" "$built" "$tools_log"' EXIT
-# Three tests at a time on two cores: most of a test's time is spent waiting on its servers (the
-# api binary took 341 s with two and about 200 s with four on this machine). The tests whose
-# bounds assume a quiet machine run alone afterwards, one at a time (each name below is a
-# filter: every test whose name contains it):
+trap 'rm -f "$out" "$built" "$tools_log" "${offline_log:-}"' EXIT
+# Several tests at a time on two cores (deploy/test_lanes.py: four in the api binary, three in
+# the others): most of a test's time is spent waiting on its servers (the api binary took 341 s
+# with two and about 200 s with four on this machine). The tests whose bounds assume a quiet
+# machine run alone afterwards, one at a time (each name below is a filter: every test whose
+# name contains it):
 # - the slot-migration test: how long its slot stays half-moved follows the machine's load;
 # - the three-gateway test: how fast its callers can press the shared intake bucket;
 # - the Chromium tests (`browser::`, `rooms::browser::`, `dashboard::`, `rooms::page::`): fifty
@@ -85,12 +86,39 @@ node --test gateway/client/test/
 # runs alone below.
 CLUSTER=(projection:: idempotency:: execution:: reads:: life_cycle:: concurrency:: control::
   commands:: reconcile::)
+# The deployment files and the HTTP contract, checked beside the test lanes (they need the
+# built binary and little CPU); their output is shown after the lanes.
+offline_checks() {
+  local failed=0
+  log "systemd units (systemd-analyze verify)"
+  deploy/systemd/verify.sh "${CARGO_TARGET_DIR:-target}/debug/sluice" || failed=1
+  log "kubernetes manifests (kubernetes-validate, policy)"
+  deploy/kubernetes/verify.sh || failed=1
+  log "container file (hadolint, policy)"
+  deploy/container/verify.sh || failed=1
+  log "observability (promtool check/test rules and config, dashboard_check.py)"
+  deploy/observability/verify.sh || failed=1
+  # A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary
+  # the tests just built), bounded hard: 0 server errors and 0 answers outside the document, or
+  # the suite fails. Its seed is fixed, so a red suite is this code's and not the draw's: seed
+  # 666638343 found proof_of_work.challenge documented without its no-U+0000 rule (bb4847a),
+  # and another draw (2413315) once sent, as a "valid" case, a request key outside the
+  # document's own pattern (a U+FFFD), which the gateway rightly refuses. Fresh draws are
+  # `deploy/schemathesis.sh` without `--seed` (docs/fuzzing.md).
+  log "schemathesis (short run, fixed seed; deploy/schemathesis.sh for longer ones)"
+  SLUICE_BIN="${CARGO_TARGET_DIR:-target}/debug/sluice" timeout 300 \
+    deploy/schemathesis.sh --if-supported --max-examples 10 --seed 666638343 || failed=1
+  return "$failed"
+}
+offline_log=$(mktemp)
+offline_checks >"$offline_log" 2>&1 &
+offline=$!
 # The gateway's api binary in one lane; every other test binary (the Lua scripts, the load
-# generator's scenarios, the model checker's short run, the unit tests), then the cluster suites,
-# in the other, side by side: the api binary mostly waits on its servers (deploy/test_lanes.py).
-log "cargo test: the api binary beside every other test binary and the cluster suites"
+# generator's scenarios, the model checker's short run, the unit tests) and the cluster suites
+# in two others, side by side: the tests mostly wait on their servers (deploy/test_lanes.py).
+log "cargo test: three lanes (the api binary; every other binary and the cluster suites)"
 status=0
-python3 deploy/test_lanes.py "$built" "$out" --test-threads 3 "${SKIP_ALONE[@]}" \
+python3 deploy/test_lanes.py "$built" "$out" "${SKIP_ALONE[@]}" \
   --cluster "${CLUSTER[@]}" "${SKIP_ALONE[@]}" || status=$?
 if [ "$status" -eq 0 ]; then
   log "cargo test: the tests that run alone"
@@ -104,40 +132,10 @@ if [ "$status" -eq 0 ]; then
     concurrency::three_gateway_processes_share_one_intake_bucket_exactly 2>&1 | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
-# The systemd units, checked against the binary the tests just built.
+# The offline checks (run beside the test lanes above, their output here).
 if [ "$status" -eq 0 ]; then
-  log "systemd units (systemd-analyze verify)"
-  deploy/systemd/verify.sh "${CARGO_TARGET_DIR:-target}/debug/sluice" || status=1
-fi
-# The Kubernetes manifests, offline (kubernetes-validate installed into target/ when missing).
-if [ "$status" -eq 0 ]; then
-  log "kubernetes manifests (kubernetes-validate, policy)"
-  deploy/kubernetes/verify.sh || status=1
-fi
-# The container file, statically: hadolint (installed into target/ when missing) and policy.py; no
-# image is built.
-if [ "$status" -eq 0 ]; then
-  log "container file (hadolint, policy)"
-  deploy/container/verify.sh || status=1
-fi
-# The Grafana dashboard and the Prometheus alert rules, offline (promtool from PATH, else unpacked
-# from Debian's prometheus package into target/).
-if [ "$status" -eq 0 ]; then
-  log "observability (promtool check/test rules and config, dashboard_check.py)"
-  deploy/observability/verify.sh || status=1
-fi
-# A short schemathesis run against docs/openapi.json on a throwaway `sluice dev` (the binary the
-# tests just built; schemathesis installed with pip into target/ when missing), bounded hard:
-# 0 server errors and 0 answers outside the document, or the suite fails. Its seed is fixed, so a
-# red suite is this code's and not the draw's: seed 666638343 found proof_of_work.challenge
-# documented without its no-U+0000 rule (bb4847a), and another draw (2413315) once sent, as a
-# "valid" case, a request key outside the document's own pattern (a U+FFFD), which the gateway
-# rightly refuses. Fresh draws are
-# `deploy/schemathesis.sh` without `--seed` (docs/fuzzing.md).
-if [ "$status" -eq 0 ]; then
-  log "schemathesis (short run, fixed seed; deploy/schemathesis.sh for longer ones)"
-  SLUICE_BIN="${CARGO_TARGET_DIR:-target}/debug/sluice" timeout 300 \
-    deploy/schemathesis.sh --if-supported --max-examples 10 --seed 666638343 || status=1
+  if ! wait "$offline"; then status=1; fi
+  cat "$offline_log"
 fi
 log "done"
 # One closing line for the whole suite, summed over every test binary.

@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""Runs the test binaries `cargo test --no-run` built, in two lanes side by side.
+"""Runs the test binaries `cargo test --no-run` built, in three lanes side by side.
 
-    deploy/test_lanes.py BUILT_JSON LOG ARGS... [--cluster CLUSTER_ARGS...]
+    deploy/test_lanes.py BUILT_JSON LOG ARGS... --cluster CLUSTER_ARGS...
 
 BUILT_JSON is what `cargo test --no-run --message-format=json` printed; ARGS go to every test
-binary (the libtest options and filters `cargo test -- ARGS` would pass). One lane runs the
-gateway's `api` binary (most of the suite, mostly waiting on its servers), the other every other
-binary one after another, each in its package's folder as `cargo test` runs it; then each runs
-one of the suites that must keep working on a Redis Cluster again on one
-(SLUICE_TEST_REDIS=cluster): the `lua` binary whole, and the `api` binary with CLUSTER_ARGS. Running them side by side instead of one
-after the other is what this script is for: on a 2-core machine the api binary leaves a core
-idle for much of its run.
+binary (the filters `cargo test -- ARGS` would pass; the tests at a time are set here). One lane
+runs the gateway's `api` binary (most of the suite, mostly waiting on its servers); the two
+others share, longest first, every other binary (each in its package's folder, as `cargo test`
+runs it) and the suites that must keep working on a Redis Cluster, run again on one
+(SLUICE_TEST_REDIS=cluster): the `lua` binary whole, and the `api` binary with CLUSTER_ARGS.
+Running them side by side instead of one after the other is what this script is for: one after
+the other, the tests kept a 2-core machine's cores half idle, waiting on their servers.
 
 Each lane's output goes to a file of its own, printed whole when the lane ends (lines of two
 lanes interleaved would be unreadable), and all of it is appended to LOG for the suite's closing
-count. The exit status is 0 only when every binary passed and each lane ran at least one.
+count. The exit status is 0 only when every run passed.
 """
 
 import json
@@ -23,6 +23,22 @@ import subprocess
 import sys
 import tempfile
 import threading
+
+# Tests at a time in the api binary, and in every other binary.
+API_THREADS = 4
+THREADS = 3
+# What each run took in a suite run on a 2-core machine (seconds; "cluster " for the runs on a
+# Redis Cluster), to share the runs between the two other lanes evenly; unlisted ones count 10.
+SECONDS = {
+    "scenarios": 124,
+    "cluster api": 118,
+    "cluster lua": 82,
+    "ci": 66,
+    "lua": 52,
+    "sluice_gateway": 14,
+    "report_page": 11,
+    "cluster": 11,
+}
 
 
 def test_binaries(built_json):
@@ -77,15 +93,26 @@ def main():
     if len(api) != 1 or len(lua) != 1 or not rest:
         sys.exit(f"expected one api and one lua binary, found {len(api)} and {len(lua)}")
     cluster = {"SLUICE_TEST_REDIS": "cluster"}
-    # The two lanes take about as long (here 390 s each): the api binary then the Lua scripts
-    # on the cluster; every other binary then the api binary's cluster suites.
-    api_lane = [(api[0], args, {}), (lua[0], [], cluster)]
-    others_lane = [(binary, args, {}) for binary in rest] + [(api[0], cluster_args, cluster)]
+    threads = ["--test-threads", str(THREADS)]
+    api_lane = [(api[0], ["--test-threads", str(API_THREADS), *args], {})]
+    # The other runs, longest first, each to the lane with less to do (by SECONDS).
+    others = [(binary, [*threads, *args], {}) for binary in rest] + [
+        (lua[0], [], cluster),
+        (api[0], cluster_args, cluster),
+    ]
+
+    def weight(run):
+        (name, _, _, _, _), _, env = run
+        return SECONDS.get(("cluster " if env else "") + name, 10)
+
+    others_lanes = [[], []]
+    for run in sorted(others, key=weight, reverse=True):
+        min(others_lanes, key=lambda lane: sum(map(weight, lane))).append(run)
     # `cargo test` sets CARGO for the tests that build a binary they lack.
     os.environ.setdefault("CARGO", "cargo")
     statuses = []
     with tempfile.TemporaryDirectory() as scratch:
-        lanes = [("others", others_lane), ("api", api_lane)]
+        lanes = [("others 1", others_lanes[0]), ("others 2", others_lanes[1]), ("api", api_lane)]
         threads = []
         for lane, runs in lanes:
             out = os.path.join(scratch, lane)
@@ -102,7 +129,7 @@ def main():
     failed = [(lane, name, kind) for lane, name, kind, status in statuses if status != 0]
     for lane, name, kind in failed:
         print(f"FAILED: the {kind} binary {name} (lane {lane})", file=sys.stderr)
-    ran, planned = len(statuses), len(api_lane) + len(others_lane)
+    ran, planned = len(statuses), len(api_lane) + len(others)
     if ran != planned:
         print(f"ran {ran} of {planned} test runs", file=sys.stderr)
         sys.exit(1)
