@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Runs the test binaries `cargo test --no-run` built, in three lanes side by side.
+"""Runs the test binaries `cargo test --no-run` built, in two lanes side by side.
 
     deploy/test_lanes.py BUILT_JSON LOG ARGS... --cluster CLUSTER_ARGS...
 
 BUILT_JSON is what `cargo test --no-run --message-format=json` printed; ARGS go to every test
 binary (the filters `cargo test -- ARGS` would pass; the tests at a time are set here). One lane
-runs the gateway's `api` binary (most of the suite, mostly waiting on its servers); the two
-others share, longest first, every other binary (each in its package's folder, as `cargo test`
-runs it) and the suites that must keep working on a Redis Cluster, run again on one
-(SLUICE_TEST_REDIS=cluster): the `lua` binary whole, and the `api` binary with CLUSTER_ARGS.
+runs the gateway's `api` binary (most of the suite, mostly waiting on its servers), the other
+every other binary (each in its package's folder, as `cargo test` runs it); then each runs one
+of the suites that must keep working on a Redis Cluster again on one (SLUICE_TEST_REDIS=cluster):
+the `lua` binary whole, and the `api` binary with CLUSTER_ARGS.
 Running them side by side instead of one after the other is what this script is for: one after
 the other, the tests kept a 2-core machine's cores half idle, waiting on their servers.
 
@@ -24,21 +24,11 @@ import sys
 import tempfile
 import threading
 
-# Tests at a time in the api binary, and in every other binary.
-API_THREADS = 4
+# Tests at a time in each binary. Three lanes, or four tests at a time in the api binary beside
+# two lanes, kept both cores busy and failed tests whose work must finish in time (a chaos
+# run's drain, two executors' sale, a waiting poll's snapshot): two lanes of three leave the
+# machine room to answer.
 THREADS = 3
-# What each run took in a suite run on a 2-core machine (seconds; "cluster " for the runs on a
-# Redis Cluster), to share the runs between the two other lanes evenly; unlisted ones count 10.
-SECONDS = {
-    "scenarios": 124,
-    "cluster api": 118,
-    "cluster lua": 82,
-    "ci": 66,
-    "lua": 52,
-    "sluice_gateway": 14,
-    "report_page": 11,
-    "cluster": 11,
-}
 
 
 def test_binaries(built_json):
@@ -94,25 +84,17 @@ def main():
         sys.exit(f"expected one api and one lua binary, found {len(api)} and {len(lua)}")
     cluster = {"SLUICE_TEST_REDIS": "cluster"}
     threads = ["--test-threads", str(THREADS)]
-    api_lane = [(api[0], ["--test-threads", str(API_THREADS), *args], {})]
-    # The other runs, longest first, each to the lane with less to do (by SECONDS).
-    others = [(binary, [*threads, *args], {}) for binary in rest] + [
-        (lua[0], [], cluster),
-        (api[0], cluster_args, cluster),
+    # The two lanes take about as long (about 400 s each here): the api binary, then the Lua
+    # scripts on the cluster; every other binary, then the api binary's cluster suites.
+    api_lane = [(api[0], [*threads, *args], {}), (lua[0], [], cluster)]
+    others_lane = [(binary, [*threads, *args], {}) for binary in rest] + [
+        (api[0], cluster_args, cluster)
     ]
-
-    def weight(run):
-        (name, _, _, _, _), _, env = run
-        return SECONDS.get(("cluster " if env else "") + name, 10)
-
-    others_lanes = [[], []]
-    for run in sorted(others, key=weight, reverse=True):
-        min(others_lanes, key=lambda lane: sum(map(weight, lane))).append(run)
     # `cargo test` sets CARGO for the tests that build a binary they lack.
     os.environ.setdefault("CARGO", "cargo")
     statuses = []
     with tempfile.TemporaryDirectory() as scratch:
-        lanes = [("others 1", others_lanes[0]), ("others 2", others_lanes[1]), ("api", api_lane)]
+        lanes = [("others", others_lane), ("api", api_lane)]
         threads = []
         for lane, runs in lanes:
             out = os.path.join(scratch, lane)
@@ -129,7 +111,7 @@ def main():
     failed = [(lane, name, kind) for lane, name, kind, status in statuses if status != 0]
     for lane, name, kind in failed:
         print(f"FAILED: the {kind} binary {name} (lane {lane})", file=sys.stderr)
-    ran, planned = len(statuses), len(api_lane) + len(others)
+    ran, planned = len(statuses), len(api_lane) + len(others_lane)
     if ran != planned:
         print(f"ran {ran} of {planned} test runs", file=sys.stderr)
         sys.exit(1)
