@@ -103,10 +103,11 @@ offline_checks() {
 offline_log=$(mktemp)
 offline_checks >"$offline_log" 2>&1 &
 offline=$!
-# The gateway's api binary in one lane; every other test binary (the Lua scripts, the load
-# generator's scenarios, the model checker's short run, the unit tests) in the other, side by
-# side, each then one cluster suite: the tests mostly wait on their servers (deploy/test_lanes.py).
-log "cargo test: two lanes (the api binary, then the Lua scripts on a cluster; every other binary, then the api binary's cluster suites)"
+# The gateway's api binary, then the load generator's scenarios, in one lane; every other test
+# binary (the Lua scripts, the model checker's short run, the unit tests), then the cluster
+# suites, in the other, side by side: the tests mostly wait on their servers
+# (deploy/test_lanes.py).
+log "cargo test: two lanes (the api binary, then the load generator's scenarios; every other binary, then the cluster suites)"
 status=0
 python3 deploy/test_lanes.py "$built" "$out" "${SKIP_ALONE[@]}" \
   --cluster "${CLUSTER[@]}" "${SKIP_ALONE[@]}" || status=$?

@@ -5,10 +5,10 @@
 
 BUILT_JSON is what `cargo test --no-run --message-format=json` printed; ARGS go to every test
 binary (the filters `cargo test -- ARGS` would pass; the tests at a time are set here). One lane
-runs the gateway's `api` binary (most of the suite, mostly waiting on its servers), the other
-every other binary (each in its package's folder, as `cargo test` runs it); then each runs one
-of the suites that must keep working on a Redis Cluster again on one (SLUICE_TEST_REDIS=cluster):
-the `lua` binary whole, and the `api` binary with CLUSTER_ARGS.
+runs the gateway's `api` binary (most of the suite, mostly waiting on its servers), then the load
+generator's scenarios; the other every other binary (each in its package's folder, as `cargo
+test` runs it), then the suites that must keep working on a Redis Cluster again on one
+(SLUICE_TEST_REDIS=cluster): the `lua` binary whole, and the `api` binary with CLUSTER_ARGS.
 Running them side by side instead of one after the other is what this script is for: one after
 the other, the tests kept a 2-core machine's cores half idle, waiting on their servers.
 
@@ -84,11 +84,16 @@ def main():
         sys.exit(f"expected one api and one lua binary, found {len(api)} and {len(lua)}")
     cluster = {"SLUICE_TEST_REDIS": "cluster"}
     threads = ["--test-threads", str(THREADS)]
-    # The two lanes take about as long (about 400 s each here): the api binary, then the Lua
-    # scripts on the cluster; every other binary, then the api binary's cluster suites.
-    api_lane = [(api[0], [*threads, *args], {}), (lua[0], [], cluster)]
+    # The two lanes take about as long (about 450 s each here): the api binary, then the load
+    # generator's scenarios (each a stack under load: beside the api binary they were the
+    # first to run late); every other binary, then the Lua scripts and the api binary's
+    # suites on the cluster.
+    scenarios = [b for b in rest if b[0] == "scenarios" and b[1] == "test"]
+    rest = [b for b in rest if b not in scenarios]
+    api_lane = [(api[0], [*threads, *args], {})] + [(b, [*threads, *args], {}) for b in scenarios]
     others_lane = [(binary, [*threads, *args], {}) for binary in rest] + [
-        (api[0], cluster_args, cluster)
+        (lua[0], [], cluster),
+        (api[0], cluster_args, cluster),
     ]
     # `cargo test` sets CARGO for the tests that build a binary they lack.
     os.environ.setdefault("CARGO", "cargo")

@@ -9,16 +9,7 @@ use sluice_store::db;
 use sluice_testkit::{shared_postgres, shared_redis};
 
 fn sluice_bin() -> PathBuf {
-    let sluice = PathBuf::from(env!("CARGO_BIN_EXE_sluice-loadtest")).with_file_name("sluice");
-    if !sluice.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = std::process::Command::new(cargo)
-            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
-            .status()
-            .expect("cargo runs");
-        assert!(built.success(), "building the sluice binary failed");
-    }
-    sluice
+    sluice_testkit::sluice_binary_beside(env!("CARGO_BIN_EXE_sluice-loadtest"))
 }
 
 /// The `sluice dev` log of the run under `out`, once the gateway has printed its address.

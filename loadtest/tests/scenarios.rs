@@ -22,20 +22,8 @@ struct Cli {
     options: Options,
 }
 
-/// The `sluice` binary of this build (`cargo test --workspace` builds it before any test runs;
-/// alone, this test builds it).
 fn sluice_bin() -> PathBuf {
-    let loadtest = PathBuf::from(env!("CARGO_BIN_EXE_sluice-loadtest"));
-    let sluice = loadtest.with_file_name("sluice");
-    if !sluice.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo)
-            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
-            .status()
-            .expect("cargo runs");
-        assert!(built.success(), "building the sluice binary failed");
-    }
-    sluice
+    sluice_testkit::sluice_binary_beside(env!("CARGO_BIN_EXE_sluice-loadtest"))
 }
 
 fn options(args: &[&str], out: &std::path::Path) -> Options {
@@ -204,8 +192,10 @@ async fn a_drop_on_three_gateways_over_a_redis_cluster_keeps_every_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_drop_decides_every_unit_and_keeps_the_pool_true() {
     let out = tempfile::tempdir().expect("temp dir");
-    // 150 people for 20 units held 2 s: half the winners confirm, a fifth release, the rest let
-    // their unit expire; the run waits for the last expiry before it checks the rows.
+    // 150 people for 20 units held 6 s: half the winners confirm, a fifth release, the rest let
+    // their unit expire; the run waits for the last expiry before it checks the rows. (Held
+    // 2 s, a loaded machine delivered every winner's result after its unit had expired: no
+    // confirm or release could land.)
     let options = options(
         &[
             "drop",
@@ -216,7 +206,7 @@ async fn a_reserved_drop_decides_every_unit_and_keeps_the_pool_true() {
             "--mode",
             "reserved",
             "--reservation-seconds",
-            "2",
+            "6",
             "--confirm-share",
             "0.5",
             "--release-share",

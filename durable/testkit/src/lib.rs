@@ -69,3 +69,22 @@ pub fn artifacts_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create target/test-artifacts");
     dir.canonicalize().unwrap_or(dir)
 }
+
+/// The `sluice` binary of this build, beside `built` (a binary of the same target directory,
+/// e.g. `env!("CARGO_BIN_EXE_sluice-loadtest")`): `cargo test --workspace` builds it (the
+/// gateway's tests need it); a test run alone builds it when it is missing.
+///
+/// # Panics
+/// If it is missing and cargo cannot build it.
+pub fn sluice_binary_beside(built: &str) -> std::path::PathBuf {
+    let sluice = std::path::PathBuf::from(built).with_file_name("sluice");
+    if !sluice.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the sluice binary failed");
+    }
+    sluice
+}

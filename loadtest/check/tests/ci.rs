@@ -7,27 +7,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The `sluice` binary of this build: `cargo test --workspace` builds it (the gateway's tests
-/// need it); this test alone builds it when it is missing.
-fn sluice_bin() -> PathBuf {
-    let sluice = PathBuf::from(env!("CARGO_BIN_EXE_sluice-check")).with_file_name("sluice");
-    if !sluice.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo)
-            .args(["build", "-p", "sluice-gateway", "--bin", "sluice"])
-            .status()
-            .expect("cargo runs");
-        assert!(built.success(), "building the sluice binary failed");
-    }
-    sluice
-}
-
 #[test]
 fn the_short_run_of_fixed_seeds_keeps_every_promise() {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sluice-check-ci");
     let status = Command::new(env!("CARGO_BIN_EXE_sluice-check"))
         .arg("--sluice")
-        .arg(sluice_bin())
+        .arg(sluice_testkit::sluice_binary_beside(env!(
+            "CARGO_BIN_EXE_sluice-check"
+        )))
         .arg("--out")
         .arg(&out)
         .args(["--shrink", "4", "ci"])
