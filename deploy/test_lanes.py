@@ -77,21 +77,21 @@ def main():
     at = sys.argv.index("--cluster")
     args, cluster_args = sys.argv[3:at], sys.argv[at + 1 :]
     binaries = test_binaries(built_json)
-    api = [b for b in binaries if b[0] == "api" and b[1] == "test"]
-    lua = [b for b in binaries if b[0] == "lua" and b[1] == "test"]
-    rest = [b for b in binaries if not (b[0] == "api" and b[1] == "test")]
+    def tests_named(name):
+        return [b for b in binaries if b[0] == name and b[1] == "test"]
+
+    api, lua, scenarios = tests_named("api"), tests_named("lua"), tests_named("scenarios")
+    rest = [b for b in binaries if b not in api and b not in scenarios]
     if len(api) != 1 or len(lua) != 1 or not rest:
         sys.exit(f"expected one api and one lua binary, found {len(api)} and {len(lua)}")
     cluster = {"SLUICE_TEST_REDIS": "cluster"}
-    threads = ["--test-threads", str(THREADS)]
+    local = ["--test-threads", str(THREADS), *args]
     # The two lanes take about as long (about 450 s each here): the api binary, then the load
     # generator's scenarios (each a stack under load: beside the api binary they were the
     # first to run late); every other binary, then the Lua scripts and the api binary's
     # suites on the cluster.
-    scenarios = [b for b in rest if b[0] == "scenarios" and b[1] == "test"]
-    rest = [b for b in rest if b not in scenarios]
-    api_lane = [(api[0], [*threads, *args], {})] + [(b, [*threads, *args], {}) for b in scenarios]
-    others_lane = [(binary, [*threads, *args], {}) for binary in rest] + [
+    api_lane = [(binary, local, {}) for binary in api + scenarios]
+    others_lane = [(binary, local, {}) for binary in rest] + [
         (lua[0], [], cluster),
         (api[0], cluster_args, cluster),
     ]
@@ -100,13 +100,13 @@ def main():
     statuses = []
     with tempfile.TemporaryDirectory() as scratch:
         lanes = [("others", others_lane), ("api", api_lane)]
-        threads = []
+        running = []
         for lane, runs in lanes:
             out = os.path.join(scratch, lane)
             thread = threading.Thread(target=run_lane, args=(runs, out, statuses, lane))
             thread.start()
-            threads.append((lane, out, thread))
-        for lane, out, thread in threads:
+            running.append((out, thread))
+        for out, thread in running:
             thread.join()
             with open(out, encoding="utf-8") as text, open(suite_log, "a", encoding="utf-8") as log:
                 for line in text:

@@ -113,16 +113,10 @@ fn the_code_map_says_of_each_crate_what_its_manifest_says() {
             text.contains(&format!("`{package}`")),
             "the row of `{member}/` does not name its package `{package}`: {text}"
         );
-        let built_on: std::collections::BTreeSet<String> = manifest
-            .get("dependencies")
-            .and_then(toml::Value::as_table)
-            .map(|deps| {
-                deps.keys()
-                    .filter(|n| n.starts_with("sluice-"))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let built_on: std::collections::BTreeSet<String> =
+            crate::crate_graph::sluice_dependencies(&format!("{member}/Cargo.toml"))
+                .into_iter()
+                .collect();
         let said = said_to_build_on(text)
             .unwrap_or_else(|| panic!("the row of `{member}/` does not say what it builds on"));
         assert_eq!(

@@ -7,7 +7,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 /// The Sluice crates `manifest` (a path from the workspace root) depends on to build, tests
 /// aside.
-fn sluice_dependencies(manifest: &str) -> Vec<String> {
+pub(crate) fn sluice_dependencies(manifest: &str) -> Vec<String> {
     let text = std::fs::read_to_string(Path::new(ROOT).join(manifest))
         .unwrap_or_else(|e| panic!("{manifest}: {e}"));
     let manifest: toml::Table = toml::from_str(&text).expect("a Cargo manifest");
