@@ -7,10 +7,14 @@
 //! reads from that queue itself, before the poll (every rank first, then a wait of
 //! [`SNAPSHOTS_OUT`], so that no snapshot pulled before those reads can answer) and right after
 //! the answer. A queue only drains meanwhile, so `after <= told <= before`, unless a command
-//! ahead was put back (a lease that lapsed after the loss requeues it at its old sequence):
-//! an answer outside the two is read again, twice, and only one outside its witness every time
-//! is a violation (the queue and the answer are both Redis's; the other checks judge the queue
-//! against PostgreSQL).
+//! ahead was put back (a lease that lapsed after the loss requeues it at its old sequence, a
+//! head whose claim failed goes back) and, when it started again before the `after` read, left
+//! no trace in the queue. Such a command leaves one in PostgreSQL: it was not in the queue at
+//! the `before` read, and its row's `attempts` grew after it (it was claimed again). So a told
+//! position above `before` is excused by exactly those commands of its queue with a smaller
+//! sequence, counted from PostgreSQL. An answer outside that is read again, twice, and only one
+//! outside its witness every time is a violation (the queue and the answer are both Redis's;
+//! the other checks judge the queue against PostgreSQL).
 //!
 //! Order: the commands are polled in descending `queue_seq`: a queue's drain only shrinks
 //! positions, so a later poll of an earlier command shows a smaller position and cannot hide an
@@ -23,7 +27,7 @@
 //! compare; a run whose checks compared no pair at all proves nothing, and is judged a violation
 //! (see `checks`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use fred::interfaces::SortedSetsInterface;
@@ -80,12 +84,25 @@ impl Stack {
             ..PositionCheck::default()
         };
         let mut candidates = Vec::new();
+        let mut queued_before: HashMap<Queue, HashSet<Uuid>> = HashMap::new();
         for (id, command, resource, seq) in &waiting {
             if let Some(ticket) = tickets.get(id) {
+                if let std::collections::hash_map::Entry::Vacant(queue) =
+                    queued_before.entry((command.clone(), resource.clone()))
+                {
+                    queue.insert(self.queue_members(command, resource).await);
+                }
                 let before = self.rank_in_queue(command, resource, *id).await;
                 candidates.push((*id, command, resource, *seq, ticket, before));
             }
         }
+        // Read after the queues: a command claimed between the two reads is in neither (it was
+        // in its queue, or already claimed at this count).
+        let attempts_before = self.attempts_of_unfinished().await;
+        let put_back = PutBack {
+            queued_before: &queued_before,
+            attempts_before: &attempts_before,
+        };
         tokio::time::sleep(SNAPSHOTS_OUT).await;
         for (id, command, resource, seq, ticket, before) in candidates {
             let Some(position) = waiting_position(shared, id, ticket).await else {
@@ -97,7 +114,10 @@ impl Stack {
                 .or_default()
                 .push((seq, position, id));
             let mut problem = match (before, after) {
-                (Some(before), Some(after)) => outside(position, before, after),
+                (Some(before), Some(after)) => {
+                    self.judged(&put_back, (command, resource, seq), position, before, after)
+                        .await
+                }
                 // Not waiting at one of the reads: started or left, not judged.
                 _ => continue,
             };
@@ -111,7 +131,11 @@ impl Stack {
                     .witnessed_position(shared, command, resource, id, ticket)
                     .await
                 {
-                    Some((position, before, after)) => problem = outside(position, before, after),
+                    Some((position, before, after)) => {
+                        problem = self
+                            .judged(&put_back, (command, resource, seq), position, before, after)
+                            .await;
+                    }
                     // No longer waiting: the earlier reads are what judge it.
                     None => break,
                 }
@@ -192,12 +216,102 @@ impl Stack {
     }
 }
 
-/// What is wrong with a position `told` whose queue rank was `before` before the request and
-/// `after` after the answer, if anything.
-fn outside(told: u64, before: u64, after: u64) -> Option<String> {
-    (told < after || told > before).then(|| {
-        format!("told position {told}, its queue rank was {before} before and {after} after")
-    })
+/// What the witness saw before the polls, to tell a command put back ahead of a waiter from a
+/// position told wrong.
+struct PutBack<'a> {
+    /// The members of each queue checked, read before the polls.
+    queued_before: &'a HashMap<Queue, HashSet<Uuid>>,
+    /// `attempts` of every unfinished command, read from PostgreSQL after those queues.
+    attempts_before: &'a HashMap<Uuid, i32>,
+}
+
+impl Stack {
+    /// What is wrong with a position `told` of the command at `seq` in `queue` whose rank was
+    /// `before` before the request and `after` after the answer, if anything: below `after`, or
+    /// above `before` by more than the commands put back ahead of it since (see the module's
+    /// documentation), counted only when needed.
+    async fn judged(
+        &self,
+        put_back: &PutBack<'_>,
+        (command, resource, seq): (&str, &str, i64),
+        told: u64,
+        before: u64,
+        after: u64,
+    ) -> Option<String> {
+        if told < after {
+            return Some(outside(told, before, after, 0));
+        }
+        if told <= before {
+            return None;
+        }
+        let queue = (command.to_owned(), resource.to_owned());
+        let queued = put_back.queued_before.get(&queue);
+        let claimed_again: Vec<(Uuid, i32)> = sqlx::query_as(
+            "SELECT id, attempts FROM commands
+              WHERE application_id = $1 AND command = $2 AND resource_key = $3
+                AND queue_seq < $4",
+        )
+        .bind(self.creds.application_id)
+        .bind(command)
+        .bind(resource)
+        .bind(seq)
+        .fetch_all(&self.pg)
+        .await
+        .expect("the attempts of the commands ahead");
+        let ahead_put_back = claimed_again
+            .iter()
+            .filter(|(id, attempts)| {
+                !queued.is_some_and(|members| members.contains(id))
+                    && put_back
+                        .attempts_before
+                        .get(id)
+                        .is_some_and(|earlier| attempts > earlier)
+            })
+            .count() as u64;
+        (told > before + ahead_put_back).then(|| outside(told, before, after, ahead_put_back))
+    }
+
+    /// Every member of one resource queue, read from Redis by the test (empty when Redis did not
+    /// answer: no command then counts as having waited in it).
+    async fn queue_members(&self, command: &str, resource: &str) -> HashSet<Uuid> {
+        let queue = AppKeys::new(self.creds.application_id).queue(
+            self.creds.namespace_id,
+            command,
+            resource,
+        );
+        let members: Vec<String> = self
+            .redis
+            .pool()
+            .next()
+            .zrange(queue, 0, -1, None, false, None, false)
+            .await
+            .unwrap_or_default();
+        members.iter().filter_map(|m| m.parse().ok()).collect()
+    }
+
+    /// `attempts` of every unfinished command of the run's application, from PostgreSQL.
+    async fn attempts_of_unfinished(&self) -> HashMap<Uuid, i32> {
+        sqlx::query_as::<_, (Uuid, i32)>(
+            "SELECT id, attempts FROM commands
+              WHERE application_id = $1
+                AND status IN ('accepted', 'executing', 'running', 'retry_wait')",
+        )
+        .bind(self.creds.application_id)
+        .fetch_all(&self.pg)
+        .await
+        .expect("attempts of the unfinished commands")
+        .into_iter()
+        .collect()
+    }
+}
+
+/// A position `told` outside its witness: the queue rank `before` the request, `after` the
+/// answer, and the commands put back ahead of it meanwhile.
+fn outside(told: u64, before: u64, after: u64, put_back: u64) -> String {
+    format!(
+        "told position {told}, its queue rank was {before} before and {after} after, \
+         {put_back} commands ahead of it put back meanwhile"
+    )
 }
 
 /// The position a ticket poll shows for a command still waiting (`accepted`), if it shows one.
