@@ -446,22 +446,23 @@ fn a_run_beyond_the_open_file_limit_is_refused_up_front() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_room_admits_everyone_fairly_within_max_active() {
     let out = tempfile::tempdir().expect("temp dir");
-    // 24 people for 5 slots: half join the pre-queue in the 3 s before the start, the rest
-    // over the 3 s after; each uses the room 2.5 s, heartbeating once (a pass lives 5 s from
-    // the last heartbeat, which is advised after 1.67 s). A slot comes back a second after its
-    // last pass's exp, leave or not: about 6 s after admission for an abandoner, 7.7 s for the
-    // others, so the run takes five rounds, about 40 s.
+    // 12 people for 4 slots: half join the pre-queue in the 3 s before the start, the rest
+    // over the 3 s after; each uses the room 2.5 s, heartbeating once (advised after 1.67 s).
+    // A pass cannot be recalled, so a slot comes back a second after its last pass's exp,
+    // leave or not: 10 s passes (the shortest the load generator takes) make three rounds of
+    // about 11 s each, and every way out (a leave, an abandoned pass, one left to run out)
+    // still occurs. (With 30 s passes and 24 people the run took 94 s.)
     let options = options(
         &[
             "room",
             "--subjects",
-            "24",
+            "12",
             "--room-max-active",
-            "5",
+            "4",
             "--heartbeat-seconds",
             "5",
             "--pass-seconds",
-            "30",
+            "10",
             "--opens-in-seconds",
             "4",
             "--after-start-seconds",
@@ -496,11 +497,11 @@ async fn a_waiting_room_admits_everyone_fairly_within_max_active() {
         );
     }
     let room = report.room.as_ref().expect("room figures");
-    assert_eq!(room.joined_prequeue, 12, "{room:?}");
-    assert_eq!(room.joined_after_start, 12, "{room:?}");
-    assert_eq!(room.admitted, 24, "{room:?}");
+    assert_eq!(room.joined_prequeue, 6, "{room:?}");
+    assert_eq!(room.joined_after_start, 6, "{room:?}");
+    assert_eq!(room.admitted, 12, "{room:?}");
     assert_eq!(
-        room.peak_live_passes, 5,
+        room.peak_live_passes, 4,
         "the room was full at some point: {room:?}"
     );
     assert!(
@@ -511,7 +512,7 @@ async fn a_waiting_room_admits_everyone_fairly_within_max_active() {
     assert!(room.heartbeats > 0, "{room:?}");
     assert_eq!(report.people.unknown, 0, "{:?}", report.people);
     let again = reread(&written.json);
-    assert_eq!(again.room.map(|r| r.admitted), Some(24));
+    assert_eq!(again.room.map(|r| r.admitted), Some(12));
 }
 
 /// A room run whose last person would wait past their patience is refused before anything
