@@ -10,7 +10,10 @@ use sluice_gateway::cli::{Cli, run};
 /// - memory back after a spike: glibc kept the memory of 10,000 closed connections (a heap only
 ///   shrinks from its top), jemalloc returns freed pages to the kernel ([`MALLOC_CONF`]).
 ///
-/// The library and its tests keep the system allocator: only what runs in production needs it.
+/// The library and its tests keep the system allocator: only what runs in production needs it
+/// (feature `jemalloc`, on by default; the suite's build leaves it out, gateway/Cargo.toml says
+/// why).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -22,11 +25,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// counted as resident until the kernel runs short. Still overridden at run time by
 /// `_RJEM_MALLOC_CONF` (the crate builds jemalloc with the `_rjem_` prefix, so it serves Rust's
 /// allocations only and this is the prefixed name of jemalloc's `malloc_conf`).
+#[cfg(feature = "jemalloc")]
 #[allow(unsafe_code)] // exporting a symbol jemalloc looks up: a C string, NUL-terminated below
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; JEMALLOC_OPTIONS.len()] = JEMALLOC_OPTIONS;
+#[cfg(feature = "jemalloc")]
 const JEMALLOC_OPTIONS: &[u8; 60] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+#[cfg(feature = "jemalloc")]
 const _: () = assert!(JEMALLOC_OPTIONS[JEMALLOC_OPTIONS.len() - 1] == 0);
 
 #[tokio::main]

@@ -6,6 +6,7 @@
 /// The allocator the `sluice` binary ships with (gateway/src/main.rs): the gateway measured here
 /// runs in this process, and on glibc's allocator an answer costs 5–7 µs more than in production.
 /// The baselines in this process get it too, so both sides of a pair allocate alike.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
