@@ -52,7 +52,7 @@ require_postgres() {
   [ -n "$(pg_bindir)" ] && [ -x "$(pg_bindir)/initdb" ] || { log "installing postgresql"; apt_install postgresql; }
 }
 
-# gateway/tests/api/pgbouncer.rs starts its own PgBouncer (as the postgres user, on a free port);
+# gateway/tests/api/deployment/pgbouncer.rs starts its own PgBouncer (as the postgres user, on a free port);
 # the package's own service is not used.
 require_pgbouncer() {
   [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || { log "installing pgbouncer"; apt_install pgbouncer; }
@@ -62,7 +62,7 @@ require_setpriv() {
   command -v setpriv >/dev/null 2>&1 || { log "installing util-linux (setpriv)"; apt_install util-linux; }
 }
 
-# The README's token-minting snippets are run by a test (gateway/tests/api/readme_tokens.rs):
+# The README's token-minting snippets are run by a test (gateway/tests/api/repository/readme_tokens.rs):
 # node comes with the dashboard test's dependencies, python3 from here.
 require_python() {
   command -v python3 >/dev/null 2>&1 || { log "installing python3"; apt_install python3; }
@@ -75,7 +75,7 @@ require_systemd_analyze() {
   command -v systemd-analyze >/dev/null 2>&1 || { log "installing systemd (systemd-analyze)"; apt_install systemd; }
 }
 
-# The dashboard's browser test (gateway/tests/api/dashboard.rs) drives Debian's Chromium.
+# The dashboard's browser test (gateway/tests/api/operators/dashboard.rs) drives Debian's Chromium.
 require_chromium() {
   [ -x /usr/bin/chromium ] || { log "installing chromium"; apt_install chromium; }
 }

@@ -56,14 +56,14 @@ trap 'rm -f "$out" "$built" "$tools_log" "${offline_log:-}"' EXIT
 # name contains it):
 # - the slot-migration test: how long its slot stays half-moved follows the machine's load;
 # - the three-gateway test: how fast its callers can press the shared intake bucket;
-# - the Chromium tests (`browser::`, `rooms::browser::`, `dashboard::`, `rooms::page::`): fifty
+# - the Chromium tests (`browser::`, `rooms::browser::`, `operators::dashboard::`, `rooms::page::`): fifty
 #   pages joining a drop showed "Reconnecting…" beside two other tests.
 # Each failed once in about eight runs with three or four tests beside it.
 ALONE=(
-  cluster::a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit
-  concurrency::three_gateway_processes_share_one_intake_bucket_exactly
+  deployment::cluster::a_slot_migrated_under_load_loses_no_acceptance_and_keeps_the_limit
+  intake::concurrency::three_gateway_processes_share_one_intake_bucket_exactly
   browser::
-  dashboard::
+  operators::dashboard::
   rooms::page::
 )
 SKIP_ALONE=()
@@ -73,19 +73,24 @@ for name in "${ALONE[@]}"; do SKIP_ALONE+=(--skip "$name"); done
 export SLUICE_STRICT_SCRIPT_KEYS=1
 # One build: every test binary, linted, its checked queries described against a throwaway
 # PostgreSQL; deploy/sqlx.sh then fails when .sqlx/ (what every other build reads,
-# SQLX_OFFLINE=true) is not what the queries and the migrations give now.
+# SQLX_OFFLINE=true) is not what the queries and the migrations give now. Without the default
+# features: the `sluice` binary the tests run is built on the system allocator, not jemalloc,
+# whose C build was a third of this one's time (gateway/Cargo.toml); every `cargo test` below
+# passes the same flags, so nothing is built twice.
 log "building every test binary (linted by clippy), and the sqlx offline data it describes"
-deploy/sqlx.sh check -- test --workspace --locked --no-run \
+deploy/sqlx.sh check -- test --workspace --locked --no-default-features --no-run \
   --message-format=json-render-diagnostics >"$built"
 tools_ready
 log "node --test gateway/client (the browser module)"
 node --test gateway/client/test/
 # The suites that must keep working on a Redis Cluster run again on a real one (three masters
 # with a replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild,
-# reads, control and the life-cycle races through the gateway. The failover test (`cluster::`)
-# runs alone below.
-CLUSTER=(projection:: idempotency:: execution:: reads:: life_cycle:: concurrency:: control::
-  commands:: reconcile::)
+# reads, control and the life-cycle races through the gateway (not the executor processes'
+# tests, nor retention and query plans, which are PostgreSQL's). The failover test
+# (`deployment::cluster::`) runs alone below.
+CLUSTER=(intake::commands:: intake::concurrency:: intake::idempotency:: execution:: life_cycle::
+  operators::control:: projection::basics:: projection::reconcile:: reads::
+  --skip execution::processes:: --skip life_cycle::query_plans:: --skip life_cycle::retention::)
 # The deployment files, checked beside the test lanes (they need the built binary and little
 # CPU); their output is shown after the lanes.
 offline_checks() {
@@ -113,14 +118,14 @@ python3 deploy/test_lanes.py "$built" "$out" "${SKIP_ALONE[@]}" \
   --cluster "${CLUSTER[@]}" "${SKIP_ALONE[@]}" || status=$?
 if [ "$status" -eq 0 ]; then
   log "cargo test: the tests that run alone"
-  cargo test --workspace --locked --test api -- --test-threads 1 "${ALONE[@]}" 2>&1 \
+  cargo test --workspace --locked --no-default-features --test api -- --test-threads 1 "${ALONE[@]}" 2>&1 \
     | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
-# Of those, the cluster suites hold the three-gateway test (`concurrency::`): on the cluster too.
+# Of those, the cluster suites hold the three-gateway test (`intake::concurrency::`): on the cluster too.
 if [ "$status" -eq 0 ]; then
-  SLUICE_TEST_REDIS=cluster cargo test --workspace --locked --test api -- --exact \
-    concurrency::three_gateway_processes_share_one_intake_bucket_exactly 2>&1 | tee -a "$out"
+  SLUICE_TEST_REDIS=cluster cargo test --workspace --locked --no-default-features --test api -- --exact \
+    intake::concurrency::three_gateway_processes_share_one_intake_bucket_exactly 2>&1 | tee -a "$out"
   status=${PIPESTATUS[0]}
 fi
 # The offline checks (run beside the test lanes above, their output here).

@@ -9,7 +9,7 @@
 # promtool: $PROMTOOL, else the one on PATH, else Debian's `prometheus` package unpacked into
 # target/ (apt-get download + dpkg-deb -x: installing the package would also start a Prometheus
 # server). That the metric names are the ones Sluice exports is checked against a real scrape by
-# gateway/tests/api/observability.rs.
+# gateway/tests/api/repository/observability.rs.
 #
 #   deploy/observability/verify.sh [--install-only]   (--install-only: find or unpack promtool,
 #                                                     check nothing; deploy/test.sh does it

@@ -5,7 +5,7 @@
 //! them out, and the HTTP handlers and the executor call them instead of orchestrating steps.
 //! PostgreSQL is the truth and is written first; Redis (the projection) follows. Neither the
 //! gateway nor the executor names [`redis`], and no statement outside this module writes
-//! `commands` (`gateway/tests/api/crate_graph.rs` reads the sources for both).
+//! `commands` (`gateway/tests/api/repository/crate_graph.rs` reads the sources for both).
 //!
 //! Three fences keep every ordering safe:
 //! - **The epoch** (the projection's generation): a rebuild marks the projection not ready,

@@ -12,7 +12,7 @@ pub mod props;
 mod redis_keys;
 
 pub use poll::eventually;
-pub use redis_keys::scan_keys;
+pub use redis_keys::{live_leases, now_ms, scan_keys};
 pub use sluice_servers::{
     ClusterNode, PgBouncer, PgServer, PoolMode, RdbSnapshot, RedisCluster, RedisServer, free_port,
 };

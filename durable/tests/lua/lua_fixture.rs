@@ -2,14 +2,6 @@
 //! `lua_limits`): one application's keys in the shared Redis, opened at generation 1 (as a rebuild
 //! leaves it: ready, and verified in this Redis process), with the `cfg` hash, queues and status
 //! hashes written by the test itself the way the gateway's scripts would leave them.
-//!
-//! Two test crates compile this file (`durable/tests/lua` and, for the life-cycle and status
-//! tests, `gateway/tests/api`), each using part of it.
-
-#![allow(
-    dead_code,
-    reason = "each of the two test crates that include it uses part of it"
-)]
 
 use std::collections::HashMap;
 use std::marker::PhantomData;

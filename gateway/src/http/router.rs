@@ -489,7 +489,7 @@ fn check_command_code(code: &str) -> Result<(), ApiError> {
 mod tests {
     use super::*;
 
-    /// Every operation of `docs/openapi.json` (as `gateway/tests/api/openapi.rs` lists them),
+    /// Every operation of `docs/openapi.json` (as `gateway/tests/api/repository/openapi.rs` lists them),
     /// with a concrete path: its method is allowed, every other one is not.
     #[test]
     fn every_path_allows_exactly_its_documented_methods() {

@@ -18,9 +18,9 @@ use sluice_store::secrets::Redacted;
 use sluice_store::tenancy;
 use tokio_util::sync::CancellationToken;
 
-use crate::browser_driver::{artifacts_dir, run_script};
 use crate::execution::{OPEN_INTAKE, fast_executor, pool, start_executor};
-use crate::gateway_process::GatewayProcess;
+use crate::support::browser_driver::{artifacts_dir, run_script};
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 
 /// `claim` with its waiting page; `admission` paces the drop; `return_url` is the one place the

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::execution::{fast_executor, start_executor};
-use crate::gateway_process::GatewayProcess;
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 use sluice_redis::Projection;
 

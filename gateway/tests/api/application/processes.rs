@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use sluice_store::tenancy::BootstrapOutput;
 
 use super::*;
+use crate::execution::processes::{ExecutorProcess, assert_all_land, two_executors};
 use crate::execution::{counter, status_counts};
-use crate::executor_processes::{ExecutorProcess, assert_all_land, two_executors};
-use crate::gateway_process::GatewayProcess;
-use crate::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
+use crate::support::gateway_process::GatewayProcess;
+use crate::support::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
 use crate::webhooks::{ocr_declaration, own_results_after_one_attempt};
 
 /// Statuses after which a command never changes.
@@ -346,7 +346,7 @@ async fn second_namespace(stack: &Stack, url: &str) -> BootstrapOutput {
 /// handler, a stack whose first namespace posts to the first and whose second namespace posts to
 /// the second; command-level limits wide open (`ocr_declaration` without limit keys).
 async fn two_namespaces_two_backends(
-    handle: crate::webhook_backend::Handler,
+    handle: crate::support::webhook_backend::Handler,
 ) -> (Stack, BootstrapOutput, [Backend; 2]) {
     let backends = [
         Backend::start(handle.clone()).await,

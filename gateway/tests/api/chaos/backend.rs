@@ -1,6 +1,6 @@
 //! The loopback webhook backend of a chaos run: the provider behind the `call` command.
 //!
-//! It verifies every `Sluice-Signature` (with `crate::webhook_backend::verify`, independent of
+//! It verifies every `Sluice-Signature` (with `crate::support::webhook_backend::verify`, independent of
 //! the executor's code) and answers like a well-behaved provider: after a few ms to 100 ms
 //! (always far below the lease and the attempt timeout), mostly `200` with a result, sometimes
 //! `202` and then its own `:complete` a little later, sometimes `429` or `503` (retried by
@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use super::load::{Answer, Client, send};
 use super::witness::{Call, Complete, Decision, Records};
-use crate::webhook_backend::verify;
+use crate::support::webhook_backend::verify;
 
 /// How the backend answers.
 #[derive(Debug, Clone)]

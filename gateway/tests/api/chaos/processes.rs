@@ -2,7 +2,7 @@
 //! Redis and PostgreSQL, each killable with SIGKILL and startable again, or frozen with SIGSTOP
 //! and thawed with SIGCONT.
 //!
-//! (`crate::sluice_process` spawns against the shared Redis; a chaos run kills and restarts its
+//! (`crate::support::sluice_process` spawns against the shared Redis; a chaos run kills and restarts its
 //! Redis, so it spawns its own.)
 
 use std::path::PathBuf;

@@ -13,8 +13,8 @@ use sluice_testkit::RedisCluster;
 use crate::execution::{
     all_terminal, fast_executor, generation, repeated_queue_seqs, start_executor,
 };
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{each_succeeded_after_one_call, enqueue_ocr, ocr_declaration};
 
 /// Every call is held half a second, so one is surely at the backend when the master dies.

@@ -244,8 +244,8 @@ async fn a_transaction_mode_pool_answers_every_query_through_pgbouncer() {
 /// migrate` with the same settings succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
-    use crate::executor_processes::ExecutorProcess;
-    use crate::gateway_process::GatewayProcess;
+    use crate::execution::processes::ExecutorProcess;
+    use crate::support::gateway_process::GatewayProcess;
 
     let stack = Stack::start().await;
     let (bouncer, database) = transaction_bouncer(&stack, 3);
@@ -253,7 +253,7 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     // `sluice migrate` takes its session lock on the session URL: run through the pooler's
     // settings, it succeeds (the stack's database is migrated; applying nothing is the point).
     let session_setting = format!("database_session_url={}", stack.database_url);
-    let migrate = crate::cli::sluice(
+    let migrate = crate::operators::cli::sluice(
         &through,
         &[
             "migrate",
@@ -266,7 +266,7 @@ async fn processes_behind_pgbouncer_in_transaction_mode_land_every_command() {
     assert!(
         migrate.status.success(),
         "sluice migrate in transaction mode: {}",
-        crate::cli::text(&migrate)
+        crate::operators::cli::text(&migrate)
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let gateway = GatewayProcess::start_with(
@@ -370,13 +370,13 @@ async fn retention_drops_a_day_through_pgbouncer_in_transaction_mode() {
         .await
         .expect("days made through PgBouncer");
 
-    let now = crate::retention::db_now(&stack).await;
+    let now = crate::life_cycle::retention::db_now(&stack).await;
     let (ended, waiting) = (
         Day::of(now - chrono::Duration::days(4)),
         Day::of(now - chrono::Duration::days(3)),
     );
-    crate::retention::fill_day(&stack, ended, 20, "succeeded").await;
-    crate::retention::fill_day(&stack, waiting, 20, "accepted").await;
+    crate::life_cycle::retention::fill_day(&stack, ended, 20, "succeeded").await;
+    crate::life_cycle::retention::fill_day(&stack, waiting, 20, "accepted").await;
 
     let pruned = prune(&pool, &stack.redis, 86_400)
         .await

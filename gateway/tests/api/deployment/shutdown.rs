@@ -30,10 +30,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
-use crate::executor_processes::ExecutorProcess;
-use crate::gateway_process::GatewayProcess;
+use crate::execution::processes::ExecutorProcess;
+use crate::support::gateway_process::GatewayProcess;
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{enqueue_ocr, ocr_stack};
 
 /// How long the test may hold the commit lock: well within `lock_timeout`.

@@ -4,6 +4,7 @@
 mod cancel;
 mod fairness;
 mod memory_polls;
+pub(crate) mod processes;
 mod sale;
 mod waiting;
 

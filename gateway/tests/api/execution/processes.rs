@@ -18,7 +18,7 @@ use hyper::StatusCode;
 use uuid::Uuid;
 
 use crate::execution::{all_terminal, status_counts};
-use crate::sluice_process::SluiceProcess;
+use crate::support::sluice_process::SluiceProcess;
 use crate::support::*;
 
 /// Statuses after which a command never changes.
@@ -395,7 +395,7 @@ fn sample_lease_owners(
 /// after one call, and both processes took part.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_executor_processes_hold_one_max_in_flight_at_the_backend() {
-    use crate::webhook_backend::{Answer, Backend, handler};
+    use crate::support::webhook_backend::{Answer, Backend, handler};
     use crate::webhooks::{
         each_succeeded_after_one_call, enqueue_ocr, ocr_declaration, stack_with,
     };

@@ -153,8 +153,8 @@ async fn five_thousand_enqueues_from_two_hundred_tasks_over_fifty_resources() {
 
 /// `sluice_intake_batch_entries`'s (sum, count) in a process's `/metrics`: the enqueues it
 /// decided and the `intake.lua` calls it took for them.
-async fn intake_batches(gateway: &crate::gateway_process::GatewayProcess) -> (f64, f64) {
-    let exposition = crate::metrics::scrape(&gateway.admin_base, "/metrics").await;
+async fn intake_batches(gateway: &crate::support::gateway_process::GatewayProcess) -> (f64, f64) {
+    let exposition = crate::operators::metrics::scrape(&gateway.admin_base, "/metrics").await;
     (
         exposition.value("sluice_intake_batch_entries_sum", &[]),
         exposition.value("sluice_intake_batch_entries_count", &[]),
@@ -169,7 +169,7 @@ async fn intake_batches(gateway: &crate::gateway_process::GatewayProcess) -> (f6
 /// rows or two 202s; no reservation outlives its request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateway_processes_share_one_intake_bucket_exactly() {
-    use crate::gateway_process::GatewayProcess;
+    use crate::support::gateway_process::GatewayProcess;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 

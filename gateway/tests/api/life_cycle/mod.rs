@@ -5,10 +5,11 @@
 
 mod diagram;
 mod fencing;
-mod not_ready;
 mod postgres_loss;
+pub(crate) mod query_plans;
 mod rebuild_races;
 mod repairs;
+pub(crate) mod retention;
 mod rollback;
 mod starvation;
 mod withheld;

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::fencing::backdate_permits;
 use super::{LEASE_MS, start_short_lease_executor};
 use crate::execution::{fast_executor, start_executor};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{arrivals_of, arrives, enqueue_ocr, ocr_declaration, ocr_stack, row};
 
 /// A backend that holds every request until `release` is notified, then answers `succeeded`.

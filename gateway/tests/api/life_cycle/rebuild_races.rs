@@ -16,8 +16,8 @@ use sluice_gateway::config::GatewayConfig;
 use sluice_redis::AppKeys;
 
 use crate::execution::{all_terminal, fast_executor, start_executor};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{
     arrivals_of, arrives, complete, enqueue_ocr, finish_and_complete, ocr_declaration, row,
     stack_with,

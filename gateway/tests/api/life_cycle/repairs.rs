@@ -10,8 +10,8 @@ use sluice_executor::ExecutorConfig;
 use uuid::Uuid;
 
 use crate::execution::{fast_executor, start_executor};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{arrivals_of, enqueue_ocr, never_arrives, ocr_declaration, row, stack_with};
 
 /// `max_wait_seconds = 1`: a command still waiting after it is admitted and claimed ends

@@ -11,8 +11,8 @@ use serde_json::json;
 use crate::execution::{
     all_terminal, fast_executor, generation, repeated_queue_seqs, start_executor,
 };
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{each_succeeded_after_one_call, enqueue_ocr, ocr_declaration};
 
 /// Every call is held half a second, so one is surely at the backend when Redis goes back.

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::execution::{OPEN_INTAKE, fast_executor, pool, quota_command, start_executor};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::stack_with;
 
 /// `hog` runs one command at a time (its backend answers `202`, so the running one holds the

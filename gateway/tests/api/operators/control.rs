@@ -9,7 +9,7 @@ use fred::prelude::*;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::gateway_process::GatewayProcess;
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 
 /// Two commands of one namespace, so a command's pause can be told from the namespace's.

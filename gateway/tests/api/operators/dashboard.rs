@@ -13,9 +13,9 @@ use std::time::Duration;
 use hyper::StatusCode;
 use serde_json::json;
 
-use crate::browser_driver::{Run, artifacts_dir, run_script};
 use crate::execution::{OPEN_INTAKE, fast_executor, pool, start_executor};
 use crate::rooms::kit::{join, poll_until, until};
+use crate::support::browser_driver::{Run, artifacts_dir, run_script};
 use crate::support::*;
 
 /// A quota command keyed by offer whose admission drains slowly, so a backlog builds up and the

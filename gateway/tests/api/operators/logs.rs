@@ -8,7 +8,7 @@ use std::time::Duration;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::gateway_process::GatewayProcess;
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 
 /// What one request should leave in the log.

@@ -16,8 +16,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::execution::{all_terminal, status_counts};
-use crate::gateway_process::GatewayProcess;
-use crate::sluice_process::SluiceProcess;
+use crate::support::gateway_process::GatewayProcess;
+use crate::support::sluice_process::SluiceProcess;
 use crate::support::*;
 
 /// Accepted enqueues: exactly the queue's `max_queue`, so the next new key is refused.

@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use crate::execution::{
     all_terminal, assert_counters_settle_at_zero, fast_executor, held_permits, start_executor,
 };
+use crate::support::webhook_backend::{Answer, Backend, handler};
 use crate::support::*;
-use crate::webhook_backend::{Answer, Backend, handler};
 use crate::webhooks::{ACCOUNT_LIMIT, arrivals_of, holds_limit, ocr_declaration, row};
 
 /// The fallback budget of the gateway under test: its burst equals its rate (governor's

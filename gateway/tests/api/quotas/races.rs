@@ -13,7 +13,7 @@ use sluice_gateway::config::GatewayConfig;
 use tokio::task::JoinSet;
 
 use super::*;
-use crate::executor_processes::ExecutorProcess;
+use crate::execution::processes::ExecutorProcess;
 
 /// Sweeps every 20 ms, so expiry by the sweeper really races the confirms.
 const FAST_SWEEPS: &[&str] = &["--set", "executor.sweep_interval_ms=20"];

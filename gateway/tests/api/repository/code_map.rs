@@ -114,7 +114,7 @@ fn the_code_map_says_of_each_crate_what_its_manifest_says() {
             "the row of `{member}/` does not name its package `{package}`: {text}"
         );
         let built_on: std::collections::BTreeSet<String> =
-            crate::crate_graph::sluice_dependencies(&format!("{member}/Cargo.toml"))
+            crate::repository::crate_graph::sluice_dependencies(&format!("{member}/Cargo.toml"))
                 .into_iter()
                 .collect();
         let said = said_to_build_on(text)
@@ -159,4 +159,46 @@ fn the_readmes_code_map_names_the_folders_of_the_tree_and_every_crate() {
             "the workspace crate `{member}` is not on the README's code map"
         );
     }
+}
+
+/// The gateway tests' row lists their capabilities: every folder and file of `gateway/tests/api`
+/// but the binary's root (`main.rs`) is named there, and everything named there exists.
+#[test]
+fn the_tests_row_names_every_capability_of_the_gateways_tests() {
+    const TESTS: &str = "gateway/tests/api/";
+    let rows = map_rows();
+    let (_, text) = rows
+        .iter()
+        .find(|(folders, _)| folders.iter().any(|f| f == TESTS))
+        .expect("the code map has a row for gateway/tests/api/");
+    let named: std::collections::BTreeSet<String> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.ends_with('/') || name.ends_with(".rs"))
+        .map(str::to_string)
+        .collect();
+    let on_disk: std::collections::BTreeSet<String> =
+        std::fs::read_dir(Path::new(ROOT).join(TESTS))
+            .expect("gateway/tests/api")
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let is_dir = entry.file_type().ok()?.is_dir();
+                match (is_dir, name.as_str()) {
+                    (true, _) => Some(format!("{name}/")),
+                    (false, "main.rs") => None,
+                    (false, file) if file.ends_with(".rs") => Some(name),
+                    _ => None,
+                }
+            })
+            .collect();
+    assert!(
+        on_disk.len() >= 10,
+        "the tests' folders were read: {on_disk:?}"
+    );
+    assert_eq!(
+        named, on_disk,
+        "the README's row for {TESTS} names (left) what the folder holds (right)"
+    );
 }

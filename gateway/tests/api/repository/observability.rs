@@ -19,8 +19,8 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 
 use crate::execution::{all_terminal, status_counts};
-use crate::gateway_process::GatewayProcess;
-use crate::metrics::{Exposition, MetricsExecutor, scrape, scrape_until};
+use crate::operators::metrics::{Exposition, MetricsExecutor, scrape, scrape_until};
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");

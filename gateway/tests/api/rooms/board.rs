@@ -18,7 +18,7 @@ use sluice_store::tenancy;
 use uuid::Uuid;
 
 use super::kit::*;
-use crate::metrics::{Exposition, scrape};
+use crate::operators::metrics::{Exposition, scrape};
 use crate::support::*;
 
 /// `gate`: two passes at most, long ones, no heartbeats (its figures hold still once settled).
@@ -381,7 +381,7 @@ async fn room_plan(stack: &Stack, ns: NamespaceId) -> Vec<(String, String, Strin
         .fetch_one(&stack.pg)
         .await
         .expect("explain");
-    crate::query_plans::plan_nodes(&plan[0]["Plan"])
+    crate::life_cycle::query_plans::plan_nodes(&plan[0]["Plan"])
 }
 
 /// A room with 200,000 places of history (ended long ago), 50,000 people waiting and three live

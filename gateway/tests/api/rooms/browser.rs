@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::kit::*;
-use crate::browser_driver::run_script;
+use crate::support::browser_driver::run_script;
 use crate::support::*;
 
 const BITS: u64 = 14;

@@ -15,7 +15,7 @@ use sluice_gateway::identity::ticket::PlaceClaims;
 use sluice_store::rooms::join::{Joined, join as join_room};
 
 use super::kit::*;
-use crate::gateway_process::GatewayProcess;
+use crate::support::gateway_process::GatewayProcess;
 use crate::support::*;
 
 const MAX_ACTIVE: usize = 3;

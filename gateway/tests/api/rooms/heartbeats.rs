@@ -262,7 +262,8 @@ async fn the_heartbeat_statement_finds_its_places_by_id_whatever_the_statistics_
     const PLACES: i64 = 20_000;
     const ASKED: usize = 48;
     let stack = stack_with_rooms(BEAT).await;
-    let query = crate::query_plans::checked_query(&["WITH asked AS", "pass_until = least"]);
+    let query =
+        crate::life_cycle::query_plans::checked_query(&["WITH asked AS", "pass_until = least"]);
     let mut conn = stack.pg.acquire().await.expect("a connection");
     // The ticker's analysis would refresh the statistics under the test: it skips while this
     // lock is held.

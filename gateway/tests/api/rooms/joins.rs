@@ -178,7 +178,7 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
         (
             "live_places",
             "(uuid, text, text[])",
-            crate::query_plans::checked_query(&[
+            crate::life_cycle::query_plans::checked_query(&[
                 "FROM room_places",
                 "subject = ANY($3)",
                 "state IN ('waiting', 'admitted')",
@@ -187,7 +187,10 @@ async fn a_join_batch_finds_its_subjects_by_index_whatever_the_room_held_when_pl
         (
             "keyed_places",
             "(uuid, text, text[], text[])",
-            crate::query_plans::checked_query(&["FROM room_places", "join_key = ANY($4)"]),
+            crate::life_cycle::query_plans::checked_query(&[
+                "FROM room_places",
+                "join_key = ANY($4)",
+            ]),
         ),
     ];
     let mut conn = stack.pg.acquire().await.expect("a connection");

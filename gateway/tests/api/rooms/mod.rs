@@ -18,5 +18,6 @@ pub(crate) mod kit;
 mod leaves;
 mod pace;
 mod page;
+pub(crate) mod passes;
 mod polls;
 mod proof_of_work;

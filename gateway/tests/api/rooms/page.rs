@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sluice_store::tenancy;
 
 use super::kit::*;
-use crate::browser_driver::run_script;
+use crate::support::browser_driver::run_script;
 use crate::support::*;
 
 const PAGES: usize = 50;

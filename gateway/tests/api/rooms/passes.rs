@@ -89,8 +89,12 @@ async fn passes_verify_with_the_published_keys_across_a_rotation() {
 
     // Rotation with the CLI: both keys published; old passes still verify, new ones carry
     // the new key's id.
-    let rotated = crate::cli::sluice(&stack.database_url, &["pass-key", "rotate"]);
-    assert!(rotated.status.success(), "{}", crate::cli::text(&rotated));
+    let rotated = crate::operators::cli::sluice(&stack.database_url, &["pass-key", "rotate"]);
+    assert!(
+        rotated.status.success(),
+        "{}",
+        crate::operators::cli::text(&rotated)
+    );
     let printed: Value = serde_json::from_slice(&rotated.stdout).expect("json");
     let new = pass_keys::live(&stack.pg).await.expect("live key");
     assert_eq!(printed["kid"], new.kid);

@@ -14,7 +14,7 @@ use http_body_util::Full;
 use hyper::{Method, Request};
 use serde_json::Value;
 
-use crate::sluice_process::SluiceProcess;
+use crate::support::sluice_process::SluiceProcess;
 use crate::support::*;
 
 /// One `sluice serve` process, killed (SIGKILL) and reaped when dropped. Its stdout and stderr

@@ -3,6 +3,11 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod browser_driver;
+pub(crate) mod gateway_process;
+pub(crate) mod sluice_process;
+pub(crate) mod webhook_backend;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! One real `sluice` process (`CARGO_BIN_EXE_sluice`) against a stack's database and the shared
-//! Redis, what [`crate::gateway_process`] and [`crate::executor_processes`] start.
+//! Redis, what [`crate::support::gateway_process`] and [`crate::execution::processes`] start.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};

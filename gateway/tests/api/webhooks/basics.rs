@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::execution::{fast_executor, start_executor};
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 #[tokio::test]
 async fn a_200_lands_the_backends_result_with_a_signed_request() {

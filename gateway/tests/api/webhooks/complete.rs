@@ -13,7 +13,7 @@ use sluice_store::tenancy::NAMESPACE_SCOPES;
 
 use super::*;
 use crate::execution::{RunningExecutor, fast_executor, held_permits, record, start_executor};
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 /// A `202` backend, a stack with one command per account in flight, an executor, and one
 /// command `running`.

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::execution::{cancel, counter, fast_executor, record, start_executor};
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 /// The account limit key of `account` at provider gitee.
 fn account(account: &str) -> String {

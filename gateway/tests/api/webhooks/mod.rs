@@ -1,4 +1,4 @@
-//! The webhook handler against a real HTTP backend (`crate::webhook_backend`): signed requests,
+//! The webhook handler against a real HTTP backend (`crate::support::webhook_backend`): signed requests,
 //! `200` / `202` + `:complete`, retries, deadlines, limit keys, cancels.
 
 mod basics;
@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::execution::OPEN_INTAKE;
+use crate::support::webhook_backend::Backend;
 use crate::support::*;
-use crate::webhook_backend::Backend;
 
 /// One webhook command `ocr` keyed by account, with `limits` (a TOML array body, e.g.
 /// `{ key = "account:{provider}:{account}", max_in_flight = 1 }`), posting to `url`.
@@ -154,7 +154,7 @@ pub async fn each_succeeded_after_one_call(stack: &Stack, backend: &Backend, ids
     }
 }
 
-pub fn arrivals_of(backend: &Backend, id: &str) -> Vec<crate::webhook_backend::Arrival> {
+pub fn arrivals_of(backend: &Backend, id: &str) -> Vec<crate::support::webhook_backend::Arrival> {
     backend
         .arrivals()
         .into_iter()

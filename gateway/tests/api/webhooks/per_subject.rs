@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::*;
 use crate::execution::{fast_executor, start_executor};
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 const SUBJECT_LIMIT: &str = r#"{ key = "subject:{subject}", max_in_flight = 1 }"#;
 

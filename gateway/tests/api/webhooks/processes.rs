@@ -1,4 +1,4 @@
-//! Webhook commands run by real `sluice execute` processes (`crate::executor_processes`): limit
+//! Webhook commands run by real `sluice execute` processes (`crate::execution::processes`): limit
 //! keys shared by two executors hold at the backend, and an executor SIGKILLed mid-request hands
 //! its command to the next one, which sends it again under the same `Idempotency-Key`.
 
@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::*;
+use crate::execution::processes::{ExecutorProcess, assert_all_land, two_executors};
 use crate::execution::status_counts;
-use crate::executor_processes::{ExecutorProcess, assert_all_land, two_executors};
-use crate::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
+use crate::support::webhook_backend::{Answer, Arrival, Backend, handler, worst_window};
 
 const PROVIDERS: [&str; 2] = ["p1", "p2"];
 const ACCOUNTS: [&str; 3] = ["a", "b", "c"];

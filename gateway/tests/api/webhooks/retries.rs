@@ -14,7 +14,7 @@ use super::*;
 use crate::execution::{
     RunningExecutor, counter, fast_executor, held_permits, record, start_executor,
 };
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 /// The first attempt is answered `status` with `Retry-After: 1`, the second `200`.
 async fn retries_no_earlier_than_retry_after(status: u16) {

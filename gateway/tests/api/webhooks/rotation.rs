@@ -10,7 +10,7 @@ use sluice_store::webhook_secret;
 
 use super::*;
 use crate::execution::{fast_executor, start_executor};
-use crate::webhook_backend::{Answer, Backend, handler};
+use crate::support::webhook_backend::{Answer, Backend, handler};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_signs_with_both_secrets_until_the_old_one_is_retired() {
@@ -46,8 +46,8 @@ async fn a_rotation_signs_with_both_secrets_until_the_old_one_is_retired() {
         let arrival = arrivals_of(&backend, &id).remove(0);
         let header = arrival.signature.clone();
         header.matches("v1=").count() == 2
-            && crate::webhook_backend::verify(&old, &header, &arrival.raw)
-            && crate::webhook_backend::verify(&new, &header, &arrival.raw)
+            && crate::support::webhook_backend::verify(&old, &header, &arrival.raw)
+            && crate::support::webhook_backend::verify(&new, &header, &arrival.raw)
     })
     .await;
     assert!(both, "during the rotation both secrets sign every request");
@@ -66,8 +66,8 @@ async fn a_rotation_signs_with_both_secrets_until_the_old_one_is_retired() {
         let id = enqueue_ocr(&stack, "u", "p", "a", "3").await;
         arrives(&backend, &id, Duration::from_secs(10)).await;
         let arrival = arrivals_of(&backend, &id).remove(0);
-        crate::webhook_backend::verify(&new, &arrival.signature, &arrival.raw)
-            && !crate::webhook_backend::verify(&old, &arrival.signature, &arrival.raw)
+        crate::support::webhook_backend::verify(&new, &arrival.signature, &arrival.raw)
+            && !crate::support::webhook_backend::verify(&old, &arrival.signature, &arrival.raw)
     })
     .await;
     assert!(only_new, "after the retire only the new secret signs");
