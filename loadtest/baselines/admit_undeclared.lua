@@ -7,7 +7,7 @@
 --              "lim:<ns>:<template>" -> "max_in_flight per_second burst", 0 = unlimited)
 -- KEYS[4] count  KEYS[5] turn (the last round-robin turn handed out)
 -- KEYS[6] starts (hash: queue suffix -> "<decayed> <at_ms> <born_ms> <cap>", each resource
---         queue's start rate behind ticket ETAs; see durable/src/projection/start_rate.rs)
+--         queue's start rate behind ticket ETAs; see durable/redis/src/start_rate.rs)
 -- KEYS[7] started (hash: queue suffix -> the highest sequence started from the queue, for
 --         gateways answering waiting polls from memory; see "Waiting polls" in lua/README.md)
 -- KEYS[8] seq (the application's queue sequence)  KEYS[9] gone (lib/epoch.lua)
@@ -337,7 +337,7 @@ redis.call('SET', turn, last_turn)
 
 -- The start rate of each resource queue that started something (ticket ETAs read it): its
 -- starts since its first admission (`born`), decayed with τ = 10 s (`STARTS_TAU_MS`, the same
--- constant as durable/src/projection/start_rate.rs, which turns the record into a rate). A queue
+-- constant as durable/redis/src/start_rate.rs, which turns the record into a rate). A queue
 -- left empty forgets its record; whoever waits there next starts a new one.
 local STARTS_TAU_MS = 10000
 for _, s in ipairs(started_order) do

@@ -1,4 +1,4 @@
--- One group-commit transaction as durable/src/outbox/group_commit.rs commits it, for pgbench
+-- One group-commit transaction as durable/src/lifecycle/group_commit.rs commits it, for pgbench
 -- (run by sluice-bench-baselines with -n -M prepared -f this file).
 --   1. the control locks of the batch namespaces, shared (control.rs, lock_namespaces_shared)
 --   2. the request keys claimed (ON CONFLICT DO NOTHING) and the commands of the claimed keys

@@ -2,7 +2,7 @@
 -- count, head and tail only, from which the gateway interpolated positions.
 --
 -- waiting.lua: what a gateway needs to answer waiting polls from memory (the pull of
--- gateway/src/waiting_view.rs, at most every 100 ms per application while polls arrive), in
+-- gateway/src/polls/waiting_view.rs, at most every 100 ms per application while polls arrive), in
 -- one round trip and without writes. See "Waiting polls" in lua/README.md.
 --
 -- KEYS[1] meta  KEYS[2] seq (the application's queue sequence)  KEYS[3] started (admit.lua:

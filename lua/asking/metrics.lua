@@ -7,7 +7,7 @@
 --          "<ns>:<cmd>", queued, live command permits, "<ns>:<cmd>", ...}; generation and ready
 -- are false when `meta` lacks them (no projection). Or {"KEYS", key, ...} when a command's
 -- lease zset is not in KEYS (nothing counted): the caller calls again with them
--- (durable/src/projection/asked_keys.rs).
+-- (durable/redis/src/asked_keys.rs).
 --
 -- The commands are those with a `queued:<ns>:<cmd>` counter (every command that ever took a
 -- reservation) and those with an admission spec in `cfg` (every command an executor can run);

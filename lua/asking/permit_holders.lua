@@ -7,7 +7,7 @@
 -- ARGV[1] at most this many, oldest expiry first  ARGV[2] the status hash prefix "{a:ID}:cmd:"
 -- Returns {id, live (1 | 0), attempt | false, status | false, ...}, or {"KEYS", key, ...} when
 -- a holder's status hash is not in KEYS (nothing read of it): the caller calls again with them
--- (durable/src/projection/asked_keys.rs).
+-- (durable/redis/src/asked_keys.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')

@@ -10,7 +10,7 @@
 -- Every key in KEYS. The resources with waiting work are only known once the `rq` sets are
 -- read, so with ARGV[6] = "ask" a call that meets resources whose queue or lease zset it was
 -- not given answers {"KEYS", key, ...} (nothing else) and the caller calls again with them and
--- "partial" (durable/src/projection/asked_keys.rs). A "partial" call looks only at the
+-- "partial" (durable/redis/src/asked_keys.rs). A "partial" call looks only at the
 -- resources it was given among those it meets (`scanned` counts them): the round-robin order of
 -- the `rq` sets moves between the two calls, and the board is a view, not a decision.
 -- Returns {generation|false, ready, resources_waiting, scanned, application_in_flight,

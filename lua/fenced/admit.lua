@@ -7,7 +7,7 @@
 --              "lim:<ns>:<template>" -> "max_in_flight per_second burst", 0 = unlimited)
 -- KEYS[4] count  KEYS[5] turn (the last round-robin turn handed out)
 -- KEYS[6] starts (hash: queue suffix -> "<decayed> <at_ms> <born_ms> <cap>", each resource
---         queue's start rate behind ticket ETAs; see durable/src/projection/start_rate.rs)
+--         queue's start rate behind ticket ETAs; see durable/redis/src/start_rate.rs)
 -- KEYS[7] started (hash: queue suffix -> the highest sequence started from the queue, for
 --         gateways answering waiting polls from memory; see "Waiting polls" in lua/README.md)
 -- KEYS[8] seq (the application's queue sequence)  KEYS[9] gone (lib/epoch.lua)
@@ -30,7 +30,7 @@
 -- it reads (the turn order, each queue's first entries, each head's limit keys), so a caller
 -- cannot derive them all, yet a proxy or a store that routes or locks by KEYS refuses a script
 -- that touches any other. So the caller passes what the last call of this application named
--- (durable/src/projection/admission_keys.rs), and this script checks every key against KEYS
+-- (durable/redis/src/admission_keys.rs), and this script checks every key against KEYS
 -- before it reads or writes it, and asks for those it lacks (lib/asked_keys.lua). A command of
 -- the window it lacks stops it before it writes anything (the window decides each command's
 -- share of the visits), asking for every such key at once. A queue, status hash or limit key it
@@ -456,7 +456,7 @@ redis.call('SET', turn, last_turn)
 
 -- The start rate of each resource queue that started something (ticket ETAs read it): its
 -- starts since its first admission (`born`), decayed with τ = 10 s (`STARTS_TAU_MS`, the same
--- constant as durable/src/projection/start_rate.rs, which turns the record into a rate). A queue
+-- constant as durable/redis/src/start_rate.rs, which turns the record into a rate). A queue
 -- left empty forgets its record; whoever waits there next starts a new one.
 local STARTS_TAU_MS = 10000
 for _, s in ipairs(started_order) do

@@ -7,14 +7,14 @@
 --          error_code, error_message, now_ms, starts, suffix}; status is false when the
 -- command is not projected; starts is the start record of the command's queue while it waits
 -- there ("<decayed> <at_ms> <born_ms> <cap>", false before the queue's first start): the rate
--- that turns its position into an ETA, computed at now_ms by durable/src/projection/start_rate.rs.
+-- that turns its position into an ETA, computed at now_ms by durable/redis/src/start_rate.rs.
 -- One HGET: the rate is kept up to date by admit.lua, so a poll costs no more with a long queue
 -- or a long drain. The queue a waiting command is in is named by its status hash (field `q`);
 -- the script reads it only when the caller passed that key (every key in KEYS), and otherwise
 -- answers {"KEYS", queue} (lib/asked_keys.lua): the caller calls again with it. The queue's suffix after ':q:' names its field in
 -- KEYS[3]. `suffix` (false unless the command waits) teaches the gateway which queue a ticket's
 -- queue tag stands for, so its later polls can be answered from the gateway's memory
--- (gateway/src/waiting_view.rs), and the next poll here passes the queue at once.
+-- (gateway/src/polls/waiting_view.rs), and the next poll here passes the queue at once.
 
 -- Trusted only in the Redis process that built or verified the projection (lib/epoch.lua): a
 -- Redis restarted from an older snapshot still says ready at the same generation, with its

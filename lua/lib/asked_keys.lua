@@ -1,10 +1,10 @@
 -- lib/asked_keys.lua: the prelude of every script that learns which keys it needs by reading
 -- others (a command's permits in its `held` field, a lease's holders, the commands in `count`,
 -- a resource's queue), prepended to it when the script is loaded
--- (durable/src/projection/scripts.rs). Such a script touches only keys in KEYS: before it
+-- (durable/redis/src/scripts.rs). Such a script touches only keys in KEYS: before it
 -- touches one it read the name of, it checks it with `declared`, and when one is missing it
 -- answers keys_answer(missing), {'KEYS', key, ...}, having written nothing. The caller then
--- calls again with those keys (durable/src/projection/asked_keys.rs).
+-- calls again with those keys (durable/redis/src/asked_keys.rs).
 local declared_set = nil
 -- Whether `key` is in KEYS.
 local function declared(key)

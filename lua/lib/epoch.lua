@@ -1,5 +1,5 @@
 -- lib/epoch.lua: the prelude of every script that decides or writes for the life cycle,
--- prepended to it when the script is loaded (durable/src/projection/scripts.rs).
+-- prepended to it when the script is loaded (durable/redis/src/scripts.rs).
 --
 -- A projection is trusted only while (1) it is marked ready, (2) its generation is at least the
 -- one the caller read from PostgreSQL, and (3) it lives in the Redis process that built it or
@@ -88,7 +88,7 @@ end
 
 -- The gone record `{a:ID}:gone` (zset): commands that left their queue while waiting, without
 -- starting (cancelled or expired while waiting, or ended before they were ever queued). A
--- gateway answering waiting polls from memory (gateway/src/waiting_view.rs) reads it
+-- gateway answering waiting polls from memory (gateway/src/polls/waiting_view.rs) reads it
 -- incrementally with waiting.lua, so such a command stops being shown as waiting within one
 -- refresh. Member "<id> <seq>" (`seq`: the command's queue sequence, or an upper bound of it),
 -- score: the entry's number, 1, 2, 3, ... without gaps (the highest kept + 1), so a reader

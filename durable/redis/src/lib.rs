@@ -18,7 +18,7 @@ pub mod asked_keys;
 pub mod cache;
 pub mod connect;
 pub mod handle;
-pub mod keys;
+pub mod key_names;
 mod scripts;
 pub mod start_rate;
 mod supervise;
@@ -27,6 +27,6 @@ pub mod waiting;
 
 pub use connect::connect_redis;
 pub use handle::Projection;
-pub use keys::{AppKeys, request_key_field};
+pub use key_names::{AppKeys, request_key_field};
 pub use scripts::STRICT_KEYS_VARIABLE;
 use scripts::Scripts;
