@@ -12,11 +12,11 @@
 //! - [`pages`]: the operator dashboard, the browser module and waiting page, the demo page.
 //! - [`state`]: connections, scripts, the group committer, caches, the fallback budget.
 //! - [`settings`]: the one configuration type of `sluice serve` and `sluice execute` (file,
-//!   environment, flags); [`config`]: the gateway's part of it.
+//!   environment, flags); [`gateway_config`]: the gateway's part of it.
 //! - [`cli`]: the `sluice` subcommands, and `sluice dev`, the one-command local stack.
 
 pub mod cli;
-pub mod config;
+pub mod gateway_config;
 pub mod handlers;
 pub mod http;
 pub mod identity;

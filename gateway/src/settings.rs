@@ -22,7 +22,7 @@ use sluice_store::outbox::DEFAULT_RETENTION_SECONDS;
 use sluice_store::secrets::Redacted;
 use sqlx::PgPool;
 
-use crate::config::GatewayConfig;
+use crate::gateway_config::GatewayConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -20,7 +20,7 @@ use sluice_store::tenancy::{self, CredentialRecord, NamespaceConfig};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use crate::config::GatewayConfig;
+use crate::gateway_config::GatewayConfig;
 use crate::http::error::{ApiError, ErrorCode};
 use crate::identity::auth::Caller;
 use crate::identity::lookup_budget::{IdentityKey, Lookup, LookupBudget};

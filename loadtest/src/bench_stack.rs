@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Request;
 use sluice_executor::{Executor, ExecutorConfig};
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::http::server;
 use sluice_gateway::identity::ticket::TicketKeys;
 use sluice_gateway::state::Gateway;

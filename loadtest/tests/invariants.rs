@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use hyper::Method;
 use serde_json::Value;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_loadtest::api::{Outcome, exchange};
 use sluice_loadtest::bench_stack::{RunningGateway, Tenant};
 use sluice_loadtest::driver::http_client;

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use clap::Parser;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::identity::ticket::TicketKeys;
 use sluice_gateway::state::Gateway;
 use sluice_loadtest::report::Report;

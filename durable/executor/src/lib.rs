@@ -3,7 +3,7 @@
 //!
 //! The transitions are [`sluice_durable::lifecycle`]'s; the executor decides when they run and which
 //! handler runs a command.
-//! - [`config`]: executor settings.
+//! - [`executor_config`]: the executor's part of the settings (`[executor]`).
 //! - [`catalog`]: which applications exist, their generations, and the admission specs of their
 //!   commands, refreshed into Redis for `admit.lua`.
 //! - [`attempts`]: the attempts in hand, renewed, and stopped when they may have lost their lease.
@@ -15,12 +15,12 @@
 
 pub mod attempts;
 pub mod catalog;
-pub mod config;
+pub mod executor_config;
 pub mod fence;
 pub mod quota;
 pub mod run;
 pub mod sweepers;
 pub mod webhook;
 
-pub use config::ExecutorConfig;
+pub use executor_config::ExecutorConfig;
 pub use run::Executor;

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::attempts::{Attempts, Hold};
 use super::catalog::{self, Application, runnable};
-use super::config::ExecutorConfig;
+use super::executor_config::ExecutorConfig;
 use super::quota;
 use super::webhook::{self, Deps, Target, WebhookClient};
 use sluice_durable::DurableError;

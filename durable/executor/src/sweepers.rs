@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::catalog::Application;
-use super::config::ExecutorConfig;
+use super::executor_config::ExecutorConfig;
 use sluice_durable::ids::ApplicationId;
 use sluice_durable::lifecycle::Stores;
 use sluice_durable::lifecycle::repair::{self, AppCommands, Cursor};

@@ -116,7 +116,7 @@ pub fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<String>, A
 pub async fn read_body(
     headers: &HeaderMap,
     body: Incoming,
-    config: &crate::config::GatewayConfig,
+    config: &crate::gateway_config::GatewayConfig,
 ) -> Result<Bytes, ApiError> {
     let limit = config.max_body_bytes;
     let within = std::time::Duration::from_millis(config.body_read_timeout_ms);

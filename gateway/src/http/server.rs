@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::GatewayConfig;
+use crate::gateway_config::GatewayConfig;
 use crate::http::response::HttpResponse;
 use crate::http::router;
 use crate::state::Gateway;

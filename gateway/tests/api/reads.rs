@@ -18,7 +18,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use sluice_durable::ids::{ApplicationId, NamespaceId};
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::reads::{CacheConfig, CacheStats};
 use sluice_redis::cache::{
     self, Bounds, EntryKeys, Filled, Lifetimes, Origin, OriginBudget, PermitRefused, State,

@@ -66,7 +66,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_store::db;
 use sluice_store::tenancy::NamespaceConfig;
 

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use clap::Parser;
 use http_body_util::Full;
 use hyper::Request;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::{RunReport, http_client, run};
 use sluice_store::batching::GroupCommitConfig;

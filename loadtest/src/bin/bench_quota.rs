@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use sluice_executor::ExecutorConfig;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_store::batching::GroupCommitConfig;
 

@@ -29,7 +29,7 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::reads::{CacheStats, ReadCall};
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_redis::AppKeys;

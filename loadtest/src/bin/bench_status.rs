@@ -26,7 +26,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use serde_json::Value;
 use sluice_durable::status_board;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::http_client;
 use sluice_redis::AppKeys;

@@ -53,7 +53,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use sluice_executor::webhook::sign;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_loadtest::bench_stack::prelude::*;
 use sluice_loadtest::driver::{http_client, run};
 use sluice_loadtest::servers::signature_valid;

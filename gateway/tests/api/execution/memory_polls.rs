@@ -8,7 +8,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::redis::{Admission, AdmitLimits, Ending, admit, land};
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::polls::waiting_view::safety_margin;
 use sluice_redis::admission_config::write_admission_config;
 

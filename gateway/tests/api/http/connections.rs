@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

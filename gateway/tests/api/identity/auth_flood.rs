@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::identity::subject_token;
 use sluice_store::secrets;
 use sqlx::{Connection, PgConnection};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::DateTime;
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use uuid::Uuid;
 
 use crate::support::*;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_durable::faults::{self, Point};
 use sluice_durable::lifecycle::repair::Cursor;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 
 use crate::execution::{all_terminal, fast_executor, start_executor};
 use crate::support::*;

@@ -12,7 +12,7 @@ use serde_json::json;
 use sluice_durable::faults::{self, Point};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::rebuild;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_redis::AppKeys;
 
 use crate::execution::{all_terminal, fast_executor, start_executor};

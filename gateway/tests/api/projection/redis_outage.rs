@@ -13,7 +13,7 @@ use fred::interfaces::{ClientLike, SortedSetsInterface};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use sluice_durable::lifecycle::rebuild;
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use tokio::sync::watch;
 
 use crate::execution::{

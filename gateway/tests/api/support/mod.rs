@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use sluice_gateway::config::GatewayConfig;
+use sluice_gateway::gateway_config::GatewayConfig;
 use sluice_gateway::http::server;
 use sluice_gateway::identity::subject_token;
 use sluice_gateway::identity::ticket::TicketKeys;
