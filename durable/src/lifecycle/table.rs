@@ -73,6 +73,14 @@ const ENDS: &[State] = &[
     State::Is(Cancelled),
     State::Is(NeedsReview),
 ];
+/// Every status a row has before it ends: what a rebuild projects again.
+const UNFINISHED: &[State] = &[
+    State::Is(Accepted),
+    State::Is(RetryWait),
+    State::Is(Executing),
+    State::Is(Running),
+    State::Is(NeedsReview),
+];
 const FINAL: &[State] = &[
     State::Is(Succeeded),
     State::Is(Rejected),
@@ -257,6 +265,16 @@ pub const TRANSITIONS: &[Transition] = &[
         by: &[By::Sweeper],
     },
     Transition {
+        name: "rebuild",
+        from: UNFINISHED,
+        to: &[],
+        postgres: "the epoch advanced (`projections.generation + 1`), then every unfinished row read in one snapshot, in queue order",
+        sql: Some("queries/rebuild_rows.sql"),
+        redis: &["ready.lua", "rebuild.lua", "ready.lua"],
+        fence: "one rebuilder per application (advisory lock); the new generation refuses the old epoch's commits and claims; writes and opens only while its own fence stands in that Redis process",
+        by: &[By::Gateway, By::Executor],
+    },
+    Transition {
         name: "prune",
         from: FINAL,
         to: &[State::Nothing],
@@ -270,7 +288,7 @@ pub const TRANSITIONS: &[Transition] = &[
 
 /// The state diagram (mermaid): the five final statuses drawn as one state, `ended`; one arrow
 /// per pair of states, labelled with every transition that takes it. Transitions that keep the
-/// status (accept, renew) are in the table only.
+/// status (accept, renew, rebuild) are in the table only.
 pub fn mermaid() -> String {
     let node = |state: &State| match state {
         State::Is(status) if status.is_final() => "ended",
