@@ -32,6 +32,6 @@ mod spawn;
 
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use ports::free_port;
-pub use postgres::PgServer;
+pub use postgres::{PgServer, ServerTls};
 pub use redis::{RdbSnapshot, RedisServer};
 pub use redis_cluster::{ClusterNode, RedisCluster};

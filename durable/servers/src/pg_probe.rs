@@ -3,33 +3,48 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::ports;
 
-/// Whether the postmaster with `pid` serving `data` is ready on `port`.
+/// Where the readiness handshake is made.
+pub(crate) enum Probe {
+    /// The server's TCP port on loopback.
+    Tcp(u16),
+    /// The server's Unix socket (a TLS server refuses plaintext TCP).
+    Socket(PathBuf),
+}
+
+/// Whether the postmaster with `pid` serving `data` is ready at `probe`.
 ///
 /// `postmaster.pid` must name *our* pid with status `ready` (the check
 /// `pg_ctl -w` uses), so another postgres that took the port does not
 /// count; then a real protocol handshake must be accepted.
-pub(crate) fn is_ready(data: &Path, pid: u32, port: u16) -> bool {
+pub(crate) fn is_ready(data: &Path, pid: u32, probe: &Probe) -> bool {
     let Ok(lock) = fs::read_to_string(data.join("postmaster.pid")) else {
         return false;
     };
     let lines: Vec<&str> = lock.lines().collect();
     lines.first() == Some(&pid.to_string().as_str())
         && lines.get(7).map(|s| s.trim()) == Some("ready")
-        && handshake(port).unwrap_or(false)
+        && match probe {
+            Probe::Tcp(port) => ports::connect(*port).and_then(handshake),
+            Probe::Socket(path) => UnixStream::connect(path).and_then(|stream| {
+                stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                handshake(stream)
+            }),
+        }
+        .unwrap_or(false)
 }
 
 /// Sends a v3 StartupMessage as `postgres` to database `postgres` and checks
 /// for AuthenticationOk (trust auth); then says goodbye with Terminate.
 /// Raw bytes keep start-up synchronous: no async runtime is needed.
-fn handshake(port: u16) -> io::Result<bool> {
-    let mut stream = ports::connect(port)?;
+fn handshake(mut stream: impl Read + Write) -> io::Result<bool> {
     let params = b"user\0postgres\0database\0postgres\0\0";
     let len = u32::try_from(8 + params.len()).expect("tiny message");
     let mut msg = Vec::with_capacity(64);

@@ -29,7 +29,24 @@ pub struct PgServer {
     port: u16,
     dir: TempDir,
     child: Option<Child>,
+    /// Serves TLS and refuses plaintext TCP ([`PgServer::start_tls`]).
+    tls: bool,
 }
+
+/// A server certificate and its private key, PEM-encoded, for [`PgServer::start_tls`].
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Who may connect to a TLS server: over the Unix socket (the readiness probe and local tools)
+/// anyone, over TCP only with TLS; a plaintext TCP connection is refused by the server itself.
+const TLS_ONLY_HBA: &str = "local all all trust
+    hostssl all all 127.0.0.1/32 trust
+    hostssl all all ::1/128 trust
+    hostnossl all all all reject
+";
 
 impl PgServer {
     /// Runs `initdb` in a new temp dir, starts postgres and waits until it
@@ -38,13 +55,30 @@ impl PgServer {
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn start() -> PgServer {
+        Self::start_configured(None)
+    }
+
+    /// [`start`](Self::start), with `ssl = on` and the certificate `tls` (its key readable by
+    /// the server's user only, as PostgreSQL demands), and plaintext TCP connections refused.
+    ///
+    /// # Panics
+    /// If it cannot be started; the message includes the log tail.
+    pub fn start_tls(tls: &ServerTls) -> PgServer {
+        Self::start_configured(Some(tls))
+    }
+
+    fn start_configured(tls: Option<&ServerTls>) -> PgServer {
         let dir = dir_of_postgres_user("pg");
         let mut server = PgServer {
             port: 0,
             dir,
             child: None,
+            tls: tls.is_some(),
         };
         server.initdb();
+        if let Some(tls) = tls {
+            server.write_tls(tls);
+        }
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = ports::free_port();
             match server.launch() {
@@ -147,6 +181,26 @@ impl PgServer {
         }
     }
 
+    /// The certificate and key in the data directory (`server.crt`, `server.key`: the default
+    /// names of `ssl_cert_file` and `ssl_key_file`) and the TLS-only `pg_hba.conf`.
+    fn write_tls(&self, tls: &ServerTls) {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data();
+        for (name, text, mode) in [
+            ("server.crt", tls.cert_pem.as_str(), 0o644),
+            ("server.key", tls.key_pem.as_str(), 0o600),
+            ("pg_hba.conf", TLS_ONLY_HBA, 0o600),
+        ] {
+            let path = data.join(name);
+            std::fs::write(&path, text)
+                .and_then(|()| {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                })
+                .unwrap_or_else(|e| panic!("testkit: cannot write {}: {e}", path.display()));
+            hand_to_postgres_user(&path);
+        }
+    }
+
     fn launch(&mut self) -> Result<(), StartError> {
         let log = self.log();
         let log_from = spawn::log_len(&log);
@@ -167,10 +221,20 @@ impl PgServer {
         ] {
             cmd.args(["-c", setting]);
         }
+        if self.tls {
+            cmd.args(["-c", "ssl=on"]);
+        }
         let mut child = spawn::spawn(cmd)?;
         let (pid, port, data) = (child.id(), self.port, self.data());
+        // A TLS server refuses the probe's plaintext TCP handshake: it is made over the Unix
+        // socket, which the server opens together with its TCP listener.
+        let probe = if self.tls {
+            pg_probe::Probe::Socket(self.dir.path().join(format!(".s.PGSQL.{port}")))
+        } else {
+            pg_probe::Probe::Tcp(port)
+        };
         let ready = spawn::wait_ready(&mut child, &log, log_from, READY_TIMEOUT, || {
-            pg_probe::is_ready(&data, pid, port)
+            pg_probe::is_ready(&data, pid, &probe)
         });
         self.child = Some(child);
         if ready.is_err() {

@@ -54,7 +54,7 @@ pub async fn connect_in(
     mode: PoolMode,
 ) -> Result<PgPool, DurableError> {
     let options: PgConnectOptions = url.parse()?;
-    let options = options.application_name("sluice");
+    let options = read_certificate_files(url, options)?.application_name("sluice");
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(1)
@@ -79,6 +79,36 @@ pub async fn connect_in(
         }
     };
     Ok(pool)
+}
+
+/// The certificate files a database URL names (`sslrootcert`, `sslcert`, `sslkey`, and sqlx's
+/// spellings of them), read once at start and handed to sqlx as their contents: a file that is
+/// missing or unreadable is an error naming the parameter and the path, where the TLS handshake
+/// would only say "No such file or directory", and a certificate rotated on disk is read again
+/// at the next start, never half-way through a pool's life.
+fn read_certificate_files(
+    url: &str,
+    mut options: PgConnectOptions,
+) -> Result<PgConnectOptions, DurableError> {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Ok(options);
+    };
+    for (key, path) in parsed.query_pairs() {
+        let read = || {
+            std::fs::read(&*path).map_err(|e| {
+                DurableError::Misconfigured(format!(
+                    "the database URL's {key}={path} cannot be read: {e}"
+                ))
+            })
+        };
+        options = match key.as_ref() {
+            "sslrootcert" | "ssl-root-cert" | "ssl-ca" => options.ssl_root_cert_from_pem(read()?),
+            "sslcert" | "ssl-cert" => options.ssl_client_cert_from_pem(read()?),
+            "sslkey" | "ssl-key" => options.ssl_client_key_from_pem(read()?),
+            _ => options,
+        };
+    }
+    Ok(options)
 }
 
 /// A transaction-mode pooler that does not set Sluice's timeouts leaves a lost lock wait or a

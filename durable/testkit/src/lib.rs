@@ -10,12 +10,14 @@ use std::sync::OnceLock;
 mod poll;
 pub mod props;
 mod redis_keys;
+mod tls;
 
 pub use poll::eventually;
 pub use redis_keys::{live_leases, now_ms, scan_keys};
 pub use sluice_servers::{
     ClusterNode, PgBouncer, PgServer, PoolMode, RdbSnapshot, RedisCluster, RedisServer, free_port,
 };
+pub use tls::{ServerTls, TestCa};
 
 /// One redis-server per test binary, started on first use and shared by
 /// every test in it. Tests that kill or restart a server must use

@@ -5,7 +5,7 @@ mod cancel;
 mod fairness;
 mod memory_polls;
 pub(crate) mod processes;
-mod sale;
+pub(crate) mod sale;
 mod waiting;
 
 use std::collections::HashSet;

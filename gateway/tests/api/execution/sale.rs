@@ -6,8 +6,18 @@ use super::*;
 /// `SOLD_OUT`, tickets show the results, and the Redis counts return to zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_sale_lands_one_result_per_command() {
-    let declaration = CLAIM_DECLARATION.replace("capacity = 100", "capacity = 10");
-    let stack = Arc::new(Stack::with_declaration(&declaration).await);
+    let stack = Arc::new(Stack::with_declaration(&small_sale_declaration()).await);
+    small_sale(&stack).await;
+}
+
+/// The declaration of [`small_sale`]: a pool of 10.
+pub(crate) fn small_sale_declaration() -> String {
+    CLAIM_DECLARATION.replace("capacity = 100", "capacity = 10")
+}
+
+/// 30 subjects for the 10 units of a stack of [`small_sale_declaration`], with an executor of
+/// its own, checked as [`a_small_sale_lands_one_result_per_command`] says.
+pub(crate) async fn small_sale(stack: &Arc<Stack>) {
     let offer = offer();
     let mut tickets = Vec::new();
     for i in 0..30 {
@@ -15,9 +25,9 @@ async fn a_small_sale_lands_one_result_per_command() {
         assert_eq!(reply.status, StatusCode::ACCEPTED);
         tickets.push(reply.data()["ticket"].as_str().expect("ticket").to_string());
     }
-    let shutdown = start_executor(&stack, fast_executor());
+    let shutdown = start_executor(stack, fast_executor());
     assert!(
-        all_terminal(&stack, Duration::from_secs(30)).await,
+        all_terminal(stack, Duration::from_secs(30)).await,
         "every command lands"
     );
     // Redis's side of each landing (`land.lua`: the status and the counts in one script)
