@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 dev_dir=${SLUICE_DEV_DIR:-.sluice-dev}
 listen=${SLUICE_LISTEN:-127.0.0.1:8080}
 export SLUICE_REDIS_URL=${SLUICE_REDIS_URL:-redis://127.0.0.1:6379}
-export SLUICE_DATABASE_URL=${SLUICE_DATABASE_URL:-postgres://sluice:sluice@127.0.0.1:5432/sluice}
+# Loopback in plaintext, as `sluice dev` (Debian's PostgreSQL has ssl = on, which the default
+# sslmode=prefer would use to no purpose on this machine).
+export SLUICE_DATABASE_URL=${SLUICE_DATABASE_URL:-postgres://sluice:sluice@127.0.0.1:5432/sluice?sslmode=disable}
 
 require_cargo
 require_redis

@@ -2,7 +2,8 @@
 # Sluice's benchmarks against their baselines, then the drop scenario of the load generator.
 #
 # Needs a PostgreSQL and a Redis on loopback (deploy/local.sh installs and starts them; the
-# defaults are postgres://postgres@127.0.0.1:5432/postgres and redis://127.0.0.1:6379, override
+# defaults are postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable (loopback in
+# plaintext, as the runs before TLS was built in; Debian's PostgreSQL has ssl = on) and redis://127.0.0.1:6379, override
 # with SLUICE_BENCH_DATABASE_URL / SLUICE_BENCH_REDIS_URL). Nothing else may load the machine
 # while it runs: the numbers are ratios measured in one run on it.
 #
@@ -20,7 +21,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 export SLUICE_BENCH_REDIS_URL="${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
 out=target/loadtest
 

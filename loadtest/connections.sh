@@ -13,6 +13,6 @@ ulimit -n "$(ulimit -Hn)"
 . deploy/lib.sh
 require_cargo
 build_release
-export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+export SLUICE_BENCH_DATABASE_URL="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 export SLUICE_BENCH_REDIS_URL="${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
 exec target/release/sluice-bench-connections "$@"

@@ -19,7 +19,7 @@ require_postgres
 
 seconds=${1:-10}
 rounds=${2:-3}
-server="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+server="${SLUICE_BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 database="sluice_heartbeats_$$"
 url="${server%/*}/$database"
 pgbench=$(ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | tail -n 1)

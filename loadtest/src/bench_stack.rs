@@ -67,7 +67,7 @@ pub struct Servers {
     #[arg(
         long,
         env = "SLUICE_BENCH_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
     )]
     pub database_url: String,
     #[arg(
@@ -286,12 +286,21 @@ impl ScratchDatabase {
             .execute(&admin)
             .await?;
         admin.close().await;
-        let (base, _) = server_url
+        // The URL's parameters (`?sslmode=…`) carry over to the scratch database's URL.
+        let (path, query) = server_url
+            .split_once('?')
+            .map_or((server_url, ""), |(path, query)| (path, query));
+        let (base, _) = path
             .rsplit_once('/')
             .ok_or("the database URL has no database name")?;
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
         Ok(Self {
             admin_url: server_url.to_string(),
-            url: format!("{base}/{name}"),
+            url: format!("{base}/{name}{query}"),
             name,
         })
     }
