@@ -32,7 +32,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::PlaceState;
-use super::places::{HolderOutcome, HolderRequest, PassChange, columns, only, read_many};
+use super::places::{
+    HolderOutcome, HolderRequest, PassChange, columns, only, read_many, retry_on_deadlock,
+};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher, GroupCommitConfig};
 use crate::ids::NamespaceId;
@@ -81,6 +83,13 @@ pub async fn heartbeat(
 }
 
 async fn write_batch(
+    pool: &PgPool,
+    jobs: &[HeartbeatRequest],
+) -> Result<Vec<HeartbeatOutcome>, DurableError> {
+    retry_on_deadlock(|| write_batch_once(pool, jobs)).await
+}
+
+async fn write_batch_once(
     pool: &PgPool,
     jobs: &[HeartbeatRequest],
 ) -> Result<Vec<HeartbeatOutcome>, DurableError> {

@@ -19,7 +19,9 @@ use std::collections::{HashMap, HashSet};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::places::{HolderOutcome, HolderRequest, PassChange, columns, only, read_many};
+use super::places::{
+    HolderOutcome, HolderRequest, PassChange, columns, only, read_many, retry_on_deadlock,
+};
 use crate::DurableError;
 use crate::batching::{BatchWriter, Batcher, GroupCommitConfig};
 use crate::ids::NamespaceId;
@@ -70,6 +72,13 @@ pub async fn leave(
 }
 
 async fn write_batch(
+    pool: &PgPool,
+    jobs: &[LeaveRequest],
+) -> Result<Vec<LeaveOutcome>, DurableError> {
+    retry_on_deadlock(|| write_batch_once(pool, jobs)).await
+}
+
+async fn write_batch_once(
     pool: &PgPool,
     jobs: &[LeaveRequest],
 ) -> Result<Vec<LeaveOutcome>, DurableError> {

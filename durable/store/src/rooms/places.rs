@@ -80,13 +80,49 @@ pub struct HolderRequest {
 /// What a holder's request is answered: `None` when the namespace has no such place.
 pub type HolderOutcome = Option<PassChange>;
 
-/// A batch of holders' requests as the batch statements take them: ids, namespaces, subjects.
+/// A batch of holders' requests as the batch statements take them: ids, namespaces, subjects,
+/// in the order of the ids. Two batches that share places then reach them in one order whenever
+/// the plan follows the arrays (a nested loop over them, or the id index's own order), so they
+/// wait on each other instead of deadlocking; [`retry_on_deadlock`] covers the plans that do
+/// not.
 pub(super) fn columns(jobs: &[HolderRequest]) -> (Vec<Uuid>, Vec<Uuid>, Vec<String>) {
+    let mut sorted: Vec<&HolderRequest> = jobs.iter().collect();
+    sorted.sort_by_key(|job| job.id);
     (
-        jobs.iter().map(|job| job.id).collect(),
-        jobs.iter().map(|job| job.namespace_id.as_uuid()).collect(),
-        jobs.iter().map(|job| job.subject.clone()).collect(),
+        sorted.iter().map(|job| job.id).collect(),
+        sorted
+            .iter()
+            .map(|job| job.namespace_id.as_uuid())
+            .collect(),
+        sorted.iter().map(|job| job.subject.clone()).collect(),
     )
+}
+
+/// Runs a batch's transaction again, up to three times in all, when PostgreSQL broke a deadlock
+/// by aborting it (`40P01`: nothing of it committed, so running it again changes nothing twice).
+/// Batches of heartbeats or leaves from several gateways may take the same places' row locks in
+/// different orders when their plans differ (a sequential scan follows the heap, an index scan
+/// the ids); one of two is then aborted after `deadlock_timeout`, and its callers would
+/// otherwise get an error for a request that only met another.
+pub(super) async fn retry_on_deadlock<T, Fut>(
+    mut write: impl FnMut() -> Fut,
+) -> Result<T, DurableError>
+where
+    Fut: std::future::Future<Output = Result<T, DurableError>>,
+{
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(DurableError::Postgres(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("40P01") && attempt < ATTEMPTS =>
+            {
+                tracing::warn!(attempt, "a batch met a deadlock and runs again");
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 impl HolderRequest {
