@@ -48,9 +48,10 @@ fn percent_decode(input: &str, plus_is_space: bool) -> Option<String> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' => {
+                // Two hex digits exactly: `u8::from_str_radix` alone would also take a sign
+                // (`%+a` as 0x0a).
                 let hex = bytes.get(i + 1..i + 3)?;
-                let text = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(text, 16).ok()?);
+                out.push(hex_digit(hex[0])? << 4 | hex_digit(hex[1])?);
                 i += 3;
             }
             b'+' if plus_is_space => {
@@ -70,6 +71,13 @@ fn percent_decode(input: &str, plus_is_space: bool) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The value of one hexadecimal digit, either case.
+fn hex_digit(byte: u8) -> Option<u8> {
+    char::from(byte)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
 #[cfg(test)]
 mod props;
 
@@ -82,6 +90,18 @@ mod tests {
         assert_eq!(decode_segment("a%2Fb+c", "k"), Ok("a/b+c".to_string()));
         assert!(decode_segment("a%2", "k").is_err());
         assert!(decode_segment("%ff", "k").is_err());
+    }
+
+    #[test]
+    fn an_escape_is_two_hex_digits_and_nothing_else() {
+        assert_eq!(decode_segment("%4a%4A", "k"), Ok("JJ".to_string()));
+        for signed in ["%+a", "%-a", "%+A", "% a", "%a", "%g0"] {
+            assert!(decode_segment(signed, "k").is_err(), "{signed} was taken");
+            assert!(
+                parse_query(Some(&format!("cursor={signed}")), &["cursor"]).is_err(),
+                "{signed} was taken in a query"
+            );
+        }
     }
 
     #[test]
