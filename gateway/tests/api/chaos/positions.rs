@@ -181,14 +181,15 @@ impl Stack {
 }
 
 impl Stack {
+    /// The key of one resource queue of the run's namespace.
+    fn queue_key(&self, command: &str, resource: &str) -> String {
+        AppKeys::new(self.creds.application_id).queue(self.creds.namespace_id, command, resource)
+    }
+
     /// The command's rank in its resource queue, read from Redis by the test (None: not waiting
     /// there, or Redis did not answer).
     async fn rank_in_queue(&self, command: &str, resource: &str, id: Uuid) -> Option<u64> {
-        let queue = AppKeys::new(self.creds.application_id).queue(
-            self.creds.namespace_id,
-            command,
-            resource,
-        );
+        let queue = self.queue_key(command, resource);
         self.redis
             .pool()
             .next()
@@ -274,11 +275,7 @@ impl Stack {
     /// Every member of one resource queue, read from Redis by the test (empty when Redis did not
     /// answer: no command then counts as having waited in it).
     async fn queue_members(&self, command: &str, resource: &str) -> HashSet<Uuid> {
-        let queue = AppKeys::new(self.creds.application_id).queue(
-            self.creds.namespace_id,
-            command,
-            resource,
-        );
+        let queue = self.queue_key(command, resource);
         let members: Vec<String> = self
             .redis
             .pool()

@@ -6,6 +6,11 @@ use std::path::Path;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
+/// The `backticked` spans of a Markdown text.
+fn backticked(text: &str) -> impl Iterator<Item = &str> {
+    text.split('`').skip(1).step_by(2)
+}
+
 /// The rows of the README's "Code map" table: (the backticked folders of the first column, the
 /// third column's text).
 fn map_rows() -> Vec<(Vec<String>, String)> {
@@ -21,12 +26,7 @@ fn map_rows() -> Vec<(Vec<String>, String)> {
         .map(|row| {
             let columns: Vec<&str> = row.split('|').collect();
             let first = columns.get(1).copied().unwrap_or("");
-            let folders = first
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect();
+            let folders = backticked(first).map(str::to_string).collect();
             (folders, columns.get(3..).unwrap_or(&[]).join("|"))
         })
         .collect()
@@ -67,10 +67,7 @@ fn said_to_build_on(text: &str) -> Option<std::collections::BTreeSet<String>> {
     let claim = text.split("builds on ").nth(1)?;
     let claim = claim.split(':').next().unwrap_or(claim);
     Some(
-        claim
-            .split('`')
-            .skip(1)
-            .step_by(2)
+        backticked(claim)
             .filter(|name| name.starts_with("sluice-"))
             .map(str::to_string)
             .collect(),
@@ -171,10 +168,7 @@ fn the_tests_row_names_every_capability_of_the_gateways_tests() {
         .iter()
         .find(|(folders, _)| folders.iter().any(|f| f == TESTS))
         .expect("the code map has a row for gateway/tests/api/");
-    let named: std::collections::BTreeSet<String> = text
-        .split('`')
-        .skip(1)
-        .step_by(2)
+    let named: std::collections::BTreeSet<String> = backticked(text)
         .filter(|name| name.ends_with('/') || name.ends_with(".rs"))
         .map(str::to_string)
         .collect();
