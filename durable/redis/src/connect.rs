@@ -9,19 +9,11 @@ use super::Projection;
 use crate::DurableError;
 
 /// Connects the pool and wraps it with the scripts: the one handle every caller of Redis gets.
+/// `url` is read by [`RedisUrl::parse`](super::RedisUrl::parse): one node or a cluster's,
+/// plaintext or TLS.
 pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Projection, DurableError> {
-    // A comma-separated list names cluster nodes: `redis://a:7000,redis://b:7001`.
-    let config = match url.split_once(',') {
-        Some((first, rest)) => {
-            let others = rest
-                .split(',')
-                .map(|node| format!("node={}", node.trim().trim_start_matches("redis://")))
-                .collect::<Vec<_>>()
-                .join("&");
-            Config::from_url_clustered(&format!("{}?{others}", first.trim()))?
-        }
-        None => Config::from_url(url)?,
-    };
+    let parsed = super::RedisUrl::parse(url)?;
+    let config = parsed.config()?;
     let config = Config {
         fail_fast: true,
         ..config
@@ -37,8 +29,56 @@ pub async fn connect_redis(url: &str, pool_size: usize) -> Result<Projection, Du
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
         .build_pool(pool_size.max(1))?;
-    super::supervise::init_watched(&pool).await?;
+    super::supervise::init_watched(&pool)
+        .await
+        .map_err(|error| explained(&parsed, error))?;
     Ok(Projection::new(pool))
+}
+
+/// A first connection's failure said as what an operator changes: which side of TLS refused
+/// and why (fred reports rustls's and the socket's errors by their debug names), with fred's
+/// own words kept at the end. Anything else is passed on as it is.
+fn explained(url: &super::RedisUrl, error: Error) -> DurableError {
+    let details = error.details().to_string();
+    let has = |needle: &str| details.contains(needle);
+    let why = match url.tls() {
+        Some(_) if has("UnknownIssuer") || has("BadSignature") => {
+            "the server's certificate is not signed by an authority this connection trusts \
+             (sslrootcert in the URL, else the system's store)"
+        }
+        Some(_) if has("NotValidForName") => {
+            "the server's certificate does not name the host the URL names"
+        }
+        Some(_) if has("Expired") || has("NotValidYet") => {
+            "the server's certificate is outside its validity period"
+        }
+        Some(_) if has("CertificateRequired") || has("HandshakeFailure") => {
+            "the server asks for a client certificate this connection did not present (give \
+             sslcert and sslkey in the URL)"
+        }
+        Some(_) if has("CorruptMessage") || has("InvalidContentType") => {
+            "the server does not answer TLS on this port (a plaintext port is redis://)"
+        }
+        // A plaintext Redis reads a TLS hello as an unfinished command and waits for the rest.
+        Some(_) if *error.kind() == ErrorKind::Timeout => {
+            "no answer to the TLS handshake within 2 s: the server does not answer TLS on this \
+             port (a plaintext port is redis://), or nothing reachable listens there"
+        }
+        None if has("ConnectionReset") || has("UnexpectedEof") => {
+            "the server closed a plaintext connection at once, as a server that serves TLS \
+             only does (is the URL meant to be rediss://?)"
+        }
+        _ => return DurableError::Redis(error),
+    };
+    let over = if url.tls().is_some() {
+        "TLS"
+    } else {
+        "plaintext TCP"
+    };
+    DurableError::Misconfigured(format!(
+        "Redis at {} over {over}: {why} [{details}]",
+        url.address()
+    ))
 }
 
 /// Refuses a Redis that may evict keys: an evicted bucket refills to its burst, an evicted lease

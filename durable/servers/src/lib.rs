@@ -28,10 +28,12 @@ mod postgres;
 mod redis;
 mod redis_cluster;
 mod rundir;
+mod server_tls;
 mod spawn;
 
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use ports::free_port;
-pub use postgres::{PgServer, ServerTls};
+pub use postgres::PgServer;
 pub use redis::{RdbSnapshot, RedisServer};
 pub use redis_cluster::{ClusterNode, RedisCluster};
+pub use server_tls::ServerTls;

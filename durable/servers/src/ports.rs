@@ -92,13 +92,16 @@ pub fn free_port_with_bus() -> u16 {
     }
 }
 
-/// Connects to `127.0.0.1:port` with short timeouts, so a readiness probe
-/// against a hung or half-started server never blocks for long.
+/// How long a probe waits for a read or a write, so a probe against a hung or half-started
+/// server never blocks for long.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connects to `127.0.0.1:port` with short timeouts ([`PROBE_TIMEOUT`]).
 pub(crate) fn connect(port: u16) -> io::Result<TcpStream> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
     Ok(stream)
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tempfile::TempDir;
 
-use crate::pg_probe;
 use crate::spawn::{self, RunAs, StartError};
+use crate::{ServerTls, pg_probe};
 use crate::{ports, rundir};
 
 const INITDB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -31,22 +31,24 @@ pub struct PgServer {
     child: Option<Child>,
     /// Serves TLS and refuses plaintext TCP ([`PgServer::start_tls`]).
     tls: bool,
-}
-
-/// A server certificate and its private key, PEM-encoded, for [`PgServer::start_tls`].
-#[derive(Debug, Clone)]
-pub struct ServerTls {
-    pub cert_pem: String,
-    pub key_pem: String,
+    /// Asks clients for a certificate signed by the server's authority (`root.crt`).
+    client_certificates: bool,
 }
 
 /// Who may connect to a TLS server: over the Unix socket (the readiness probe and local tools)
-/// anyone, over TCP only with TLS; a plaintext TCP connection is refused by the server itself.
-const TLS_ONLY_HBA: &str = "local all all trust
-    hostssl all all 127.0.0.1/32 trust
-    hostssl all all ::1/128 trust
-    hostnossl all all all reject
-";
+/// anyone, over TCP only with TLS (and, when `client_certificates`, only with a certificate the
+/// server's authority signed whose common name is the user); a plaintext TCP connection is
+/// refused by the server itself.
+fn tls_only_hba(client_certificates: bool) -> String {
+    let method = if client_certificates { "cert" } else { "trust" };
+    format!(
+        "local all all trust
+hostssl all all 127.0.0.1/32 {method}
+hostssl all all ::1/128 {method}
+hostnossl all all all reject
+"
+    )
+}
 
 impl PgServer {
     /// Runs `initdb` in a new temp dir, starts postgres and waits until it
@@ -74,6 +76,7 @@ impl PgServer {
             dir,
             child: None,
             tls: tls.is_some(),
+            client_certificates: tls.is_some_and(|t| t.client_certificates),
         };
         server.initdb();
         if let Some(tls) = tls {
@@ -184,20 +187,13 @@ impl PgServer {
     /// The certificate and key in the data directory (`server.crt`, `server.key`: the default
     /// names of `ssl_cert_file` and `ssl_key_file`) and the TLS-only `pg_hba.conf`.
     fn write_tls(&self, tls: &ServerTls) {
-        use std::os::unix::fs::PermissionsExt;
         let data = self.data();
-        for (name, text, mode) in [
-            ("server.crt", tls.cert_pem.as_str(), 0o644),
-            ("server.key", tls.key_pem.as_str(), 0o600),
-            ("pg_hba.conf", TLS_ONLY_HBA, 0o600),
-        ] {
-            let path = data.join(name);
-            std::fs::write(&path, text)
-                .and_then(|()| {
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                })
-                .unwrap_or_else(|e| panic!("testkit: cannot write {}: {e}", path.display()));
-            hand_to_postgres_user(&path);
+        let files = tls.write_into(&data);
+        let hba = data.join("pg_hba.conf");
+        std::fs::write(&hba, tls_only_hba(tls.client_certificates))
+            .unwrap_or_else(|e| panic!("testkit: cannot write {}: {e}", hba.display()));
+        for path in [&files.cert, &files.key, &files.ca, &hba] {
+            hand_to_postgres_user(path);
         }
     }
 
@@ -223,6 +219,9 @@ impl PgServer {
         }
         if self.tls {
             cmd.args(["-c", "ssl=on"]);
+        }
+        if self.client_certificates {
+            cmd.args(["-c", "ssl_ca_file=root.crt"]);
         }
         let mut child = spawn::spawn(cmd)?;
         let (pid, port, data) = (child.id(), self.port, self.data());

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::server_tls::TlsFiles;
 use crate::spawn::{self, RunAs, StartError};
-use crate::{ports, rundir};
+use crate::{ServerTls, ports, rundir};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a `BGSAVE` may take before [`RedisServer::snapshot`] gives up.
@@ -31,6 +32,48 @@ pub struct RedisServer {
     snapshots: usize,
     /// A node of a Redis Cluster (`--cluster-enabled yes`): its cluster bus binds `port + 10000`.
     cluster_node: bool,
+    /// TCP is TLS only ([`RedisServer::start_tls`]); the kit itself talks over a Unix socket.
+    tls: Option<RedisTls>,
+}
+
+/// A TLS server's certificate files, in its directory.
+struct RedisTls {
+    files: TlsFiles,
+    client_certificates: bool,
+}
+
+/// Where the kit sends its own commands (readiness, `INFO`, cluster administration): the TCP
+/// port of a plaintext server, the Unix socket of a TLS one (whose port speaks TLS only).
+#[derive(Debug, Clone)]
+pub(crate) enum Admin {
+    Tcp(u16),
+    Socket(PathBuf),
+}
+
+/// A connection of the kit to a server, TCP or Unix.
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+impl Admin {
+    fn connect(&self) -> io::Result<Box<dyn Stream>> {
+        match self {
+            Admin::Tcp(port) => Ok(Box::new(ports::connect(*port)?)),
+            Admin::Socket(path) => {
+                let stream = std::os::unix::net::UnixStream::connect(path)?;
+                stream.set_read_timeout(Some(ports::PROBE_TIMEOUT))?;
+                stream.set_write_timeout(Some(ports::PROBE_TIMEOUT))?;
+                Ok(Box::new(stream))
+            }
+        }
+    }
+
+    /// How `redis-cli` is pointed at it.
+    pub(crate) fn cli_args(&self) -> Vec<String> {
+        match self {
+            Admin::Tcp(port) => vec!["-p".into(), port.to_string()],
+            Admin::Socket(path) => vec!["-s".into(), path.display().to_string()],
+        }
+    }
 }
 
 /// A copy of the server's data at one moment (an RDB file kept aside in the
@@ -57,7 +100,18 @@ impl RedisServer {
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn start() -> RedisServer {
-        Self::start_as(false)
+        Self::start_as(false, None)
+    }
+
+    /// [`start`](Self::start), serving TLS only on its port (`--port 0 --tls-port <port>`) with
+    /// the certificate `tls`; when `tls.client_certificates`, clients must present one its
+    /// authority signed (`tls-auth-clients yes`). [`url`](Self::url) is then a `rediss://` URL
+    /// trusting that authority.
+    ///
+    /// # Panics
+    /// If it cannot be started; the message includes the log tail.
+    pub fn start_tls(tls: &ServerTls) -> RedisServer {
+        Self::start_as(false, Some(tls))
     }
 
     /// Starts a new, empty Redis Cluster node (`--cluster-enabled yes`, its own `nodes.conf`, a
@@ -67,17 +121,28 @@ impl RedisServer {
     /// # Panics
     /// If it cannot be started; the message includes the log tail.
     pub fn start_cluster_node() -> RedisServer {
-        Self::start_as(true)
+        Self::start_as(true, None)
     }
 
-    fn start_as(cluster_node: bool) -> RedisServer {
+    /// [`start_cluster_node`](Self::start_cluster_node) and [`start_tls`](Self::start_tls) at
+    /// once: the cluster bus and replication speak TLS too (`tls-cluster`, `tls-replication`).
+    pub fn start_tls_cluster_node(tls: &ServerTls) -> RedisServer {
+        Self::start_as(true, Some(tls))
+    }
+
+    fn start_as(cluster_node: bool, tls: Option<&ServerTls>) -> RedisServer {
         let dir = rundir::create(if cluster_node { "redis-node" } else { "redis" });
+        let tls = tls.map(|tls| RedisTls {
+            files: tls.write_into(dir.path()),
+            client_certificates: tls.client_certificates,
+        });
         let mut server = RedisServer {
             port: 0,
             dir,
             child: None,
             snapshots: 0,
             cluster_node,
+            tls,
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = if cluster_node {
@@ -94,9 +159,34 @@ impl RedisServer {
         unreachable!("the last attempt either succeeds or panics")
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`; for a TLS server
+    /// `rediss://127.0.0.1:<port>?sslrootcert=<its authority's certificate>`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.tls {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(tls) => format!(
+                "rediss://127.0.0.1:{}?sslrootcert={}",
+                self.port,
+                tls.files.ca.display()
+            ),
+        }
+    }
+
+    /// The file holding the authority of a TLS server's certificate.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|tls| tls.files.ca.as_path())
+    }
+
+    /// Where the kit's own commands go.
+    pub(crate) fn admin(&self) -> Admin {
+        match &self.tls {
+            None => Admin::Tcp(self.port),
+            Some(_) => Admin::Socket(self.socket()),
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
     }
 
     /// The TCP port, stable across [`restart`](Self::restart).
@@ -156,7 +246,7 @@ impl RedisServer {
     /// If the server is not running, or the save fails or takes longer
     /// than 30 s.
     pub fn snapshot(&mut self) -> RdbSnapshot {
-        let reply = command(self.port, &["BGSAVE"])
+        let reply = command(&self.admin(), &["BGSAVE"])
             .unwrap_or_else(|e| panic!("testkit: redis BGSAVE: {e}"));
         assert!(
             reply.starts_with("+Background saving started"),
@@ -167,7 +257,7 @@ impl RedisServer {
         // `LASTSAVE` unchanged, so that is no signal).
         let deadline = Instant::now() + SAVE_TIMEOUT;
         let field = |name: &str| {
-            info_field(self.port, "persistence", name)
+            info_field(&self.admin(), "persistence", name)
                 .unwrap_or_else(|e| panic!("testkit: redis INFO persistence: {e}"))
         };
         while field("rdb_bgsave_in_progress") != "0" {
@@ -221,7 +311,7 @@ impl RedisServer {
     pub fn is_running(&self) -> bool {
         self.child
             .as_ref()
-            .is_some_and(|child| ping_pid(self.port).is_ok_and(|pid| pid == child.id()))
+            .is_some_and(|child| ping_pid(&self.admin()).is_ok_and(|pid| pid == child.id()))
     }
 
     fn log(&self) -> PathBuf {
@@ -241,8 +331,30 @@ impl RedisServer {
         let log_from = spawn::log_len(&log);
         let mut cmd = spawn::command(RunAs::Me, Path::new("redis-server"), &log)?;
         cmd.current_dir(self.dir.path())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--bind", "127.0.0.1"]);
+        match &self.tls {
+            None => {
+                cmd.args(["--port", &self.port.to_string()]);
+            }
+            Some(tls) => {
+                let auth = if tls.client_certificates { "yes" } else { "no" };
+                cmd.args(["--port", "0", "--tls-port", &self.port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.files.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.files.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.files.ca)
+                    .args(["--tls-auth-clients", auth])
+                    .arg("--unixsocket")
+                    .arg(self.socket())
+                    .args(["--unixsocketperm", "700"]);
+                if self.cluster_node {
+                    cmd.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                }
+            }
+        }
+        cmd.args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--maxmemory-policy", "noeviction"]);
@@ -258,9 +370,9 @@ impl RedisServer {
                 ]);
         }
         let mut child = spawn::spawn(cmd)?;
-        let (pid, port) = (child.id(), self.port);
+        let (pid, admin) = (child.id(), self.admin());
         let ready = spawn::wait_ready(&mut child, &log, log_from, READY_TIMEOUT, || {
-            ping_pid(port).is_ok_and(|p| p == pid)
+            ping_pid(&admin).is_ok_and(|p| p == pid)
         });
         self.child = Some(child);
         if ready.is_err() {
@@ -296,8 +408,8 @@ const CLUSTER_NODE_TIMEOUT_MS: u64 = 2_000;
 /// Sends one command (as a RESP array) and returns its reply: a simple
 /// string or error with its `+`/`-` prefix, an integer with `:`, a bulk
 /// string's contents.
-pub(crate) fn command(port: u16, args: &[&str]) -> io::Result<String> {
-    let mut stream = ports::connect(port)?;
+pub(crate) fn command(admin: &Admin, args: &[&str]) -> io::Result<String> {
+    let mut stream = admin.connect()?;
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
         request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
@@ -319,8 +431,8 @@ pub(crate) fn command(port: u16, args: &[&str]) -> io::Result<String> {
 }
 
 /// One field of `INFO <section>`.
-pub(crate) fn info_field(port: u16, section: &str, name: &str) -> io::Result<String> {
-    let info = command(port, &["INFO", section])?;
+pub(crate) fn info_field(admin: &Admin, section: &str, name: &str) -> io::Result<String> {
+    let info = command(admin, &["INFO", section])?;
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
@@ -330,8 +442,8 @@ pub(crate) fn info_field(port: u16, section: &str, name: &str) -> io::Result<Str
 /// Sends `PING` and `INFO server`; returns the server's `process_id` if the
 /// PING was answered with `+PONG`. The pid proves that the answer comes from
 /// our child, not from some other redis that took the port first.
-fn ping_pid(port: u16) -> io::Result<u32> {
-    let mut stream = ports::connect(port)?;
+fn ping_pid(admin: &Admin) -> io::Result<u32> {
+    let mut stream = admin.connect()?;
     stream.write_all(b"PING\r\nINFO server\r\n")?;
     let mut reader = BufReader::new(stream);
     let mut line = String::new();

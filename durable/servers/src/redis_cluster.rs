@@ -8,8 +8,8 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::RedisServer;
-use crate::redis::{command, info_field};
+use crate::redis::{Admin, command, info_field};
+use crate::{RedisServer, ServerTls};
 
 /// Masters, each with one replica.
 const MASTERS: usize = 3;
@@ -54,8 +54,24 @@ impl RedisCluster {
     /// If a node cannot start or the cluster does not form within a minute; the message says
     /// which step and what `redis-cli` printed.
     pub fn start() -> RedisCluster {
+        Self::start_as(None)
+    }
+
+    /// [`start`](Self::start) with every node serving TLS only, its cluster bus and replication
+    /// included, on certificates `tls` describes; [`url`](Self::url) is then `rediss://`.
+    pub fn start_tls(tls: &ServerTls) -> RedisCluster {
+        Self::start_as(Some(tls))
+    }
+
+    fn start_as(tls: Option<&ServerTls>) -> RedisCluster {
         let starting: Vec<_> = (0..MASTERS * 2)
-            .map(|_| thread::spawn(RedisServer::start_cluster_node))
+            .map(|_| {
+                let tls = tls.cloned();
+                thread::spawn(move || match tls {
+                    None => RedisServer::start_cluster_node(),
+                    Some(tls) => RedisServer::start_tls_cluster_node(&tls),
+                })
+            })
             .collect();
         let nodes: Vec<RedisServer> = starting
             .into_iter()
@@ -65,6 +81,18 @@ impl RedisCluster {
             })
             .collect();
         let mut create = Command::new("redis-cli");
+        if let Some(ca) = nodes[0].ca_file() {
+            // The nodes are introduced to each other over their TLS ports.
+            create.arg("--tls").arg("--cacert").arg(ca);
+            if tls.is_some_and(|t| t.client_certificates) {
+                let dir = ca.parent().expect("the CA file is in the node's directory");
+                create
+                    .arg("--cert")
+                    .arg(dir.join("server.crt"))
+                    .arg("--key")
+                    .arg(dir.join("server.key"));
+            }
+        }
         create.arg("--cluster").arg("create");
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -85,13 +113,15 @@ impl RedisCluster {
     }
 
     /// `redis://127.0.0.1:<p1>,redis://127.0.0.1:<p2>,…`: every node, in the form
-    /// `SLUICE_REDIS_URL` takes a cluster.
+    /// `SLUICE_REDIS_URL` takes a cluster (`rediss://…,rediss://…?sslrootcert=…` for TLS).
     pub fn url(&self) -> String {
-        self.nodes
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        let query = urls[0].split_once('?').map(|(_, q)| format!("?{q}"));
+        let nodes: Vec<&str> = urls
             .iter()
-            .map(RedisServer::url)
-            .collect::<Vec<_>>()
-            .join(",")
+            .map(|url| url.split_once('?').map_or(url.as_str(), |(node, _)| node))
+            .collect();
+        nodes.join(",") + &query.unwrap_or_default()
     }
 
     /// The ports of every node, running or not.
@@ -101,7 +131,7 @@ impl RedisCluster {
 
     /// The hash slot of `key` (`CLUSTER KEYSLOT`, so the hash tag rule is Redis's own).
     pub fn slot_of(&self, key: &str) -> u16 {
-        let reply = command(self.any_live_port(), &["CLUSTER", "KEYSLOT", key])
+        let reply = command(&self.any_live_admin(), &["CLUSTER", "KEYSLOT", key])
             .unwrap_or_else(|e| panic!("testkit: CLUSTER KEYSLOT: {e}"));
         reply
             .strip_prefix(':')
@@ -111,7 +141,7 @@ impl RedisCluster {
 
     /// The cluster as a live node sees it now.
     pub fn topology(&self) -> Vec<ClusterNode> {
-        let text = command(self.any_live_port(), &["CLUSTER", "NODES"])
+        let text = command(&self.any_live_admin(), &["CLUSTER", "NODES"])
             .unwrap_or_else(|e| panic!("testkit: CLUSTER NODES: {e}"));
         parse_nodes(&text)
     }
@@ -177,7 +207,7 @@ impl RedisCluster {
         let slot_text = slot.to_string();
         loop {
             let keys = cli(
-                from.port,
+                &self.admin_of(from.port),
                 &["CLUSTER", "GETKEYSINSLOT", &slot_text, &batch.to_string()],
             );
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
@@ -187,19 +217,19 @@ impl RedisCluster {
             let to_text = to.to_string();
             let mut args = vec!["MIGRATE", "127.0.0.1", &to_text, "", "0", "5000", "KEYS"];
             args.extend(keys.iter().copied());
-            cli_ok(from.port, &args);
+            cli_ok(&self.admin_of(from.port), &args);
             thread::sleep(pause);
         }
         // The target first, then the source, then everyone: the order redis-cli uses.
         for port in [to, from.port] {
             cli_ok(
-                port,
+                &self.admin_of(port),
                 &["CLUSTER", "SETSLOT", &slot_text, "NODE", &target.id],
             );
         }
         for node in self.nodes.iter().filter(|n| n.is_running()) {
             let _ = cli(
-                node.port(),
+                &node.admin(),
                 &["CLUSTER", "SETSLOT", &slot_text, "NODE", &target.id],
             );
         }
@@ -229,11 +259,11 @@ impl RedisCluster {
         assert_ne!(from.port, to, "testkit: slot {slot} is already on {to}");
         let slot_text = slot.to_string();
         cli_ok(
-            to,
+            &self.admin_of(to),
             &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id],
         );
         cli_ok(
-            from.port,
+            &self.admin_of(from.port),
             &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target.id],
         );
         (from, target)
@@ -246,17 +276,26 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("testkit: no cluster node on port {port}"))
     }
 
-    fn any_live_port(&self) -> u16 {
+    fn any_live_admin(&self) -> Admin {
         self.nodes
             .iter()
             .find(|n| n.is_running())
-            .map(RedisServer::port)
+            .map(RedisServer::admin)
             .unwrap_or_else(|| panic!("testkit: no cluster node is running"))
+    }
+
+    /// Where the kit's commands to the node on `port` go.
+    fn admin_of(&self, port: u16) -> Admin {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .map(RedisServer::admin)
+            .unwrap_or_else(|| panic!("testkit: no cluster node on port {port}"))
     }
 
     fn all_live_ok(&self) -> bool {
         self.nodes.iter().filter(|n| n.is_running()).all(|n| {
-            info_field_of(n.port(), "CLUSTER", "INFO", "cluster_state").as_deref() == Some("ok")
+            info_field_of(&n.admin(), "CLUSTER", "INFO", "cluster_state").as_deref() == Some("ok")
         })
     }
 
@@ -266,16 +305,16 @@ impl RedisCluster {
         let deadline = Instant::now() + timeout;
         loop {
             let replicas_synced = self.nodes.iter().all(|n| {
-                let role = info_field(n.port(), "replication", "role").unwrap_or_default();
+                let role = info_field(&n.admin(), "replication", "role").unwrap_or_default();
                 role == "master"
-                    || info_field(n.port(), "replication", "master_link_status")
+                    || info_field(&n.admin(), "replication", "master_link_status")
                         .is_ok_and(|s| s == "up")
             });
             let masters = self
                 .nodes
                 .iter()
                 .filter(|n| {
-                    info_field(n.port(), "replication", "role").is_ok_and(|r| r == "master")
+                    info_field(&n.admin(), "replication", "role").is_ok_and(|r| r == "master")
                 })
                 .count();
             if self.all_live_ok() && masters == MASTERS && replicas_synced {
@@ -284,7 +323,7 @@ impl RedisCluster {
             assert!(
                 Instant::now() < deadline,
                 "testkit: the cluster did not form within {timeout:?}:\n{}",
-                command(self.nodes[0].port(), &["CLUSTER", "NODES"]).unwrap_or_default()
+                command(&self.nodes[0].admin(), &["CLUSTER", "NODES"]).unwrap_or_default()
             );
             thread::sleep(POLL);
         }
@@ -292,17 +331,18 @@ impl RedisCluster {
 }
 
 /// A field of a command answering `INFO`-shaped text (`CLUSTER INFO`).
-fn info_field_of(port: u16, a: &str, b: &str, name: &str) -> Option<String> {
-    let text = command(port, &[a, b]).ok()?;
+fn info_field_of(admin: &Admin, a: &str, b: &str, name: &str) -> Option<String> {
+    let text = command(admin, &[a, b]).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
 }
 
 /// Runs one command with `redis-cli --raw` and returns what it printed.
-fn cli(port: u16, args: &[&str]) -> String {
+fn cli(admin: &Admin, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "--raw"])
+        .args(admin.cli_args())
+        .arg("--raw")
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("testkit: cannot run redis-cli: {e}"));
@@ -310,12 +350,12 @@ fn cli(port: u16, args: &[&str]) -> String {
 }
 
 /// [`cli`], which must answer `OK`.
-fn cli_ok(port: u16, args: &[&str]) {
-    let reply = cli(port, args);
+fn cli_ok(admin: &Admin, args: &[&str]) {
+    let reply = cli(admin, args);
     assert_eq!(
         reply.trim(),
         "OK",
-        "testkit: redis-cli -p {port} {} answered {reply:?}",
+        "testkit: redis-cli {admin:?} {} answered {reply:?}",
         args.join(" ")
     );
 }

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
 };
 pub use sluice_servers::ServerTls;
 
@@ -64,6 +65,37 @@ impl TestCa {
         ServerTls {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            ca_pem: self.pem(),
+            client_certificates: false,
         }
+    }
+
+    /// A client certificate for `common_name` (PostgreSQL's `cert` authentication takes it as
+    /// the user name) signed by this authority, written with its key as `<file>.crt` and
+    /// `<file>.key` in `dir`; returns both paths.
+    ///
+    /// # Panics
+    /// If the certificate cannot be made or written.
+    pub fn write_client(&self, common_name: &str, dir: &Path, file: &str) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(Vec::new()).expect("no names, no error");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate().expect("a key for the client");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("the client's certificate");
+        let write = |extension: &str, text: &str| {
+            let path = dir.join(format!("{file}.{extension}"));
+            std::fs::write(&path, text)
+                .unwrap_or_else(|e| panic!("testkit: cannot write {}: {e}", path.display()));
+            path
+        };
+        (
+            write("crt", &cert.pem()),
+            write("key", &key.serialize_pem()),
+        )
     }
 }

@@ -6,28 +6,41 @@ use super::*;
 /// `SOLD_OUT`, tickets show the results, and the Redis counts return to zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_sale_lands_one_result_per_command() {
-    let stack = Arc::new(Stack::with_declaration(&small_sale_declaration()).await);
-    small_sale(&stack).await;
+    let stack = Arc::new(Stack::with_declaration(&sale_declaration(10)).await);
+    sale(&stack, 30, 10).await;
 }
 
-/// The declaration of [`small_sale`]: a pool of 10.
-pub(crate) fn small_sale_declaration() -> String {
-    CLAIM_DECLARATION.replace("capacity = 100", "capacity = 10")
+/// The declaration of [`sale`]: a pool of `units`.
+pub(crate) fn sale_declaration(units: u32) -> String {
+    CLAIM_DECLARATION.replace("capacity = 100", &format!("capacity = {units}"))
 }
 
-/// 30 subjects for the 10 units of a stack of [`small_sale_declaration`], with an executor of
-/// its own, checked as [`a_small_sale_lands_one_result_per_command`] says.
-pub(crate) async fn small_sale(stack: &Arc<Stack>) {
-    let offer = offer();
-    let mut tickets = Vec::new();
-    for i in 0..30 {
-        let reply = stack.enqueue(&format!("user-{i}"), &key(), &offer).await;
-        assert_eq!(reply.status, StatusCode::ACCEPTED);
-        tickets.push(reply.data()["ticket"].as_str().expect("ticket").to_string());
+/// `subjects` people (16 at a time) for the `units` of a stack of [`sale_declaration`], with an
+/// executor of its own, checked as [`a_small_sale_lands_one_result_per_command`] says.
+pub(crate) async fn sale(stack: &Arc<Stack>, subjects: usize, units: usize) {
+    let offer = Arc::new(offer());
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (stack, offer, next) = (stack.clone(), offer.clone(), next.clone());
+        callers.spawn(async move {
+            let mut tickets = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= subjects {
+                    return tickets;
+                }
+                let reply = stack.enqueue(&format!("user-{i}"), &key(), &offer).await;
+                assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+                tickets.push(reply.data()["ticket"].as_str().expect("ticket").to_string());
+            }
+        });
     }
+    let tickets: Vec<String> = callers.join_all().await.into_iter().flatten().collect();
+    assert_eq!(tickets.len(), subjects);
     let shutdown = start_executor(stack, fast_executor());
     assert!(
-        all_terminal(stack, Duration::from_secs(30)).await,
+        all_terminal(stack, Duration::from_secs(60)).await,
         "every command lands"
     );
     // Redis's side of each landing (`land.lua`: the status and the counts in one script)
@@ -53,14 +66,18 @@ pub(crate) async fn small_sale(stack: &Arc<Stack>) {
             other => panic!("unexpected status {other:?}: {:?}", poll.body),
         }
     }
-    assert_eq!(succeeded, 10);
+    assert_eq!(succeeded, units);
     let allocated: i64 =
         sqlx::query_scalar("SELECT allocated FROM quota_pools WHERE namespace_id = $1")
             .bind(stack.creds.namespace_id)
             .fetch_one(&stack.pg)
             .await
             .expect("pool");
-    assert_eq!(allocated, 10);
+    assert_eq!(allocated, units as i64);
+    let rows = super::allocations(stack).await;
+    assert_eq!(rows.len(), units, "one allocation row per unit");
+    let subjects: HashSet<&String> = rows.values().collect();
+    assert_eq!(subjects.len(), units, "no subject holds two units");
     let counters = stack.counters().await;
     assert_eq!(counters.get("unfinished").copied(), Some(0));
     assert_eq!(

@@ -1,45 +1,28 @@
-//! PostgreSQL over TLS, against a real server the test starts with a certificate authority of
-//! its own (`ssl = on`, plaintext TCP refused by its `pg_hba.conf`): `sslmode=verify-full` with
-//! the test's authority connects, and the server itself reports the connection encrypted; a
-//! plaintext connection, a certificate of another authority, a certificate file that is not
-//! there, and `sslmode=require` against a server without TLS each fail at start with one clear
-//! line; and a sale runs whole over TLS.
+//! PostgreSQL over TLS (`ssl = on`, plaintext TCP refused by its `pg_hba.conf`):
+//! `sslmode=verify-full` with the test's authority connects, and the server itself reports the
+//! connection encrypted; a plaintext connection, a certificate of another authority, a
+//! certificate file that is not there, `sslmode=require` against a server without TLS, and a
+//! missing client certificate where the server asks for one each fail at start with one clear
+//! line.
 
-use std::sync::Arc;
-
-use sluice_testkit::{PgServer, TestCa, shared_postgres};
+use sluice_testkit::{ServerTls, TestCa, shared_postgres};
 use sqlx::Connection;
 
+use super::{lines_of_failure, tls_postgres};
 use crate::operators::cli::{sluice, text};
-use crate::support::*;
-
-/// A TLS-only PostgreSQL whose certificate `ca` signed, started off the async runtime.
-async fn tls_postgres(ca: &TestCa) -> PgServer {
-    let tls = ca.server();
-    tokio::task::spawn_blocking(move || PgServer::start_tls(&tls))
-        .await
-        .expect("start a TLS PostgreSQL")
-}
 
 /// The lines of what a failed `sluice migrate` printed (it must have failed).
 fn refusal(url: &str) -> Vec<String> {
-    let run = sluice(url, &["migrate"]);
-    let printed = text(&run);
-    assert!(
-        !run.status.success(),
-        "`sluice migrate` on {url} succeeded: {printed}"
-    );
-    printed
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect()
+    lines_of_failure(
+        &sluice(url, &["migrate"]),
+        &format!("`sluice migrate` on {url}"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_over_tls_verifies_the_server_and_refuses_what_it_must() {
     let ca = TestCa::new("Sluice test authority");
-    let server = tls_postgres(&ca).await;
+    let server = tls_postgres(ca.server()).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let trusted = ca.write_pem(dir.path(), "ca.pem");
     let stranger = TestCa::new("Another authority").write_pem(dir.path(), "other.pem");
@@ -107,31 +90,45 @@ async fn sslmode_require_against_a_server_without_tls_fails_at_start_with_one_li
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sale_runs_whole_over_tls_to_postgres() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_where_the_server_asks_for_one() {
     let ca = TestCa::new("Sluice test authority");
-    let server = tls_postgres(&ca).await;
+    let server = tls_postgres(ServerTls {
+        client_certificates: true,
+        ..ca.server()
+    })
+    .await;
     let dir = tempfile::tempdir().expect("temp dir");
     let trusted = ca.write_pem(dir.path(), "ca.pem");
-    let admin = format!(
+    // `cert` authentication: the certificate's common name is the database user.
+    let (cert, key) = ca.write_client("postgres", dir.path(), "client");
+    let base = format!(
         "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
         server.port(),
         trusted.display()
     );
-    let mut conn = sqlx::PgConnection::connect(&admin).await.expect("connect");
-    sqlx::query("CREATE DATABASE sale")
-        .execute(&mut conn)
+    let with_certificate = format!("{base}&sslcert={}&sslkey={}", cert.display(), key.display());
+    let migrated = sluice(&with_certificate, &["migrate"]);
+    assert!(migrated.status.success(), "{}", text(&migrated));
+    let mut conn = sqlx::PgConnection::connect(&with_certificate)
         .await
-        .expect("create");
-    let _ = conn.close().await;
-    let database_url = admin.replace("/postgres?", "/sale?");
-    let stack = Arc::new(
-        Stack::start_with(StackOptions {
-            database_url: Some(database_url),
-            declaration: crate::execution::sale::small_sale_declaration(),
-            ..StackOptions::default()
-        })
-        .await,
+        .expect("connect with a client certificate");
+    let client_dn: Option<String> =
+        sqlx::query_scalar("SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await
+            .expect("pg_stat_ssl");
+    assert_eq!(
+        client_dn.as_deref(),
+        Some("/CN=postgres"),
+        "the server saw the client certificate"
     );
-    crate::execution::sale::small_sale(&stack).await;
+    let _ = conn.close().await;
+
+    let without = refusal(&base);
+    assert_eq!(without.len(), 1, "one line: {without:?}");
+    assert!(
+        without[0].contains("certificate"),
+        "the missing client certificate is named: {without:?}"
+    );
 }
