@@ -20,6 +20,7 @@ pub mod gateway_config;
 pub mod handlers;
 pub mod http;
 pub mod identity;
+pub mod logging;
 pub mod pages;
 pub mod polls;
 pub mod reads;

@@ -23,12 +23,22 @@ use crate::state::Gateway;
 #[command(
     name = "sluice",
     version,
-    about = "Sluice: a Redis-first admission gateway"
+    about = "Sluice: a Redis-first admission gateway",
+    after_help = "Logging: SLUICE_LOG sets the filter (a tracing filter such as `info` or \
+                  `sluice_gateway=debug,info`); when it is unset RUST_LOG is read, then `info`. \
+                  A filter that does not parse stops the start."
 )]
 pub struct Cli {
-    /// Log format: `text` or `json`.
-    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
+    /// Log format: one JSON object per line (`request_id`, `trace_id`, `command_id` at its top
+    /// level) or human-readable text.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::logging::LogFormat::Text
+    )]
+    pub log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -22,4 +22,5 @@ pub mod response;
 pub mod router;
 pub mod server;
 pub mod strict_json;
+pub mod trace_context;
 pub mod url;

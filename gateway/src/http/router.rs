@@ -18,7 +18,8 @@ use crate::handlers::{
 use crate::http::cors;
 use crate::http::error::{ApiError, ErrorCode};
 use crate::http::health;
-use crate::http::response::{HttpResponse, failure, new_request_id, plain, success};
+use crate::http::response::{HttpResponse, failure, plain, success};
+use crate::http::trace_context;
 use crate::http::url::{decode_segment, parse_query};
 use crate::identity::auth::authenticate;
 use crate::identity::ticket::Ticket;
@@ -35,8 +36,9 @@ fn logged_path(path: &str) -> std::borrow::Cow<'_, str> {
 
 /// The service function: never fails; every failure is an envelope with an error code.
 ///
-/// Everything a request logs happens inside its `request` span (`request_id`, `method`,
-/// `path`), so every line carries the id the client gets in `X-Request-Id`, on every answer
+/// Everything a request logs happens inside its `request` span (`request_id`, `trace_id`,
+/// `method`, `path`), so every line carries the id the client gets in `X-Request-Id` (its own
+/// when it sent a well-formed one) and the trace of its `traceparent`, on every answer
 /// (probes and preflights too). The span is `info` so that `info` and `warn` lines inside it
 /// keep the id at the default level.
 pub async fn handle(
@@ -44,8 +46,9 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<HttpResponse, Infallible> {
     let started = Instant::now();
-    let request_id = new_request_id();
-    let span = tracing::info_span!("request", %request_id, method = %request.method(), path = %logged_path(request.uri().path()));
+    let request_id = trace_context::request_id(request.headers());
+    let trace_id = trace_context::trace_id(request.headers());
+    let span = tracing::info_span!("request", %request_id, %trace_id, method = %request.method(), path = %logged_path(request.uri().path()));
     let origin = cors::origin(request.headers());
     let response = async {
         let (mut response, code) = if request.method() == Method::OPTIONS {

@@ -481,3 +481,71 @@ async fn dev_waits_for_a_slow_postgres_instead_of_replacing_it() {
     );
     let _ = dev.kill().await;
 }
+
+/// The log settings refuse what they cannot mean: a `--log-format` outside its choices and a
+/// filter that does not parse each stop the start with the reason, where both used to fall
+/// back silently (text logs, `info`). `RUST_LOG` is read when `SLUICE_LOG` is unset, and only
+/// then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_settings_refuse_typos_and_rust_log_is_read_when_sluice_log_is_unset() {
+    let url = shared_postgres().fresh_database().await;
+    let run = |vars: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(args)
+            .env("SLUICE_DATABASE_URL", &url)
+            .env_remove("SLUICE_LOG")
+            .env_remove("RUST_LOG");
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        command.output().expect("run sluice")
+    };
+    let typo = run(&[], &["--log-format", "jsn", "migrate"]);
+    assert!(!typo.status.success());
+    let said = text(&typo);
+    assert!(
+        said.contains("jsn") && said.contains("text") && said.contains("json"),
+        "the typo and the choices: {said}"
+    );
+    for variable in ["SLUICE_LOG", "RUST_LOG"] {
+        let bad = run(&[(variable, "sluice=notalevel")], &["migrate"]);
+        assert!(!bad.status.success(), "{variable}: {}", text(&bad));
+        let said = text(&bad);
+        assert!(
+            said.contains(&format!(
+                "{variable}=\"sluice=notalevel\" is not a log filter"
+            )),
+            "{said}"
+        );
+    }
+    // sqlx logs each statement at `debug`: a `debug` filter shows them, `warn` does not.
+    let debug_lines = |output: &Output| {
+        text(output)
+            .lines()
+            .filter(|line| line.contains("DEBUG"))
+            .count()
+    };
+    let from_rust_log = run(&[("RUST_LOG", "debug")], &["migrate"]);
+    assert!(from_rust_log.status.success(), "{}", text(&from_rust_log));
+    assert!(debug_lines(&from_rust_log) > 0, "RUST_LOG=debug was read");
+    let sluice_log_wins = run(
+        &[("RUST_LOG", "debug"), ("SLUICE_LOG", "warn")],
+        &["migrate"],
+    );
+    assert!(
+        sluice_log_wins.status.success(),
+        "{}",
+        text(&sluice_log_wins)
+    );
+    assert_eq!(debug_lines(&sluice_log_wins), 0, "SLUICE_LOG comes first");
+    let help = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--help")
+        .output()
+        .expect("run sluice --help");
+    let help = text(&help);
+    assert!(
+        help.contains("SLUICE_LOG") && help.contains("RUST_LOG"),
+        "--help says where the filter comes from: {help}"
+    );
+}

@@ -253,3 +253,106 @@ async fn every_line_of_a_request_carries_its_id_and_one_answered_line_ends_it() 
         }
     }
 }
+
+/// A caller's well-formed `X-Request-Id` (here a hyphenated UUID) is the answer's id, said as
+/// the API's 32 hex digits; a malformed one is replaced. Its `traceparent`'s trace is the
+/// request's. Both stand at the top level of every line logged inside the request, where a log
+/// collector indexes them, and agree with the request span's own fields on every line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_request_id_and_trace_are_kept_and_stand_at_the_top_of_each_line() {
+    let stack = Stack::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut gateway =
+        GatewayProcess::start_with(&stack, dir.path(), "ids", &[("SLUICE_LOG", "debug")]).await;
+    let credential = stack.credential();
+    let path = "/v1/commands/claim:enqueue";
+    let enqueue = json!({"request_key": key(), "subject": "u1", "input": {"offer": offer()}});
+    let (chosen, said) = (
+        "6BA7B810-9dad-11d1-80b4-00c04fd430c8",
+        "6ba7b8109dad11d180b400c04fd430c8",
+    );
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let kept = gateway
+        .post_with(
+            path,
+            &credential,
+            &enqueue,
+            &[("x-request-id", chosen), ("traceparent", &traceparent)],
+        )
+        .await;
+    assert_eq!(kept.status, StatusCode::ACCEPTED, "{:?}", kept.body);
+    assert_eq!(kept.headers["x-request-id"], said);
+    assert_eq!(kept.body["request_id"], said);
+    let malformed = "req 42; not an id";
+    let replaced = gateway
+        .post_with(
+            path,
+            &credential,
+            &json!({"request_key": key(), "subject": "u2", "input": {"offer": offer()}}),
+            &[("x-request-id", malformed), ("traceparent", "00-zz-yy-01")],
+        )
+        .await;
+    assert_eq!(replaced.status, StatusCode::ACCEPTED, "{:?}", replaced.body);
+    let new_id = replaced.body["request_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    assert!(
+        new_id.len() == 32 && new_id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "a new id of 32 hex digits: {new_id}"
+    );
+
+    gateway.signal("TERM");
+    let exit = gateway.exited(Duration::from_secs(20)).await;
+    let log = gateway.log_text();
+    assert!(exit.is_some_and(|s| s.success()), "exit {exit:?}:\n{log}");
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let of = |id: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|line| line["request_id"] == id)
+            .collect()
+    };
+    let kept_lines = of(said);
+    assert!(
+        kept_lines.iter().any(|l| message_of(l) == "answered")
+            && kept_lines
+                .iter()
+                .any(|l| message_of(l) == "group commit answered"),
+        "the kept id is on the request's lines, at the top:\n{log}"
+    );
+    for line in &kept_lines {
+        assert_eq!(line["trace_id"], trace, "the caller's trace: {line}");
+    }
+    let replaced_lines = of(&new_id);
+    assert!(
+        replaced_lines.iter().any(|l| message_of(l) == "answered"),
+        "{log}"
+    );
+    for line in &replaced_lines {
+        let made = line["trace_id"].as_str().expect("a trace id");
+        assert!(
+            made.len() == 32 && made != trace,
+            "a trace of its own: {line}"
+        );
+    }
+    // On every line, the top-level ids are the request span's own.
+    let mut inside = 0;
+    for line in &lines {
+        if let Some(id) = request_id_of(line) {
+            inside += 1;
+            assert_eq!(line["request_id"], id, "{line}");
+            let span = line["spans"]
+                .as_array()
+                .and_then(|spans| spans.iter().find(|s| s["name"] == "request"))
+                .expect("the request span");
+            assert_eq!(line["trace_id"], span["trace_id"], "{line}");
+        }
+    }
+    assert!(inside >= kept_lines.len() + replaced_lines.len(), "{log}");
+}
