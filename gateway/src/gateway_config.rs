@@ -39,6 +39,10 @@ pub struct GatewayConfig {
     /// the row, so both follow the configuration's one `retention_seconds`.
     #[serde(skip)]
     pub ticket_retention_seconds: i64,
+    /// How read origins are called (trust, proxies). Not a table of its own: the
+    /// configuration's `outbound_ca_file` and the process's proxy variables make it.
+    #[serde(skip)]
+    pub outbound: sluice_durable::http_client::Outbound,
     /// Ticket polls and result look-ups that fall back to PostgreSQL (Redis down or the command
     /// not projected): at most this many per second per process...
     pub fallback_per_second: u32,
@@ -85,6 +89,7 @@ impl Default for GatewayConfig {
             rebuild_wait_ms: 3_000,
             config_cache_ttl_ms: 1_000,
             ticket_retention_seconds: sluice_store::outbox::DEFAULT_RETENTION_SECONDS,
+            outbound: sluice_durable::http_client::Outbound::default(),
             fallback_per_second: 4,
             fallback_concurrency: 4,
             command_reads_per_second: 500,

@@ -55,6 +55,9 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// How long a finished command is kept, and its ticket stays valid after its deadline.
     pub retention_seconds: i64,
+    /// Authorities trusted by webhook and read-origin calls besides the web's roots (PEM): a
+    /// backend behind a private CA. Proxies come from `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`.
+    pub outbound_ca_file: Option<PathBuf>,
     pub gateway: GatewayConfig,
     pub executor: ExecutorConfig,
 }
@@ -73,6 +76,7 @@ impl Default for Settings {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             metrics_listen: None,
             retention_seconds: DEFAULT_RETENTION_SECONDS,
+            outbound_ca_file: None,
             gateway: GatewayConfig::default(),
             executor: ExecutorConfig::default(),
         }
@@ -270,6 +274,17 @@ impl Settings {
         self.database_session_url
             .as_deref()
             .unwrap_or(&self.database_url)
+    }
+
+    /// How this process calls webhooks and read origins: the web's roots and
+    /// `outbound_ca_file`, through the proxies of the process's variables.
+    ///
+    /// # Errors
+    /// `outbound_ca_file` cannot be read or holds no authority.
+    pub fn outbound(
+        &self,
+    ) -> Result<sluice_durable::http_client::Outbound, sluice_durable::DurableError> {
+        sluice_durable::http_client::Outbound::from_env(self.outbound_ca_file.as_deref())
     }
 
     pub fn gateway_config(&self) -> GatewayConfig {

@@ -140,7 +140,7 @@ impl Gateway {
                 Some(config.command_reads_per_subject_per_second),
             ),
             stats: GatewayStats::default(),
-            reads: crate::reads::ReadCache::start(config.cache.clone(), &redis),
+            reads: crate::reads::ReadCache::start(config.cache.clone(), &config.outbound, &redis),
             waiting: crate::polls::waiting_view::WaitingView::new(
                 redis.clone(),
                 config.polls_from_memory,

@@ -20,6 +20,10 @@ pub struct ExecutorConfig {
     /// configuration's one `retention_seconds` sets it and the tickets' validity together.
     #[serde(skip)]
     pub retention_seconds: i64,
+    /// How webhooks are called (trust, proxies). Not a table of its own: the configuration's
+    /// `outbound_ca_file` and the process's proxy variables make it.
+    #[serde(skip)]
+    pub outbound: sluice_durable::http_client::Outbound,
     /// How often declarations are re-read into the admission specs.
     pub catalog_refresh_ms: u64,
     /// Quota commands of one pool that are ready together share one transaction. Off: one
@@ -48,6 +52,7 @@ impl Default for ExecutorConfig {
             tick_ms: 100,
             sweep_interval_ms: 1_000,
             retention_seconds: sluice_store::outbox::DEFAULT_RETENTION_SECONDS,
+            outbound: sluice_durable::http_client::Outbound::default(),
             catalog_refresh_ms: 2_000,
             batch_quota: true,
             lookahead: 16,

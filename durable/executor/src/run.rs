@@ -86,6 +86,7 @@ impl Executor {
                 .max_connections(1)
                 .connect_lazy_with(options.application_name("sluice-listen"))
         });
+        let webhooks = WebhookClient::new(&config.outbound);
         Arc::new(Self {
             pg,
             session,
@@ -95,7 +96,7 @@ impl Executor {
             attempts: Attempts::default(),
             catalog: std::sync::RwLock::new(Vec::new()),
             wake: Notify::new(),
-            webhooks: WebhookClient::new(),
+            webhooks,
             in_hand: TaskTracker::new(),
         })
     }

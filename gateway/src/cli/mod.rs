@@ -13,7 +13,9 @@ use sluice_store::{db, webhook_secret};
 use tokio_util::sync::CancellationToken;
 
 use sluice_durable::ids::ApplicationId;
-use sluice_executor::Executor;
+use sluice_executor::{Executor, ExecutorConfig};
+
+use crate::gateway_config::GatewayConfig;
 
 use crate::identity::ticket::TicketKeys;
 use crate::settings::{Flag, Settings, SettingsError};
@@ -489,6 +491,7 @@ async fn serve(args: ServeArgs) -> CliResult {
         "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
     )?;
     let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
+    let outbound = settings.outbound()?;
     let pg = settings.postgres().await?;
     let ticker_pg = settings
         .postgres_sized(crate::rooms::ticker::TICKER_CONNECTIONS)
@@ -498,7 +501,16 @@ async fn serve(args: ServeArgs) -> CliResult {
     let listener = crate::http::server::bind(settings.listen)?;
     let admin = bind_admin(settings.admin_listen).await?;
     let gateway = Arc::new(
-        Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
+        Gateway::new(
+            pg,
+            redis,
+            tickets,
+            GatewayConfig {
+                outbound,
+                ..settings.gateway_config()
+            },
+        )
+        .with_ticker_pool(ticker_pg),
     );
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
@@ -517,6 +529,7 @@ async fn serve(args: ServeArgs) -> CliResult {
 
 async fn execute(args: ExecuteArgs) -> CliResult {
     let settings = args.load()?;
+    let outbound = settings.outbound()?;
     let pg = settings.postgres().await?;
     let redis = sluice_redis::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     sluice_redis::connect::check_eviction_policy(&redis).await?;
@@ -538,7 +551,11 @@ async fn execute(args: ExecuteArgs) -> CliResult {
         db::PoolMode::Session => None,
         db::PoolMode::Transaction => Some(settings.session_url().parse()?),
     };
-    Executor::new_with_session(pg, session, redis, settings.executor_config())
+    let config = ExecutorConfig {
+        outbound,
+        ..settings.executor_config()
+    };
+    Executor::new_with_session(pg, session, redis, config)
         .run(shutdown)
         .await;
     if let Some(server) = metrics {

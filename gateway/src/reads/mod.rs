@@ -113,7 +113,7 @@ pub struct ReadCache {
 }
 
 impl ReadCache {
-    pub fn new(config: CacheConfig) -> Self {
+    pub fn new(config: CacheConfig, outbound: &sluice_durable::http_client::Outbound) -> Self {
         Self {
             l1: Cache::builder()
                 .max_capacity(config.l1_entries)
@@ -122,7 +122,7 @@ impl ReadCache {
                 .build(),
             flights: flights::Flights::default(),
             origin_slots: Arc::new(Semaphore::new(config.origin_per_process.max(1))),
-            client: OriginClient::new(),
+            client: OriginClient::new(outbound),
             epoch: AtomicU64::new(0),
             stats: Arc::new(CacheStats::default()),
             config,
@@ -133,8 +133,12 @@ impl ReadCache {
     /// command landing, a webhook result, an invalidate call) and drops this process's copies.
     /// The subscriber reconnects and resubscribes by itself; while it is down, L1 copies still
     /// expire within `l1_ms`.
-    pub fn start(config: CacheConfig, redis: &Projection) -> Arc<Self> {
-        let cache = Arc::new(Self::new(config));
+    pub fn start(
+        config: CacheConfig,
+        outbound: &sluice_durable::http_client::Outbound,
+        redis: &Projection,
+    ) -> Arc<Self> {
+        let cache = Arc::new(Self::new(config, outbound));
         let weak = Arc::downgrade(&cache);
         let client_config = fred::prelude::ClientLike::client_config(redis.pool().next());
         tokio::spawn(async move {

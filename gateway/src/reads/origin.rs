@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::StatusCode;
 use serde_json::Value;
-use sluice_durable::http_client::{HttpsClient, https_client};
+use sluice_durable::http_client::{HttpsClient, Outbound};
 use sluice_redis::cache::Origin;
 
 /// What an origin answered.
@@ -25,18 +25,14 @@ const HARD_LIMIT_BYTES: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct OriginClient {
     client: HttpsClient<Empty<Bytes>>,
-}
-
-impl Default for OriginClient {
-    fn default() -> Self {
-        Self::new()
-    }
+    outbound: Outbound,
 }
 
 impl OriginClient {
-    pub fn new() -> Self {
+    pub fn new(outbound: &Outbound) -> Self {
         Self {
-            client: https_client(),
+            client: outbound.client(),
+            outbound: outbound.clone(),
         }
     }
 
@@ -49,7 +45,10 @@ impl OriginClient {
             .header(hyper::header::ACCEPT, "application/json")
             .body(Empty::new())
         {
-            Ok(request) => request,
+            Ok(mut request) => {
+                self.outbound.decorate(&mut request);
+                request
+            }
             Err(e) => return error(format!("the origin URL is not usable: {e}")),
         };
         let exchange = async {

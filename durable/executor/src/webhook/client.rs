@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::fenced_body::{FencedBody, is_fence_closed};
 use super::signature::WebhookSecrets;
 use crate::fence::Fence;
-use sluice_durable::http_client::{HttpsClient, https_client};
+use sluice_durable::http_client::{HttpsClient, Outbound};
 use sluice_durable::ids::CommandId;
 use sluice_durable::lifecycle::end::{Reported, is_error_code};
 use sluice_model::CommandStatus;
@@ -53,18 +53,14 @@ pub struct Delivery<'a> {
 #[derive(Clone)]
 pub struct WebhookClient {
     client: HttpsClient<FencedBody>,
-}
-
-impl Default for WebhookClient {
-    fn default() -> Self {
-        Self::new()
-    }
+    outbound: Outbound,
 }
 
 impl WebhookClient {
-    pub fn new() -> Self {
+    pub fn new(outbound: &Outbound) -> Self {
         Self {
-            client: https_client(),
+            client: outbound.client(),
+            outbound: outbound.clone(),
         }
     }
 
@@ -72,7 +68,10 @@ impl WebhookClient {
     /// answer.
     pub async fn deliver(&self, delivery: Delivery<'_>) -> Answer {
         let request = match build_request(&delivery) {
-            Ok(request) => request,
+            Ok(mut request) => {
+                self.outbound.decorate(&mut request);
+                request
+            }
             Err(reason) => {
                 return Answer::Decided(failed("WEBHOOK_URL_INVALID", reason));
             }
@@ -103,11 +102,28 @@ impl WebhookClient {
                 // A connection that never opened carried nothing; any later failure may have
                 // delivered the request.
                 in_doubt: !error.is_connect(),
-                reason: format!("request failed: {error}"),
+                reason: format!("request failed: {}", with_causes(&error)),
             },
             Ok(Ok((status, retry_after, body))) => classify(status, retry_after, body),
         }
     }
+}
+
+/// An error and what caused it, outermost first: hyper's "client error (Connect)" says
+/// nothing until its causes say which (a refused connection, a certificate no root trusts, a
+/// proxy that refused the tunnel).
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+        cause = inner.source();
+    }
+    said
 }
 
 fn build_request(delivery: &Delivery<'_>) -> Result<Request<FencedBody>, String> {

@@ -69,7 +69,7 @@ async fn deliver_through_a_stalled_connect(close_fence: bool) -> (Answer, Vec<u8
     let delivery = tokio::spawn({
         let fence = fence.clone();
         async move {
-            WebhookClient::new()
+            WebhookClient::new(&Default::default())
                 .deliver(Delivery {
                     url: &format!("http://{address}/call"),
                     secrets: &WebhookSecrets {

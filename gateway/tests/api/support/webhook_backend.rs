@@ -20,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +36,8 @@ pub struct Arrival {
     pub raw: bytes::Bytes,
     pub body: Value,
     pub at: Instant,
+    /// The `User-Agent` header, empty when absent.
+    pub user_agent: String,
 }
 
 /// What the backend answers.
@@ -131,10 +134,38 @@ impl Backend {
     /// the namespace's webhook secret (the backend must exist before the declaration naming
     /// its URL, which comes before the namespace's secret is known to the test).
     pub async fn start(handle: Handler) -> Backend {
+        Self::start_on(handle, None).await
+    }
+
+    /// [`start`](Self::start), serving HTTPS with `tls` (its URLs are `https://127.0.0.1:…`,
+    /// a name the kit's server certificates carry).
+    pub async fn start_tls(handle: Handler, tls: &sluice_testkit::ServerTls) -> Backend {
+        let cert = rustls::pki_types::CertificateDer::pem_slice_iter(tls.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("the server certificate");
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes())
+            .expect("the server key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(cert, key)
+        .expect("a server configuration");
+        Self::start_on(
+            handle,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    async fn start_on(handle: Handler, tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the backend");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{}", listener.local_addr().expect("addr"));
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let shutdown = CancellationToken::new();
         let secret = Arc::new(Mutex::new(String::new()));
@@ -163,6 +194,7 @@ impl Backend {
                     counted.clone(),
                     working.clone(),
                 );
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
                         let (secret, recorded, handle, counted, working) = (
@@ -206,9 +238,20 @@ impl Backend {
                             )
                         }
                     });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let server = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = server.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                        Some(tls) => {
+                            // A handshake the client broke off (a certificate it does not
+                            // trust) is no arrival.
+                            if let Ok(stream) = tls.accept(stream).await {
+                                let _ =
+                                    server.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -279,6 +322,7 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
             .to_string()
     };
     let idempotency_key = header("idempotency-key");
+    let user_agent = header("user-agent");
     let signature = header("sluice-signature");
     let raw = request
         .into_body()
@@ -294,6 +338,7 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
         signature,
         raw,
         at,
+        user_agent,
     }
 }
 

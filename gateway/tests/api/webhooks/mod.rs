@@ -4,6 +4,7 @@
 mod basics;
 mod complete;
 mod life_cycle;
+mod outbound;
 mod per_subject;
 mod processes;
 mod retries;
