@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus_client::encoding::prometheus_text;
+pub mod process;
+
+use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -43,8 +45,26 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+/// The labels of an answered HTTP request: the route's template (`/v1/tickets/{ticket}`, never
+/// the raw path, so a series per ticket cannot exist), the method and the status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpAnswer {
+    route: &'static str,
+    method: &'static str,
+    status: u16,
+}
+
+/// [`HttpAnswer`] without the status: the latency histogram's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpRoute {
+    route: &'static str,
+    method: &'static str,
+}
+
 /// Every counted family, created on first use.
 struct Families {
+    http_requests: Family<HttpAnswer, Counter>,
+    http_request_seconds: Family<HttpRoute, Histogram>,
     intake_decisions: Family<Label, Counter>,
     acceptance_seconds: Histogram,
     intake_phase_seconds: Family<Label, Histogram>,
@@ -68,6 +88,8 @@ struct Families {
 
 static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     let families = Families {
+        http_requests: Family::default(),
+        http_request_seconds: Family::new_with_constructor(latency_histogram),
         intake_decisions: Family::default(),
         acceptance_seconds: latency_histogram(),
         intake_phase_seconds: Family::new_with_constructor(latency_histogram),
@@ -134,6 +156,23 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     }
     families
 });
+
+/// One answered HTTP request of the gateway's public listener: `route` is the template the
+/// router matched (or `other`), `method` one of the methods it serves (or `other`).
+pub fn http_answered(route: &'static str, method: &'static str, status: u16, elapsed: Duration) {
+    FAMILIES
+        .http_requests
+        .get_or_create(&HttpAnswer {
+            route,
+            method,
+            status,
+        })
+        .inc();
+    FAMILIES
+        .http_request_seconds
+        .get_or_create(&HttpRoute { route, method })
+        .observe(elapsed.as_secs_f64());
+}
 
 /// A command read refused by its subject's own rate (`subject`) or the process's budget
 /// (`process`).
@@ -337,6 +376,16 @@ pub fn register_gateway(registry: &mut Registry) {
     register_common(registry);
     let f = &*FAMILIES;
     registry.register(
+        "sluice_http_requests",
+        "Requests answered by the public listener, by route template, method and status",
+        f.http_requests.clone(),
+    );
+    registry.register(
+        "sluice_http_request_duration_seconds",
+        "Time from a request's arrival to its answer, by route template and method",
+        f.http_request_seconds.clone(),
+    );
+    registry.register(
         "sluice_intake_decisions",
         "Enqueue requests that reached the handler, by final answer: accepted, replayed, or the refusal's code lowercased",
         f.intake_decisions.clone(),
@@ -436,7 +485,8 @@ pub fn executor_text() -> String {
     encode(&registry)
 }
 
-/// The Prometheus text of `registry`.
+/// The Prometheus text of `registry`, then the build's and the process's own figures
+/// ([`process::text`]).
 pub fn encode(registry: &Registry) -> String {
     let mut text = String::new();
     if let Err(error) = prometheus_text::encode(&mut text, registry) {
@@ -444,6 +494,7 @@ pub fn encode(registry: &Registry) -> String {
         tracing::error!(%error, "metrics encoding failed");
         let _ = writeln!(text, "# metrics encoding failed: {error}");
     }
+    text.push_str(&process::text());
     text
 }
 

@@ -19,6 +19,7 @@ pub mod cors;
 pub mod error;
 pub mod health;
 pub mod response;
+pub mod route_names;
 pub mod router;
 pub mod server;
 pub mod strict_json;

@@ -19,8 +19,8 @@ use crate::http::cors;
 use crate::http::error::{ApiError, ErrorCode};
 use crate::http::health;
 use crate::http::response::{HttpResponse, failure, plain, success};
-use crate::http::trace_context;
 use crate::http::url::{decode_segment, parse_query};
+use crate::http::{route_names, trace_context};
 use crate::identity::auth::authenticate;
 use crate::identity::ticket::Ticket;
 use crate::state::Gateway;
@@ -46,6 +46,8 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<HttpResponse, Infallible> {
     let started = Instant::now();
+    let route_label = route_names::template(request.uri().path());
+    let method = route_names::method(request.method());
     let request_id = trace_context::request_id(request.headers());
     let trace_id = trace_context::trace_id(request.headers());
     let span = tracing::info_span!("request", %request_id, %trace_id, method = %request.method(), path = %logged_path(request.uri().path()));
@@ -82,6 +84,12 @@ pub async fn handle(
             headers.insert("x-request-id", value);
         }
         log_answer(response.status(), code, started);
+        sluice_metrics::http_answered(
+            route_label,
+            method,
+            response.status().as_u16(),
+            started.elapsed(),
+        );
         response
     }
     .instrument(span)

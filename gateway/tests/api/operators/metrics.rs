@@ -234,6 +234,79 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
         "{counters:?}"
     );
 
+    // Per route: the enqueue route's answers by status, counted exactly, under its template;
+    // no label holds a raw path (a command code, a key, an id).
+    let enqueue_route = |status: &str| {
+        drained.value(
+            "sluice_http_requests_total",
+            &[
+                ("route", "/v1/commands/{command}:enqueue"),
+                ("method", "POST"),
+                ("status", status),
+            ],
+        )
+    };
+    assert_eq!(enqueue_route("202"), ACCEPTED as f64);
+    assert_eq!(enqueue_route("200"), REPLAYED as f64);
+    assert_eq!(enqueue_route("429"), QUEUE_FULL as f64);
+    assert_eq!(enqueue_route("400"), INVALID as f64);
+    assert_eq!(enqueue_route("404"), UNDECLARED as f64);
+    assert_eq!(enqueue_route("401"), 1.0);
+    assert_eq!(
+        drained.value(
+            "sluice_http_request_duration_seconds_count",
+            &[
+                ("route", "/v1/commands/{command}:enqueue"),
+                ("method", "POST")
+            ]
+        ),
+        (ACCEPTED + REPLAYED + QUEUE_FULL + INVALID + UNDECLARED + 1) as f64
+    );
+    for ((name, labels), _) in &drained.samples {
+        if name.starts_with("sluice_http_") {
+            let route = labels.iter().find(|(k, _)| k == "route").map(|(_, v)| v);
+            assert!(
+                route.is_some_and(|r| r == "other"
+                    || (r.starts_with('/') && !r.contains("undeclared") && !r.contains("claim"))),
+                "{name}{labels:?}"
+            );
+        }
+    }
+    // The build and the process, on both: what any service's dashboards chart.
+    for (who, exposition) in [("gateway", &drained), ("executor", &executed)] {
+        assert_eq!(
+            exposition.value(
+                "sluice_build_info",
+                &[("version", env!("CARGO_PKG_VERSION"))]
+            ),
+            1.0,
+            "{who}"
+        );
+        for figure in [
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_threads",
+            "process_start_time_seconds",
+        ] {
+            assert!(exposition.value(figure, &[]) > 0.0, "{who}: {figure}");
+        }
+        assert_eq!(
+            exposition.family_type("process_cpu_seconds_total"),
+            Some("counter")
+        );
+    }
+    let started = drained.value("process_start_time_seconds", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert!(
+        (now - 600.0..=now + 5.0).contains(&started),
+        "the gateway process started within this test: {started} vs {now}"
+    );
+
     // The executor: what its handlers landed, by status; one quota histogram, no webhook call,
     // no rescue, no storage failure.
     let executions = executed.by_label("sluice_executions_total", "status");
