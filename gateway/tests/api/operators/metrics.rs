@@ -262,7 +262,7 @@ async fn metrics_count_exactly_what_the_gateway_and_the_executor_did() {
         ),
         (ACCEPTED + REPLAYED + QUEUE_FULL + INVALID + UNDECLARED + 1) as f64
     );
-    for ((name, labels), _) in &drained.samples {
+    for (name, labels) in drained.samples.keys() {
         if name.starts_with("sluice_http_") {
             let route = labels.iter().find(|(k, _)| k == "route").map(|(_, v)| v);
             assert!(
