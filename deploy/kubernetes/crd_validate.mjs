@@ -68,7 +68,7 @@ for (const file of files) {
     const seen = new Map();
     const valid = validate(watched(object, "", seen));
     for (const error of valid ? [] : validate.errors) {
-      console.error(`${name}: ${error.instancePath || "/"} ${error.message} ${JSON.stringify(error.params)}`);
+      console.error(`${name}: ${error.instancePath || "/"}: ${error.message ?? `fails ${error.keyword}`} ${JSON.stringify(error.params)}`);
       failures++;
     }
     const unknown = [];
