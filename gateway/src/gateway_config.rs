@@ -23,6 +23,11 @@ pub struct GatewayConfig {
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2 pings an idle connection this often; one unanswered for as long closes it.
     pub http2_keep_alive_interval_ms: u64,
+    /// After SIGTERM, how long the listener keeps accepting while both readiness endpoints
+    /// answer `503 draining`, before the drain: the time a load balancer that follows
+    /// `/readyz` needs to stop sending new connections. 0 (the default) where the platform
+    /// takes the process out before SIGTERM (the Helm chart's `preStop` sleep).
+    pub shutdown_delay_ms: u64,
     /// How long a reservation outlives a gateway that died mid-enqueue. Must exceed the slowest
     /// commit a healthy PostgreSQL takes, or a slow commit's reservation is counted twice.
     pub reservation_ttl_ms: u64,
@@ -84,6 +89,7 @@ impl Default for GatewayConfig {
             max_connections: 10_000,
             http2_max_concurrent_streams: 100,
             http2_keep_alive_interval_ms: 20_000,
+            shutdown_delay_ms: 0,
             reservation_ttl_ms: 30_000,
             replay_wait_ms: 5_000,
             rebuild_wait_ms: 3_000,

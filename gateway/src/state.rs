@@ -69,6 +69,9 @@ pub struct Gateway {
     pub waiting: crate::polls::waiting_view::WaitingView,
     /// `sluice dev`'s demo sale (`/demo/`), set by `sluice dev` only.
     pub demo: std::sync::OnceLock<crate::pages::demo::Demo>,
+    /// Set at SIGTERM: both readiness endpoints answer `503 draining` from then on, so a load
+    /// balancer takes this process out while it still serves ([`crate::http::drain`]).
+    pub draining: std::sync::atomic::AtomicBool,
     /// Each room's recent arrival rate, for adaptive proof of work.
     pub arrivals: crate::rooms::arrival_rate::ArrivalRates,
     /// Waiting places' polls answered from memory ([`crate::rooms::board`]).
@@ -146,6 +149,7 @@ impl Gateway {
                 config.polls_from_memory,
             ),
             demo: std::sync::OnceLock::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             arrivals: crate::rooms::arrival_rate::ArrivalRates::default(),
             room_boards: crate::rooms::board::RoomBoards::default(),
             ticker_pg: pg.clone(),

@@ -512,17 +512,29 @@ async fn serve(args: ServeArgs) -> CliResult {
         )
         .with_ticker_pool(ticker_pg),
     );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(watch_signals(shutdown.clone()));
+    let (signalled, shutdown, admin_stop) = (
+        CancellationToken::new(),
+        CancellationToken::new(),
+        CancellationToken::new(),
+    );
+    tokio::spawn(watch_signals(signalled.clone()));
+    tokio::spawn(crate::http::drain::on_signal(
+        gateway.clone(),
+        signalled,
+        shutdown.clone(),
+        std::time::Duration::from_millis(gateway.config.shutdown_delay_ms),
+    ));
     tracing::info!(listen = %settings.listen, admin = %admin.local_addr()?, "gateway serving");
+    // The admin listener outlives the drain: `/readyz` says `draining` while it runs.
     let admin = tokio::spawn(crate::http::admin::serve_gateway(
         admin,
         gateway.clone(),
-        shutdown.clone(),
+        admin_stop.clone(),
     ));
     crate::http::server::run(listener, gateway.clone(), shutdown).await;
-    let _ = admin.await;
     crate::http::server::flush_committer(&gateway).await;
+    admin_stop.cancel();
+    let _ = admin.await;
     tracing::info!("gateway stopped");
     Ok(())
 }

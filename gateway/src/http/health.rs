@@ -26,6 +26,9 @@ const MAX_REBUILDS: usize = 4;
 
 /// The public readiness: no query, no script, no rebuild, and no server's error text.
 pub fn public_readiness(gateway: &Gateway) -> HttpResponse {
+    if gateway.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+    }
     let redis_up = gateway
         .redis
         .pool()
@@ -42,6 +45,9 @@ pub fn public_readiness(gateway: &Gateway) -> HttpResponse {
 /// The detailed readiness of the admin listener.
 pub async fn readiness(gateway: &Gateway) -> HttpResponse {
     let unavailable = |why: String| plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+    if gateway.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        return unavailable("draining: SIGTERM received, finishing what was accepted".into());
+    }
     let projections: Vec<(ApplicationId, i64)> = match sqlx::query!(
         r#"SELECT application_id AS "application_id: ApplicationId", generation FROM projections
             ORDER BY application_id LIMIT $1"#,

@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod cors;
+pub mod drain;
 pub mod error;
 pub mod health;
 pub mod response;

@@ -101,6 +101,9 @@ pub async fn run(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cancell
             _ = shutdown.cancelled() => break,
         }
     }
+    gateway
+        .draining
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     // The port refuses new connections from here on.
     drop(listener);
     let _ = rooms.await;

@@ -532,3 +532,103 @@ async fn sigterm_lets_webhook_commands_in_flight_land_once_and_claims_nothing_ne
     assert_eq!(distinct.len(), 6);
     crate::execution::assert_unfinished_drains(&stack).await;
 }
+
+/// With `gateway.shutdown_delay_ms`, SIGTERM first turns both readiness endpoints to `503
+/// draining` while the port still accepts and serves (an enqueue on a new connection is
+/// accepted), and only after the delay does the port refuse; the admin listener answers
+/// `draining` through it all, and the process exits 0 with the accepted command's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_delay_reports_draining_while_it_still_serves() {
+    const DELAY: Duration = Duration::from_millis(2_000);
+    let stack = Stack::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let delay_ms = DELAY.as_millis().to_string();
+    let env = [("SLUICE_GATEWAY_SHUTDOWN_DELAY_MS", delay_ms.as_str())];
+    let mut gateway = GatewayProcess::start_with(&stack, dir.path(), "delayed", &env).await;
+    let addr = gateway.addr();
+    let client = http_client(1);
+    let readiness = |base: String| {
+        let client = client.clone();
+        async move {
+            let reply = send_request(
+                &client,
+                &base,
+                hyper::Method::GET,
+                "/readyz",
+                None,
+                None,
+                &[],
+            )
+            .await;
+            (
+                reply.status,
+                reply.body.as_str().unwrap_or_default().to_string(),
+            )
+        }
+    };
+    assert_eq!(readiness(gateway.base.clone()).await.0, StatusCode::OK);
+    assert_eq!(
+        readiness(gateway.admin_base.clone()).await.0,
+        StatusCode::OK
+    );
+
+    gateway.signal("TERM");
+    let signalled = Instant::now();
+    let draining = |base: String| {
+        let readiness = &readiness;
+        async move {
+            let (status, text) = readiness(base).await;
+            status == StatusCode::SERVICE_UNAVAILABLE && text.contains("draining")
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(1), || draining(gateway.base.clone())).await,
+        "the public /readyz says draining: {}",
+        gateway.log_text()
+    );
+    assert!(
+        eventually(Duration::from_secs(1), || draining(
+            gateway.admin_base.clone()
+        ))
+        .await,
+        "the admin /readyz says draining"
+    );
+    // Still accepting: a new connection's enqueue is answered 202 and lands.
+    let fresh = http_client(1);
+    let accepted = exchange(
+        &fresh,
+        &gateway.base,
+        &stack.credential(),
+        enqueue_body("late-but-served"),
+    )
+    .await;
+    let id = match accepted {
+        Ok((StatusCode::ACCEPTED, body)) => body["data"]["command_id"]
+            .as_str()
+            .expect("command_id")
+            .parse::<Uuid>()
+            .expect("a uuid"),
+        other => panic!("an enqueue during the delay: {other:?}"),
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || refuses(addr)).await,
+        "the port closes after the delay"
+    );
+    let refused_after = signalled.elapsed();
+    assert!(
+        refused_after >= DELAY,
+        "the port refused {refused_after:?} after SIGTERM, before the {DELAY:?} delay"
+    );
+    let exit = gateway.exited(Duration::from_secs(20)).await;
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exit {exit:?}:\n{}",
+        gateway.log_text()
+    );
+    let landed: i64 = sqlx::query_scalar("SELECT count(*) FROM commands WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("the row");
+    assert_eq!(landed, 1, "the command accepted while draining has its row");
+}
