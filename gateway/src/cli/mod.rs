@@ -77,6 +77,23 @@ pub enum Command {
     Config(ConfigArgs),
     /// Print a fresh ticket signing key spec for SLUICE_TICKET_KEYS.
     Keygen,
+    /// Print a subject token for SUBJECT, signed with the subject key of a credentials file, as
+    /// an application's backend mints them: for a quick test with curl or a browser.
+    Token(TokenArgs),
+}
+
+/// `sluice token`: nothing is read but the credentials file; nothing connects.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The credentials file written by `sluice bootstrap` (its `subject_key` signs).
+    #[arg(long)]
+    pub credentials: PathBuf,
+    /// The person the token speaks for (`sub`, 1 to 128 characters).
+    #[arg(long)]
+    pub subject: String,
+    /// How long the token is valid, at most 86400 (the gateway refuses longer).
+    #[arg(long, default_value_t = 3600)]
+    pub ttl_seconds: i64,
 }
 
 /// Where the settings come from (see [`crate::settings`]): every command that connects takes
@@ -332,6 +349,10 @@ pub async fn run(cli: Cli) -> CliResult {
             println!("{spec}");
             Ok(())
         }
+        Command::Token(args) => {
+            println!("{}", mint_token(&args)?);
+            Ok(())
+        }
     }
 }
 
@@ -401,6 +422,31 @@ pub fn read_credentials(
             path.display()
         )
     })?)
+}
+
+/// The token `sluice token` prints; the subject and the lifetime are checked as the gateway
+/// checks them, so a token that would be refused is never printed.
+fn mint_token(args: &TokenArgs) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let subject_length = args.subject.chars().count();
+    if !(1..=128).contains(&subject_length) {
+        return Err(format!("--subject must be 1 to 128 characters, not {subject_length}").into());
+    }
+    if !(1..=86_400).contains(&args.ttl_seconds) {
+        return Err(format!(
+            "--ttl-seconds must be 1 to 86400 (the gateway refuses a token valid longer than 24 h), not {}",
+            args.ttl_seconds
+        )
+        .into());
+    }
+    let credentials = read_credentials(&args.credentials)?;
+    let now = chrono::Utc::now().timestamp();
+    Ok(crate::identity::subject_token::issue(
+        &credentials.subject_key.id,
+        credentials.subject_key.secret.as_bytes(),
+        &args.subject,
+        now,
+        now + args.ttl_seconds,
+    ))
 }
 
 /// The credential of a credentials file, checked live against PostgreSQL for a scope.

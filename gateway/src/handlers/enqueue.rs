@@ -108,9 +108,15 @@ struct Attempt<'a> {
 
 /// One enqueue, counted for `/metrics` here, where its final answer is known: exactly one
 /// decision per request that reached the handler, whichever path answered it.
-pub async fn enqueue(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -> Handled {
+pub async fn enqueue(
+    gateway: &Gateway,
+    command: &str,
+    caller: Caller,
+    headers: &hyper::HeaderMap,
+    body: Bytes,
+) -> Handled {
     let started = Instant::now();
-    let handled = decide(gateway, command, caller, body).await;
+    let handled = decide(gateway, command, caller, headers, body).await;
     match &handled {
         Ok((status, _)) => {
             sluice_metrics::intake_decision(if *status == StatusCode::ACCEPTED {
@@ -125,11 +131,29 @@ pub async fn enqueue(gateway: &Gateway, command: &str, caller: Caller, body: Byt
     handled
 }
 
-async fn decide(gateway: &Gateway, command: &str, caller: Caller, body: Bytes) -> Handled {
+async fn decide(
+    gateway: &Gateway,
+    command: &str,
+    caller: Caller,
+    headers: &hyper::HeaderMap,
+    body: Bytes,
+) -> Handled {
     if matches!(caller.principal, Principal::Credential(_)) {
         caller.require_scope("commands:enqueue")?;
     }
     let request = EnqueueRequest::parse(&body, &caller, gateway.config.max_input_bytes)?;
+    // An enqueue's idempotency is its `request_key`: part of the command, kept with it and
+    // looked up by it. A client that also sends the configure calls' `Idempotency-Key` header
+    // may believe the header decides; one that differs is refused rather than ignored.
+    if let Some(header) = super::optional_idempotency_key(headers)?
+        && header != request.request_key
+    {
+        return Err(ApiError::invalid(
+            "Idempotency-Key",
+            "an enqueue is idempotent by its body's request_key; this header, when sent, must \
+             equal it",
+        ));
+    }
     let namespace = gateway.namespace(caller.namespace_id).await?;
     let decl = namespace.declaration.command(command).ok_or_else(|| {
         ApiError::not_found(format!(

@@ -201,7 +201,7 @@ async fn route(
                     *namespace = Some(caller.namespace_id);
                     let (parts, body) = request.into_parts();
                     let body = handlers::read_body(&parts.headers, body, &gateway.config).await?;
-                    json(enqueue::enqueue(gateway, target, caller, body).await)
+                    json(enqueue::enqueue(gateway, target, caller, &parts.headers, body).await)
                 }
                 "cancel" => {
                     let id = commands::parse_command_id(target)?;

@@ -149,3 +149,50 @@ async fn replay_after_redis_forgot_the_key_is_answered_by_postgres() {
     assert_eq!(conflict.code(), "IDEMPOTENCY_CONFLICT");
     assert_eq!(stack.counters().await.get("unfinished").copied(), Some(1));
 }
+
+/// An enqueue's idempotency is its body's `request_key`. The configure calls' `Idempotency-Key`
+/// header is accepted on an enqueue only when it says the same; one that differs (or is
+/// malformed) is `400` naming the header, and nothing is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_header_must_agree_with_the_request_key() {
+    let stack = Stack::start().await;
+    let send = |key: String, header: &'static str| {
+        let stack = &stack;
+        async move {
+            let body = serde_json::json!({"request_key": key, "subject": "u1", "input": {"offer": offer()}});
+            let credential = stack.credential();
+            let header_value = if header == "same" {
+                key.clone()
+            } else {
+                header.to_string()
+            };
+            stack
+                .request_with(
+                    hyper::Method::POST,
+                    "/v1/commands/claim:enqueue",
+                    Some(&credential),
+                    Some(bytes::Bytes::from(body.to_string())),
+                    &[("idempotency-key", header_value.as_str())],
+                )
+                .await
+        }
+    };
+    let agreeing = send(key(), "same").await;
+    assert_eq!(agreeing.status, StatusCode::ACCEPTED, "{:?}", agreeing.body);
+    for header in ["another-key", "has space"] {
+        let refused = send(key(), header).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::BAD_REQUEST,
+            "{header}: {:?}",
+            refused.body
+        );
+        assert_eq!(refused.code(), "INVALID_ARGUMENT");
+        assert_eq!(refused.field(), "Idempotency-Key", "{:?}", refused.body);
+    }
+    assert_eq!(
+        stack.count_rows().await,
+        1,
+        "only the agreeing enqueue was accepted"
+    );
+}

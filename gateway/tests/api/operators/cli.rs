@@ -549,3 +549,79 @@ async fn log_settings_refuse_typos_and_rust_log_is_read_when_sluice_log_is_unset
         "--help says where the filter comes from: {help}"
     );
 }
+
+/// `sluice token` mints, from a credentials file alone, the subject token an application's
+/// backend would: the gateway accepts it and the command is that subject's (its row says so);
+/// a subject or a lifetime the gateway would refuse is refused before anything is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_mints_a_subject_token_the_gateway_accepts() {
+    let stack = crate::support::Stack::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let creds = dir.path().join("creds.json");
+    std::fs::write(
+        &creds,
+        serde_json::to_string(&stack.creds).expect("credentials as JSON"),
+    )
+    .expect("write the credentials file");
+    let creds_arg = creds.to_str().expect("utf-8 path");
+    let token = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["token", "--credentials", creds_arg])
+            .args(args)
+            .env_remove("SLUICE_LOG")
+            .output()
+            .expect("run sluice token")
+    };
+    let minted = token(&["--subject", "alice", "--ttl-seconds", "600"]);
+    assert!(minted.status.success(), "{}", text(&minted));
+    let jwt = String::from_utf8_lossy(&minted.stdout).trim().to_string();
+    assert_eq!(jwt.split('.').count(), 3, "a JWT alone on stdout: {jwt}");
+
+    let body = serde_json::json!({"request_key": crate::support::key(), "input": {"offer": crate::support::offer()}});
+    let reply = stack
+        .post("/v1/commands/claim:enqueue", Some(&jwt), &body.to_string())
+        .await;
+    assert_eq!(reply.status.as_u16(), 202, "{:?}", reply.body);
+    let id: uuid::Uuid = reply.data()["command_id"]
+        .as_str()
+        .expect("command_id")
+        .parse()
+        .expect("a uuid");
+    let subject: String = sqlx::query_scalar("SELECT subject FROM commands WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stack.pg)
+        .await
+        .expect("the row");
+    assert_eq!(subject, "alice");
+
+    for (args, said) in [
+        (
+            vec!["--subject", ""],
+            "--subject must be 1 to 128 characters",
+        ),
+        (
+            vec!["--subject", "bob", "--ttl-seconds", "86401"],
+            "--ttl-seconds must be 1 to 86400",
+        ),
+    ] {
+        let refused = token(&args);
+        assert!(!refused.status.success(), "{args:?}");
+        assert!(refused.stdout.is_empty(), "nothing printed for {args:?}");
+        assert!(
+            text(&refused).contains(said),
+            "{args:?}: {}",
+            text(&refused)
+        );
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "token",
+            "--credentials",
+            "/nonexistent/creds.json",
+            "--subject",
+            "x",
+        ])
+        .output()
+        .expect("run sluice token");
+    assert!(text(&missing).contains("cannot read credentials file /nonexistent/creds.json"));
+}
