@@ -344,6 +344,7 @@ class StoredHandle {
     this._attempt = 0;
   }
 
+  /** Calls `listener(snapshot)` on every change (and once now); returns the unsubscribe. */
   subscribe(listener) {
     this._listeners.add(listener);
     listener(this.snapshot);
@@ -362,11 +363,22 @@ class StoredHandle {
     return record;
   }
 
+  /** The current snapshot: one frozen object, replaced only when something in it changes. */
+  get snapshot() { return this._snapshot; }
+
+  /**
+   * Applies `patch` to the snapshot: a change makes a new frozen snapshot and tells every
+   * listener; a patch that changes nothing keeps the object (a reader such as React's
+   * `useSyncExternalStore` compares snapshots by identity) and tells no one.
+   */
   _set(patch) {
-    this._snapshot = { ...this._snapshot, ...patch };
-    const shown = this.snapshot;
+    const current = this._snapshot;
+    if (current && Object.keys(patch).every((name) => Object.is(current[name], patch[name]))) return;
+    const next = { ...current, ...patch };
+    if (next.work) next.work = Object.isFrozen(next.work) ? next.work : Object.freeze({ ...next.work });
+    this._snapshot = Object.freeze(next);
     for (const listener of this._listeners) {
-      try { listener(shown); } catch { /* a listener's failure is its own */ }
+      try { listener(this._snapshot); } catch { /* a listener's failure is its own */ }
     }
   }
 
@@ -401,17 +413,15 @@ class CommandHandle extends StoredHandle {
     this._onVisible = () => {
       if (this._running && env.doc?.visibilityState === "visible") this._schedule(0);
     };
-    this._snapshot = { state: "idle", commandId: null, position: null, etaSeconds: null,
-      updatedAt: null, result: null, error: null };
+    this._snapshot = Object.freeze({ state: "idle", commandId: null, position: null, etaSeconds: null,
+      updatedAt: null, result: null, error: null });
     const stored = this._load();
     if (stored?.status) this._set({ state: stored.status, commandId: stored.commandId ?? null });
   }
 
-  /** The current snapshot: `state` and what the last answer said. */
+  /** The current state (the snapshot's `state`). */
   get state() { return this._snapshot.state; }
-  get snapshot() { return { ...this._snapshot }; }
 
-  /** Calls `listener(snapshot)` on every change (and once now); returns the unsubscribe. */
   /** Creates the intent once (or continues the stored one) and follows it. */
   start() {
     const stored = this._load();
@@ -603,14 +613,13 @@ class RoomHandle extends StoredHandle {
       if (this._running && !this._heartbeatNext && this._snapshot.state === "waiting"
         && env.doc?.visibilityState === "visible") this._schedule(0);
     };
-    this._snapshot = { state: "idle", room: code, joinId: null, position: null, etaSeconds: null,
-      opensAt: null, pass: null, passExpiresAt: null, updatedAt: null, work: null, error: null };
+    this._snapshot = Object.freeze({ state: "idle", room: code, joinId: null, position: null, etaSeconds: null,
+      opensAt: null, pass: null, passExpiresAt: null, updatedAt: null, work: null, error: null });
     const stored = this._load();
     if (stored) this._set({ state: stored.status ?? "idle", joinId: stored.joinId ?? null, work: stored.work ?? null });
   }
 
   get state() { return this._snapshot.state; }
-  get snapshot() { return { ...this._snapshot, work: this._snapshot.work && { ...this._snapshot.work } }; }
   /** The pass while admitted (a JWT the protected origin verifies), else null. */
   get pass() { return this._snapshot.pass; }
   get passExpiresAt() { return this._snapshot.passExpiresAt; }

@@ -318,3 +318,26 @@ test("stop() during a solve abandons it, and room codes are checked", async () =
   assert.throws(() => client.room("Not A Room"), (e) => e instanceof SluiceError && e.code === "INVALID_ARGUMENT");
   await assert.rejects(client.room("elsewhere").leave(), (e) => e.code === "STATE_CONFLICT");
 });
+
+test("a room's snapshot is one frozen object per change, its work frozen with it", async () => {
+  const { clock, gw, client } = setup({
+    challenge: [challenge()],
+    join: [joined()],
+    poll: [polled("waiting"), polled("waiting")],
+  });
+  const polls = () => gw.routes().filter((r) => r === "poll").length;
+  const room = client.room("doors");
+  const idle = room.snapshot;
+  assert.equal(room.snapshot, idle, "two reads without a change: the same object");
+  assert.ok(Object.isFrozen(idle));
+  room.start();
+  while (polls() < 1 && (await clock.tick())); // challenge and solve, join, first poll
+  const waiting = room.snapshot;
+  assert.equal(waiting.state, "waiting");
+  assert.notEqual(waiting, idle);
+  assert.equal(room.snapshot, waiting);
+  assert.ok(Object.isFrozen(waiting) && Object.isFrozen(waiting.work), "the work is frozen too");
+  await clock.tick(); // a poll that says the same
+  assert.equal(polls(), 2);
+  assert.equal(room.snapshot, waiting, "an answer that changes nothing keeps the object");
+});
