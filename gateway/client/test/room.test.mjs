@@ -8,7 +8,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 
-import { PLACE_FINAL, SluiceError, createClient, workerSource } from "../sluice.js";
+import { PLACE_FINAL, SluiceError, createClient, room as roomOf, workerSource } from "../rooms.js";
+import { createClient as createCommandClient } from "../sluice.js";
 
 function token(sub) {
   const part = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
@@ -340,4 +341,21 @@ test("a room's snapshot is one frozen object per change, its work frozen with it
   await clock.tick(); // a poll that says the same
   assert.equal(polls(), 2);
   assert.equal(room.snapshot, waiting, "an answer that changes nothing keeps the object");
+});
+
+test("rooms.js's room(client, code) takes a client of sluice.js; sluice.js's client has no rooms", async () => {
+  const clock = new Clock();
+  const gw = gateway({ challenge: [{ status: 200, json: { data: { room: "doors", required: false } } }], join: [joined()] });
+  const client = createCommandClient({
+    baseUrl: "http://gw.test", token: token("alice"), storage: new MemoryStorage(), fetch: gw.fetch,
+    setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout, random: () => 0.5, Worker: null,
+  });
+  assert.equal(client.room, undefined, "a claim-only client carries no room code");
+  const doors = roomOf(client, "doors");
+  doors.start();
+  await clock.tick(); // the door (open) and the join, in one step
+  assert.deepEqual(gw.routes(), ["challenge", "join"]);
+  assert.equal(doors.state, "waiting");
+  assert.throws(() => roomOf({}, "doors"), (e) => e instanceof SluiceError && e.code === "INVALID_ARGUMENT");
+  assert.throws(() => roomOf(client, "Doors!"), (e) => e.code === "INVALID_ARGUMENT");
 });
