@@ -80,8 +80,9 @@ export interface CommandHandle {
   /** The same frozen object until the state changes. */
   readonly snapshot: Snapshot;
   /** Creates the intent once (a fresh request key stored before the first request), or
-   *  continues the stored one. */
-  start(): boolean;
+   *  continues the stored one. `input` replaces the one given to `command()` for a new intent;
+   *  a stored intent keeps its own. */
+  start(input?: unknown): boolean;
   /** Continues a stored intent after a reload; false when there is none. */
   resume(): boolean;
   /** Stops observing; never cancels. */

@@ -419,15 +419,19 @@ class CommandHandle extends StoredHandle {
   /** The current state (the snapshot's `state`). */
   get state() { return this._snapshot.state; }
 
-  /** Creates the intent once (or continues the stored one) and follows it. */
-  start() {
+  /**
+   * Creates the intent once (or continues the stored one) and follows it. `input`, when given,
+   * is the new intent's input in place of the one given to `command()`; a stored intent keeps
+   * the input it was created with.
+   */
+  start(input = this._input) {
     const stored = this._load();
     if (stored) return this.resume();
-    if (this._input === undefined) {
+    if (input === undefined) {
       throw new SluiceError("INVALID_ARGUMENT", "start() needs the command's input");
     }
     // Stored before the first request: whatever happens next, this key is the intent.
-    this._save({ requestKey: newRequestKey(), input: this._input });
+    this._save({ requestKey: newRequestKey(), input });
     return this.resume();
   }
 

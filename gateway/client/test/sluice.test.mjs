@@ -374,3 +374,18 @@ test("the snapshot is one frozen object per change: the same on every read until
   assert.ok(Object.isFrozen(done));
   assert.equal(new Set(seen).size, seen.length, "each listener call is handed a new snapshot");
 });
+
+test("start(input) creates the intent from that input; a stored intent keeps its own", async () => {
+  const storage = new MemoryStorage();
+  const first = setup({ enqueue: [receipt()] }, { storage });
+  const handle = first.client.command("claim", { key: "k" });
+  assert.throws(() => handle.start(), (e) => e.code === "INVALID_ARGUMENT", "no input anywhere");
+  handle.start({ offer: "late" });
+  await first.clock.tick();
+  assert.deepEqual(first.gw.calls[0].body.input, { offer: "late" });
+  // After a reload, start() with another input continues the stored intent, never a new one.
+  const second = setup({ poll: [polled("accepted")] }, { storage });
+  second.client.command("claim", { key: "k" }).start({ offer: "other" });
+  await second.clock.tick();
+  assert.deepEqual(second.gw.calls.map((c) => c.path), ["/v1/tickets/t1"]);
+});

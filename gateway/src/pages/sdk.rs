@@ -11,7 +11,8 @@
 //!   page on this origin (the hosted pages' CSP allows `'self'` workers, never `blob:` ones);
 //!   it imports the hashed solver, so the solver has one source. Pages on another origin may
 //!   not start a worker from this URL: the module builds a Blob-URL worker from its own source.
-//! - `GET /sdk/v1/{sluice,rooms,work}.d.ts`: the types;
+//! - `GET /sdk/v1/react.js`: the React hook (it imports `react`, which the page resolves: an
+//!   import map or a bundler); `GET /sdk/v1/{sluice,rooms,work,react}.d.ts`: the types;
 //!   `GET /sdk/v1/wait/{wait.js,wait.css}`, `/sdk/v1/room/room.js` and `/sdk/v1/page-kit.js`
 //!   (what both share): the hosted pages' own.
 //! - All of these hold no secret and are served with `Access-Control-Allow-Origin: *`, so an
@@ -45,10 +46,12 @@ use crate::state::Gateway;
 const MODULE_SOURCE: &str = include_str!("../../client/sluice.js");
 const ROOMS_SOURCE: &str = include_str!("../../client/rooms.js");
 const WORK_SOURCE: &str = include_str!("../../client/work.js");
-const TYPES: [(&str, &str); 3] = [
+const REACT_JS: &str = include_str!("../../client/react.js");
+const TYPES: [(&str, &str); 4] = [
     ("sluice.d.ts", include_str!("../../client/sluice.d.ts")),
     ("rooms.d.ts", include_str!("../../client/rooms.d.ts")),
     ("work.d.ts", include_str!("../../client/work.d.ts")),
+    ("react.d.ts", include_str!("../../client/react.d.ts")),
 ];
 const WAIT_JS: &str = include_str!("../../client/wait/wait.js");
 const WAIT_CSS: &str = include_str!("../../client/wait/wait.css");
@@ -147,6 +150,11 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
         ["sluice.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(ENTRY.as_bytes())),
         ["rooms.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(ROOMS_ENTRY.as_bytes())),
         ["sluice-work.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(WORKER.as_bytes())),
+        ["react.js"] => file(
+            JAVASCRIPT,
+            SHORT_CACHE,
+            Bytes::from_static(REACT_JS.as_bytes()),
+        ),
         ["wait", "wait.js"] => file(
             JAVASCRIPT,
             SHORT_CACHE,
@@ -168,7 +176,7 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
             Bytes::from_static(WAIT_CSS.as_bytes()),
         ),
         _ => Err(ApiError::not_found(
-            "no such file: /sdk/v1/sluice.js, /sdk/v1/rooms.js, /sdk/v1/sluice-work.js, /sdk/v1/{sluice,rooms,work}.d.ts",
+            "no such file: /sdk/v1/sluice.js, /sdk/v1/rooms.js, /sdk/v1/react.js, /sdk/v1/sluice-work.js, /sdk/v1/{sluice,rooms,work,react}.d.ts",
         )),
     }
 }
@@ -383,13 +391,16 @@ mod tests {
     }
 
     #[test]
-    fn the_types_are_served() {
-        for name in ["sluice.d.ts", "rooms.d.ts", "work.d.ts"] {
+    fn the_types_and_the_react_hook_are_served() {
+        for name in ["sluice.d.ts", "rooms.d.ts", "work.d.ts", "react.d.ts"] {
             let reply = serve(&[name]).unwrap_or_else(|_| panic!("{name}"));
             assert_eq!(
                 reply.headers()[CONTENT_TYPE],
                 "application/typescript; charset=utf-8"
             );
         }
+        let react = serve(&["react.js"]).expect("react.js");
+        assert_eq!(react.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert!(REACT_JS.contains("export function useSluiceCommand("));
     }
 }
