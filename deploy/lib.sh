@@ -80,16 +80,20 @@ require_chromium() {
   [ -x /usr/bin/chromium ] || { log "installing chromium"; apt_install chromium; }
 }
 
-# node and npm for that test, then playwright-core as pinned by gateway/tests/ui/package-lock.json
-# (`npm ci` again whenever the lock file is newer than the installed tree).
+# node and npm for that test, then what gateway/tests/ui/package-lock.json pins: playwright-core,
+# axe-core, React 19 with esbuild for the React hook's page, and TypeScript with @types/react for
+# the browser module's types (`npm ci` again whenever the lock file is newer than the installed
+# tree or a package is missing).
 require_ui_test_deps() {
   command -v node >/dev/null 2>&1 || { log "installing nodejs"; apt_install nodejs; }
   command -v npm >/dev/null 2>&1 || { log "installing npm"; apt_install npm; }
   local dir=gateway/tests/ui
   local installed="$dir/node_modules/.package-lock.json"
-  if [ ! -f "$installed" ] || [ "$dir/package-lock.json" -nt "$installed" ] \
-      || [ ! -f "$dir/node_modules/playwright-core/package.json" ] \
-      || [ ! -f "$dir/node_modules/axe-core/package.json" ]; then
+  local missing=0 package
+  for package in playwright-core axe-core react react-dom esbuild typescript @types/react; do
+    [ -f "$dir/node_modules/$package/package.json" ] || missing=1
+  done
+  if [ ! -f "$installed" ] || [ "$dir/package-lock.json" -nt "$installed" ] || [ "$missing" -eq 1 ]; then
     log "npm ci in $dir"
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi

@@ -83,6 +83,8 @@ deploy/sqlx.sh check -- test --workspace --locked --no-default-features --no-run
 tools_ready
 log "node --test gateway/client (the browser module)"
 node --test gateway/client/test/
+log "tsc gateway/client/types-check (the browser module's types, as an application uses them)"
+gateway/tests/ui/node_modules/.bin/tsc -p gateway/client/types-check
 # The suites that must keep working on a Redis Cluster run again on a real one (three masters
 # with a replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild,
 # reads, control and the life-cycle races through the gateway (not the executor processes'

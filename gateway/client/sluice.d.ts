@@ -1,4 +1,5 @@
-// Types of the Sluice browser client (sluice.js).
+// Types of the Sluice browser client (sluice.js): commands, allocations and reads. Waiting
+// rooms are in rooms.d.ts, the proof-of-work solver in work.d.ts, the React hook in react.d.ts.
 
 export type Status =
   | "accepted" | "executing" | "running" | "retry_wait"
@@ -53,23 +54,35 @@ export interface AllocationDecision extends Allocation {
   changed: boolean;
 }
 
+/** What a handle shows: one frozen object per change (`handle.snapshot` returns the same object
+ *  until something in it changes), so it can be compared by identity. */
 export interface Snapshot {
-  state: State;
-  commandId: string | null;
+  readonly state: State;
+  readonly commandId: string | null;
   /** Commands ahead in the queue, while waiting. */
-  position: number | null;
-  etaSeconds: number | null;
-  updatedAt: string | null;
-  result: unknown;
-  error: SluiceError | null;
+  readonly position: number | null;
+  readonly etaSeconds: number | null;
+  readonly updatedAt: string | null;
+  readonly result: unknown;
+  readonly error: SluiceError | null;
+}
+
+/** What a command is asked for: `key` names the intent in this page (the same key after a
+ *  reload is the same intent, 1 to 200 characters); `input` is the command's input, needed to
+ *  create the intent (not to resume a stored one). */
+export interface CommandOptions {
+  key: string;
+  input?: unknown;
 }
 
 export interface CommandHandle {
   readonly state: State;
+  /** The same frozen object until the state changes. */
   readonly snapshot: Snapshot;
   /** Creates the intent once (a fresh request key stored before the first request), or
-   *  continues the stored one. */
-  start(): boolean;
+   *  continues the stored one. `input` replaces the one given to `command()` for a new intent;
+   *  a stored intent keeps its own. */
+  start(input?: unknown): boolean;
   /** Continues a stored intent after a reload; false when there is none. */
   resume(): boolean;
   /** Stops observing; never cancels. */
@@ -102,84 +115,54 @@ export interface Client {
   /** Gives a reserved unit back. Confirmed or expired first: rejects with `STATE_CONFLICT`,
    *  `details.state` saying which. Safe to repeat. */
   release(id: string): Promise<AllocationDecision>;
-  command(code: string, options: { key: string; input?: unknown }): CommandHandle;
-  /** This subject's place in room `code`: the door (proof of work solved off the main
-   *  thread), the join, the polls and the heartbeats. */
-  room(code: string): RoomHandle;
+  /** A handle on one intent of command `code` (a declared command code). */
+  command(code: string, options: CommandOptions): CommandHandle;
 }
 
-/** A place's status on the server. */
-export type PlaceStatus = "waiting" | "admitted" | "left" | "expired";
+/** What the client keeps intents in: sessionStorage, or anything with these three methods. */
+export type StorageLike = Pick<Storage, "getItem" | "setItem" | "removeItem">;
 
-/** `idle` before start(); `joining` while asking the door for a challenge or joining;
- *  `solving` while the proof of work runs; `error` while unable to join for now (retried by
- *  itself) or after a refusal for good (`error.retryable` false). */
-export type RoomState = PlaceStatus | "idle" | "joining" | "solving" | "error";
-
-export declare const PLACE_STATUSES: readonly PlaceStatus[];
-export declare const PLACE_FINAL: readonly PlaceStatus[];
-
-/** Where a solve ran: the gateway's worker file (a page on the gateway's origin), a Blob-URL
- *  worker (a page on another origin), or the main thread in 20 ms slices (no worker could
- *  start: CSP, an old browser). */
-export type SolverPlace = "worker-file" | "worker-blob" | "main-thread";
-
-/** The door's proof of work: its difficulty, the nonces tried (so far, while solving), the
- *  time it took and where it ran (null until a worker or the main thread started). */
-export interface Work {
-  bits: number;
-  hashes: number;
-  ms: number;
-  solver: SolverPlace | null;
+/** The page's visibility, read to slow polls in a hidden tab. */
+export interface DocumentLike {
+  readonly visibilityState: DocumentVisibilityState | string;
+  addEventListener(type: "visibilitychange", listener: () => void): void;
+  removeEventListener(type: "visibilitychange", listener: () => void): void;
 }
 
-export interface RoomSnapshot {
-  state: RoomState;
-  room: string;
-  /** The place's id (the pass's `jti`), once joined. */
-  joinId: string | null;
-  /** Places ahead not admitted yet, while waiting. */
-  position: number | null;
-  etaSeconds: number | null;
-  opensAt: string | null;
-  /** The pass (a JWT for the protected origin) while admitted. */
-  pass: string | null;
-  passExpiresAt: string | null;
-  updatedAt: string | null;
-  /** The solve that bought the place (kept across a reload), or null (no proof asked). */
-  work: Work | null;
-  error: SluiceError | null;
-}
-
-export interface RoomHandle {
-  readonly state: RoomState;
-  readonly snapshot: RoomSnapshot;
-  readonly pass: string | null;
-  readonly passExpiresAt: string | null;
-  /** Joins once (the solution, then the ticket, stored as soon as known) or continues the
-   *  stored place: a reload polls it, no new challenge, solve or join. */
-  start(): boolean;
-  /** Continues a stored place or join; false when there is none. */
-  resume(): boolean;
-  /** Stops observing and solving; the place stays at the gateway. */
-  stop(): void;
-  /** Gives the place back (the pass while admitted, else the ticket); safe to repeat. */
-  leave(): Promise<RoomSnapshot>;
-  /** Forgets an ended place (or a join refused for good): start() joins anew. */
-  clear(): void;
-  subscribe(listener: (snapshot: RoomSnapshot) => void): () => void;
-}
+/** The constructor of a module or classic Web Worker. */
+export type WorkerConstructor = new (url: string | URL, options?: WorkerOptions) => Worker;
 
 export interface ClientOptions {
+  /** The gateway, e.g. "https://gateway.example" (http or https). */
   baseUrl: string;
   /** A subject token, or a function returning a fresh one (asked again near expiry or on 401). */
   token: string | (() => string | Promise<string>);
-  /** Where intents are kept across reloads; sessionStorage by default. */
-  storage?: Storage;
+  /** Where intents are kept across reloads; sessionStorage by default. A storage that refuses
+   *  a write makes `createClient` throw `STORAGE_UNAVAILABLE`. */
+  storage?: StorageLike | null;
   /** A request abandoned after this long counts as a network error (default 15 s). */
   requestTimeoutMs?: number;
-  /** The Worker constructor the solve uses (default globalThis.Worker; null: main thread). */
-  Worker?: typeof Worker | null;
+  /** The fetch the client sends its requests with (default globalThis.fetch). */
+  fetch?: (input: string, init: RequestInit) => Promise<Pick<Response, "status" | "json"> & {
+    headers?: { get(name: string): string | null };
+  }>;
+  /** The timers the client waits with (default the global ones). */
+  setTimeout?: (callback: () => void, ms: number) => unknown;
+  clearTimeout?: (timer: any) => void;
+  /** Draws in [0, 1) for the jitter of backoffs and polls (default Math.random). */
+  random?: () => number;
+  /** The wall clock in milliseconds (default Date.now): token expiry, a challenge's expiry. */
+  now?: () => number;
+  /** A monotonic clock in milliseconds (default performance.now): how long a solve took. */
+  clock?: () => number;
+  /** Whose visibility slows polls in a hidden tab (default globalThis.document; null: none). */
+  document?: DocumentLike | null;
+  /** The Worker constructor a room's solve uses (default globalThis.Worker; null: the main
+   *  thread). Read by rooms.js. */
+  Worker?: WorkerConstructor | null;
+  /** The page's location, whose origin says whether the gateway's worker file may start
+   *  (default globalThis.location). Read by rooms.js. */
+  location?: { readonly origin: string } | null;
 }
 
 export declare function createClient(options: ClientOptions): Client;
@@ -188,38 +171,13 @@ export declare function pollDelayMs(advisedMs: number | undefined, hidden: boole
 export declare function tokenClaims(token: string): { sub: string; exp: number } | null;
 export declare function newRequestKey(): string;
 
-/** The midstate after `prefix`'s complete 64-byte blocks, and what is left of it. */
-export interface Sha256Midstate {
-  state: Int32Array;
-  rest: Uint8Array;
-  length: number;
-}
-
-/** SHA-256, pure and synchronous (the solver's own; WebCrypto's is one promise per hash). */
-export declare function sha256(bytes: Uint8Array): Uint8Array;
-export declare function sha256Midstate(prefix: Uint8Array): Sha256Midstate;
-export declare function sha256Finish(midstate: Sha256Midstate, tail: Uint8Array): Uint8Array;
-/** A stepwise search: `step(n)` tries up to n nonces, answering the solution or null. */
-export declare function createWorkSolver(challenge: string, bits: number, first?: number): {
-  hashes: number;
-  step(limit: number): string | null;
+/** What the package's other entries (rooms.js) build on. Not for applications: it changes with
+ *  the package, without notice. */
+export declare const _internals: {
+  readonly StoredHandle: new (...args: any[]) => object;
+  readonly refusal: (answer: unknown) => SluiceError;
+  readonly sleep: (env: unknown, ms: number) => Promise<void>;
+  readonly MAX_ATTEMPTS: number;
+  readonly STORAGE_PREFIX: string;
+  partsOf(client: Client): unknown;
 };
-/** Solves at once, blocking: the nonce and the hashes it took. */
-export declare function solveWork(challenge: string, bits: number): { nonce: string; hashes: number };
-/** Whether SHA-256 of `challenge:nonce` begins with `bits` zero bits. */
-export declare function workSolves(challenge: string, nonce: string, bits: number): boolean;
-/** The source of the classic worker a Blob URL runs. */
-export declare function workerSource(): string;
-/** What the gateway's worker file runs. */
-export declare function serveWork(scope: { postMessage(message: unknown): void; onmessage: unknown }): void;
-export declare const MAIN_THREAD_SLICE_MS: number;
-/** The solver's functions, self-contained (a Blob worker runs their source). */
-export declare function workSolverKit(): {
-  sha256: typeof sha256;
-  midstate: typeof sha256Midstate;
-  finish: typeof sha256Finish;
-  createSolver: typeof createWorkSolver;
-  solves: typeof workSolves;
-  ascii(text: string): Uint8Array;
-};
-export declare function serveWorkIn(scope: { postMessage(message: unknown): void; onmessage: unknown }, kit: ReturnType<typeof workSolverKit>): void;

@@ -13,7 +13,7 @@
 // Referer headers) nor needs script on the origin's page. No return URL declared: the page
 // shows that the person is in, and keeps the pass alive while it is open.
 
-import { PLACE_FINAL, createClient } from "../sluice.js";
+import { PLACE_FINAL, createClient } from "../rooms.js";
 import { about, dress, refuse, refuseStorage, when } from "../page-kit.js";
 
 const config = JSON.parse(document.getElementById("sluice-page").textContent);

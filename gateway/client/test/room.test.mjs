@@ -8,7 +8,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 
-import { PLACE_FINAL, SluiceError, createClient, workerSource } from "../sluice.js";
+import { PLACE_FINAL, SluiceError, createClient, room as roomOf, workerSource } from "../rooms.js";
+import { createClient as createCommandClient } from "../sluice.js";
 
 function token(sub) {
   const part = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
@@ -317,4 +318,44 @@ test("stop() during a solve abandons it, and room codes are checked", async () =
   assert.deepEqual(gw.routes(), ["challenge"], "no join after stop()");
   assert.throws(() => client.room("Not A Room"), (e) => e instanceof SluiceError && e.code === "INVALID_ARGUMENT");
   await assert.rejects(client.room("elsewhere").leave(), (e) => e.code === "STATE_CONFLICT");
+});
+
+test("a room's snapshot is one frozen object per change, its work frozen with it", async () => {
+  const { clock, gw, client } = setup({
+    challenge: [challenge()],
+    join: [joined()],
+    poll: [polled("waiting"), polled("waiting")],
+  });
+  const polls = () => gw.routes().filter((r) => r === "poll").length;
+  const room = client.room("doors");
+  const idle = room.snapshot;
+  assert.equal(room.snapshot, idle, "two reads without a change: the same object");
+  assert.ok(Object.isFrozen(idle));
+  room.start();
+  while (polls() < 1 && (await clock.tick())); // challenge and solve, join, first poll
+  const waiting = room.snapshot;
+  assert.equal(waiting.state, "waiting");
+  assert.notEqual(waiting, idle);
+  assert.equal(room.snapshot, waiting);
+  assert.ok(Object.isFrozen(waiting) && Object.isFrozen(waiting.work), "the work is frozen too");
+  await clock.tick(); // a poll that says the same
+  assert.equal(polls(), 2);
+  assert.equal(room.snapshot, waiting, "an answer that changes nothing keeps the object");
+});
+
+test("rooms.js's room(client, code) takes a client of sluice.js; sluice.js's client has no rooms", async () => {
+  const clock = new Clock();
+  const gw = gateway({ challenge: [{ status: 200, json: { data: { room: "doors", required: false } } }], join: [joined()] });
+  const client = createCommandClient({
+    baseUrl: "http://gw.test", token: token("alice"), storage: new MemoryStorage(), fetch: gw.fetch,
+    setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout, random: () => 0.5, Worker: null,
+  });
+  assert.equal(client.room, undefined, "a claim-only client carries no room code");
+  const doors = roomOf(client, "doors");
+  doors.start();
+  await clock.tick(); // the door (open) and the join, in one step
+  assert.deepEqual(gw.routes(), ["challenge", "join"]);
+  assert.equal(doors.state, "waiting");
+  assert.throws(() => roomOf({}, "doors"), (e) => e instanceof SluiceError && e.code === "INVALID_ARGUMENT");
+  assert.throws(() => roomOf(client, "Doors!"), (e) => e.code === "INVALID_ARGUMENT");
 });

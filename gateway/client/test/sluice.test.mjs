@@ -341,3 +341,51 @@ test("allocation calls give up after four attempts, and refuse an id that is no 
   }
   assert.equal(gw.calls.length, 5, "nothing sent for a malformed id");
 });
+
+test("the snapshot is one frozen object per change: the same on every read until the state moves", async () => {
+  const { clock, client } = setup({
+    enqueue: [receipt()],
+    poll: [polled("accepted", { queue: { position: 3, observed_at: "x" } }), polled("succeeded", { result: { n: 1 } })],
+  });
+  const handle = client.command("claim", { key: "k", input: {} });
+  const idle = handle.snapshot;
+  assert.equal(handle.snapshot, idle, "two reads without a change: the same object");
+  assert.ok(Object.isFrozen(idle), "frozen: a reader cannot change what another reader sees");
+  const seen = [];
+  handle.subscribe((s) => seen.push(s));
+  assert.equal(seen[0], idle, "a subscriber is handed the same object a read returns");
+  handle.start();
+  await clock.tick(); // the enqueue: accepted, position 3
+  const accepted = handle.snapshot;
+  assert.notEqual(accepted, idle, "a change is a new object");
+  assert.equal(accepted.state, "accepted");
+  assert.equal(idle.state, "idle", "the old snapshot keeps what it said");
+  assert.equal(handle.snapshot, accepted);
+  assert.equal(seen.at(-1), accepted);
+  const notified = seen.length;
+  await clock.tick(); // a poll that says the same: no new object, no listener call
+  assert.equal(handle.snapshot, accepted, "an answer that changes nothing keeps the object");
+  assert.equal(seen.length, notified, "and calls no listener");
+  await clock.tick(); // succeeded
+  const done = handle.snapshot;
+  assert.notEqual(done, accepted);
+  assert.deepEqual(done.result, { n: 1 });
+  assert.equal(handle.snapshot, done);
+  assert.ok(Object.isFrozen(done));
+  assert.equal(new Set(seen).size, seen.length, "each listener call is handed a new snapshot");
+});
+
+test("start(input) creates the intent from that input; a stored intent keeps its own", async () => {
+  const storage = new MemoryStorage();
+  const first = setup({ enqueue: [receipt()] }, { storage });
+  const handle = first.client.command("claim", { key: "k" });
+  assert.throws(() => handle.start(), (e) => e.code === "INVALID_ARGUMENT", "no input anywhere");
+  handle.start({ offer: "late" });
+  await first.clock.tick();
+  assert.deepEqual(first.gw.calls[0].body.input, { offer: "late" });
+  // After a reload, start() with another input continues the stored intent, never a new one.
+  const second = setup({ poll: [polled("accepted")] }, { storage });
+  second.client.command("claim", { key: "k" }).start({ offer: "other" });
+  await second.clock.tick();
+  assert.deepEqual(second.gw.calls.map((c) => c.path), ["/v1/tickets/t1"]);
+});

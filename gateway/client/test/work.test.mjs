@@ -7,7 +7,7 @@ import { createHash, randomBytes } from "node:crypto";
 
 import {
   createWorkSolver, sha256, sha256Finish, sha256Midstate, solveWork, workSolves, workerSource,
-} from "../sluice.js";
+} from "../work.js";
 
 const hex = (bytes) => Buffer.from(bytes).toString("hex");
 const nodeSha = (bytes) => createHash("sha256").update(bytes).digest("hex");

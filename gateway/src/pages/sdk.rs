@@ -1,15 +1,20 @@
 //! The browser module and the hosted waiting page, embedded in the binary.
 //!
-//! - `GET /sdk/v1/sluice.js`: the stable entry, cached five minutes, one line re-exporting
-//!   `sluice.<hash>.js`, whose name changes with its content and which is cached for a year
+//! - `GET /sdk/v1/sluice.js` and `/sdk/v1/rooms.js`: the stable entries (claims; waiting
+//!   rooms), cached five minutes, each one line re-exporting its content-hashed file
+//!   (`sluice.<hash>.js`, `rooms.<hash>.js`, and `work.<hash>.js`, the proof-of-work solver that
+//!   rooms import), whose name changes with its content and which is cached for a year
 //!   (`immutable`): an application imports the stable path and a new release reaches its pages
-//!   within minutes, while every page loads the module itself once.
+//!   within minutes, while every page loads the module itself once. A hashed file imports the
+//!   others by their hashed names, so the files a page loads are always of one release.
 //! - `GET /sdk/v1/sluice-work.js`: the module worker that solves a room's proof of work for a
 //!   page on this origin (the hosted pages' CSP allows `'self'` workers, never `blob:` ones);
-//!   it imports the hashed module, so the solver has one source. Pages on another origin may
+//!   it imports the hashed solver, so the solver has one source. Pages on another origin may
 //!   not start a worker from this URL: the module builds a Blob-URL worker from its own source.
-//! - `GET /sdk/v1/sluice.d.ts`: the types; `GET /sdk/v1/wait/{wait.js,wait.css}`,
-//!   `/sdk/v1/room/room.js` and `/sdk/v1/page-kit.js` (what both share): the hosted pages' own.
+//! - `GET /sdk/v1/react.js`: the React hook (it imports `react`, which the page resolves: an
+//!   import map or a bundler); `GET /sdk/v1/{sluice,rooms,work,react}.d.ts`: the types;
+//!   `GET /sdk/v1/wait/{wait.js,wait.css}`, `/sdk/v1/room/room.js` and `/sdk/v1/page-kit.js`
+//!   (what both share): the hosted pages' own.
 //! - All of these hold no secret and are served with `Access-Control-Allow-Origin: *`, so an
 //!   application's pages on another origin can import them; the API calls the module makes keep
 //!   the namespace's `allowed_origins`.
@@ -38,8 +43,16 @@ use crate::http::error::ApiError;
 use crate::http::response::HttpResponse;
 use crate::state::Gateway;
 
-const MODULE: &str = include_str!("../../client/sluice.js");
-const TYPES: &str = include_str!("../../client/sluice.d.ts");
+const MODULE_SOURCE: &str = include_str!("../../client/sluice.js");
+const ROOMS_SOURCE: &str = include_str!("../../client/rooms.js");
+const WORK_SOURCE: &str = include_str!("../../client/work.js");
+const REACT_JS: &str = include_str!("../../client/react.js");
+const TYPES: [(&str, &str); 4] = [
+    ("sluice.d.ts", include_str!("../../client/sluice.d.ts")),
+    ("rooms.d.ts", include_str!("../../client/rooms.d.ts")),
+    ("work.d.ts", include_str!("../../client/work.d.ts")),
+    ("react.d.ts", include_str!("../../client/react.d.ts")),
+];
 const WAIT_JS: &str = include_str!("../../client/wait/wait.js");
 const WAIT_CSS: &str = include_str!("../../client/wait/wait.css");
 const WAIT_HTML: &str = include_str!("../../client/wait/wait.html");
@@ -56,47 +69,91 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-/// `sluice.<first 16 hex digits of the module's SHA-256>.js`.
-static HASHED_NAME: LazyLock<String> = LazyLock::new(|| {
-    let digest = sluice_store::secrets::sha256(MODULE.as_bytes());
-    format!("sluice.{}.js", &hex::encode(digest)[..16])
-});
+/// A file of the module served under a content-hashed name: `<stem>.<first 16 hex digits of
+/// its SHA-256>.js`, its imports of the other hashed files (`"./<stem>.js"`) rewritten to their
+/// hashed names (so its hash covers theirs).
+struct Hashed {
+    stem: &'static str,
+    name: String,
+    text: String,
+}
 
-/// The stable entry's text: it only points at the hashed file.
-static ENTRY: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "// Sluice browser module, stable entry: the code is in the content-hashed file.\nexport * from \"./{}\";\n",
-        *HASHED_NAME
-    )
-});
+impl Hashed {
+    fn new(stem: &'static str, source: &str, imports: &[&Hashed]) -> Hashed {
+        let mut text = source.to_string();
+        for import in imports {
+            text = text.replace(
+                &format!("\"./{}.js\"", import.stem),
+                &format!("\"./{}\"", import.name),
+            );
+        }
+        let digest = sluice_store::secrets::sha256(text.as_bytes());
+        let name = format!("{stem}.{}.js", &hex::encode(digest)[..16]);
+        Hashed { stem, name, text }
+    }
 
-/// The solver's worker: the hashed module's `serveWork`, in a module worker. Cached like the
-/// stable entry, since it names the current hashed file.
+    /// The stable entry's text: it only points at the hashed file.
+    fn entry(&self) -> String {
+        format!(
+            "// Sluice browser module, stable entry: the code is in the content-hashed file.\nexport * from \"./{}\";\n",
+            self.name
+        )
+    }
+}
+
+/// The client: commands, allocations and reads (no import).
+static MODULE: LazyLock<Hashed> = LazyLock::new(|| Hashed::new("sluice", MODULE_SOURCE, &[]));
+/// The proof-of-work solver (no import).
+static WORK: LazyLock<Hashed> = LazyLock::new(|| Hashed::new("work", WORK_SOURCE, &[]));
+/// Waiting rooms, on the client and the solver.
+static ROOMS: LazyLock<Hashed> =
+    LazyLock::new(|| Hashed::new("rooms", ROOMS_SOURCE, &[&MODULE, &WORK]));
+
+static ENTRY: LazyLock<String> = LazyLock::new(|| MODULE.entry());
+static ROOMS_ENTRY: LazyLock<String> = LazyLock::new(|| ROOMS.entry());
+
+/// The solver's worker: the hashed solver's `serveWork`, in a module worker. Cached like the
+/// stable entries, since it names the current hashed file.
 static WORKER: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "// Sluice proof-of-work solver, run as a module worker by sluice.js.\nimport {{ serveWork }} from \"./{}\";\nserveWork(self);\n",
-        *HASHED_NAME
+        "// Sluice proof-of-work solver, run as a module worker by rooms.js.\nimport {{ serveWork }} from \"./{}\";\nserveWork(self);\n",
+        WORK.name
     )
 });
 
-/// The hashed file's name (the demo and the tests link it).
+/// The hashed client's name (the demo and the tests link it).
 pub fn hashed_module_name() -> &'static str {
-    &HASHED_NAME
+    &MODULE.name
 }
 
 /// Answers `GET /sdk/v1/{rest…}`.
 pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
     let file = |content_type, cache, body: Bytes| Ok(public_file(content_type, cache, body));
+    if let [name] = rest {
+        let hashed: [&'static Hashed; 3] = [&MODULE, &ROOMS, &WORK];
+        if let Some(hashed) = hashed.into_iter().find(|h| h.name == *name) {
+            return file(
+                JAVASCRIPT,
+                IMMUTABLE,
+                Bytes::from_static(hashed.text.as_bytes()),
+            );
+        }
+        if let Some((_, types)) = TYPES.iter().find(|(file, _)| file == name) {
+            return file(
+                "application/typescript; charset=utf-8",
+                SHORT_CACHE,
+                Bytes::from_static(types.as_bytes()),
+            );
+        }
+    }
     match rest {
         ["sluice.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(ENTRY.as_bytes())),
-        [name] if *name == HASHED_NAME.as_str() => {
-            file(JAVASCRIPT, IMMUTABLE, Bytes::from_static(MODULE.as_bytes()))
-        }
+        ["rooms.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(ROOMS_ENTRY.as_bytes())),
         ["sluice-work.js"] => file(JAVASCRIPT, SHORT_CACHE, Bytes::from(WORKER.as_bytes())),
-        ["sluice.d.ts"] => file(
-            "application/typescript; charset=utf-8",
+        ["react.js"] => file(
+            JAVASCRIPT,
             SHORT_CACHE,
-            Bytes::from_static(TYPES.as_bytes()),
+            Bytes::from_static(REACT_JS.as_bytes()),
         ),
         ["wait", "wait.js"] => file(
             JAVASCRIPT,
@@ -119,7 +176,7 @@ pub fn serve(rest: &[&str]) -> Result<HttpResponse, ApiError> {
             Bytes::from_static(WAIT_CSS.as_bytes()),
         ),
         _ => Err(ApiError::not_found(
-            "no such file: /sdk/v1/sluice.js, /sdk/v1/sluice-work.js, /sdk/v1/sluice.d.ts",
+            "no such file: /sdk/v1/sluice.js, /sdk/v1/rooms.js, /sdk/v1/react.js, /sdk/v1/sluice-work.js, /sdk/v1/{sluice,rooms,work,react}.d.ts",
         )),
     }
 }
@@ -290,11 +347,60 @@ mod tests {
     }
 
     #[test]
-    fn the_worker_runs_the_hashed_modules_solver() {
+    fn the_worker_runs_the_hashed_solver() {
         let worker = serve(&["sluice-work.js"]).expect("worker");
         assert_eq!(worker.headers()[CACHE_CONTROL], SHORT_CACHE);
         assert_eq!(worker.headers()[CONTENT_TYPE], JAVASCRIPT);
-        assert!(WORKER.contains(&format!("from \"./{}\"", hashed_module_name())));
-        assert!(MODULE.contains("export function serveWork(scope)"));
+        assert!(WORKER.contains(&format!("from \"./{}\"", WORK.name)));
+        assert!(WORK.text.contains("export function serveWork(scope)"));
+        assert!(
+            !MODULE.text.contains("serveWork"),
+            "the client has no solver"
+        );
+    }
+
+    #[test]
+    fn the_rooms_entry_imports_the_hashed_files_of_its_release() {
+        let entry = serve(&["rooms.js"]).expect("rooms entry");
+        assert_eq!(entry.headers()[CACHE_CONTROL], SHORT_CACHE);
+        assert!(ROOMS_ENTRY.contains(&format!("from \"./{}\"", ROOMS.name)));
+        for import in [&MODULE, &WORK] {
+            assert!(
+                ROOMS.text.contains(&format!("from \"./{}\"", import.name)),
+                "rooms imports {}",
+                import.name
+            );
+            assert!(
+                !ROOMS.text.contains(&format!("\"./{}.js\"", import.stem)),
+                "no stable name of {} is left",
+                import.stem
+            );
+        }
+        for hashed in [&ROOMS, &WORK] {
+            let reply = serve(&[hashed.name.as_str()]).expect("hashed");
+            assert_eq!(reply.headers()[CACHE_CONTROL], IMMUTABLE);
+        }
+        assert!(
+            !MODULE
+                .text
+                .lines()
+                .any(|line| line.starts_with("import ") || line.starts_with("export * from")),
+            "the client imports nothing"
+        );
+        assert!(serve(&["rooms.0000000000000000.js"]).is_err());
+    }
+
+    #[test]
+    fn the_types_and_the_react_hook_are_served() {
+        for name in ["sluice.d.ts", "rooms.d.ts", "work.d.ts", "react.d.ts"] {
+            let reply = serve(&[name]).unwrap_or_else(|_| panic!("{name}"));
+            assert_eq!(
+                reply.headers()[CONTENT_TYPE],
+                "application/typescript; charset=utf-8"
+            );
+        }
+        let react = serve(&["react.js"]).expect("react.js");
+        assert_eq!(react.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert!(REACT_JS.contains("export function useSluiceCommand("));
     }
 }

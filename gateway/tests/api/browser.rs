@@ -6,7 +6,11 @@
 //!   that ends hands its result to the declared return URL; screenshots of the page and the
 //!   demo sale land in `target/test-artifacts/`;
 //! - the gateway killed for 5 s: the page backs off, says it reconnects, then finds its place;
-//! - 50 pages in one drop all end, and no page polls earlier than it was advised.
+//! - 50 pages in one drop all end, and no page polls earlier than it was advised;
+//! - the React hook (gateway/tests/ui/react.mjs): a component in React 19's `<StrictMode>`
+//!   claims once (one row for its key, one enqueue sent), shows the command waiting with its
+//!   position, then its result, resumes it after a reload, and React logs no warning (no
+//!   uncached `getSnapshot`, no update loop).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -315,4 +319,58 @@ async fn fifty_pages_in_one_drop_all_end_and_poll_as_advised() -> Result<(), Str
 /// `Err(what())` unless `holds`.
 fn check(holds: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if holds { Ok(()) } else { Err(what()) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_react_component_in_strict_mode_claims_once_and_renders_the_command_to_its_result() {
+    // The application's page is on another origin (served by the script): the namespace lets
+    // it call the API.
+    let app_origin = format!("http://127.0.0.1:{}", free_port());
+    let declared = format!(
+        "[namespace]\nallowed_origins = [\"{app_origin}\"]\n{}",
+        declaration(STEADY, "http://unused.test/x")
+    );
+    let stack = Arc::new(Stack::with_declaration(&declared).await);
+    let subject = "react-user";
+    let setup = json!({
+        "app_origin": app_origin,
+        "token": stack.subject_token(subject),
+        "offer": offer(),
+        "key": "offer-react",
+    })
+    .to_string();
+    let executor: Arc<Mutex<Option<CancellationToken>>> = Arc::default();
+    let started = std::time::Instant::now();
+    let run = run_script("react.mjs", &stack.base, &setup, &[], |event, detail| {
+        let (stack, executor) = (stack.clone(), executor.clone());
+        async move {
+            let detail: Value = serde_json::from_str(&detail).expect("detail JSON");
+            let rows = rows_of(&stack, subject).await;
+            let id = detail["command_id"]
+                .as_str()
+                .expect("command_id")
+                .to_string();
+            match event.as_str() {
+                "waiting" => {
+                    assert_eq!(rows, vec![(id, "accepted".to_string())], "one command");
+                    *executor.lock().expect("executor") =
+                        Some(start_executor(&stack, fast_executor()));
+                }
+                "succeeded" => {
+                    assert_eq!(rows, vec![(id, "succeeded".to_string())], "one command");
+                    assert!(detail["result"].is_object(), "a result: {detail}");
+                }
+                "reloaded" => {
+                    assert_eq!(rows, vec![(id, "succeeded".to_string())], "still one");
+                }
+                other => panic!("unexpected @@{other}"),
+            }
+        }
+    })
+    .await;
+    if let Some(executor) = executor.lock().expect("executor").take() {
+        executor.cancel();
+    }
+    println!("react.mjs ran {:?}", started.elapsed());
+    assert!(run.success, "react.mjs failed: {}", run.failure());
 }

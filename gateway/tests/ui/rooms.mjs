@@ -11,7 +11,7 @@
 //
 // Steps (each printed as `@@<event> <detail>`; the caller checks PostgreSQL and answers
 // `continue` on stdin):
-//   same-origin    a page on the gateway's origin imports /sdk/v1/sluice.js, starts the room:
+//   same-origin    a page on the gateway's origin imports /sdk/v1/rooms.js, starts the room:
 //                  the solve runs in the gateway's worker file, the place is admitted
 //                  (@@admitted {subject, pass, work}); a heartbeat replaces the pass
 //                  (@@heartbeat {pass}); a reload polls the stored place and sends no challenge
@@ -117,7 +117,7 @@ async function sameOrigin(browser) {
   const { context, page, errors, door } = await newPage(browser);
   // Any page of the gateway's origin: the module and its worker file are same-origin there.
   await page.goto(`${base}/healthz`);
-  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'same-origin');
+  await startRoom(page, `${base}/sdk/v1/rooms.js`, 'same-origin');
   const admitted = await admittedWith(page, 'worker-file', 'same-origin');
   const states = await page.evaluate(() => window.states);
   if (!states.includes('solving')) fail(`never solving: ${states}`);
@@ -135,7 +135,7 @@ async function sameOrigin(browser) {
 
   door.length = 0;
   await page.reload();
-  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'same-origin');
+  await startRoom(page, `${base}/sdk/v1/rooms.js`, 'same-origin');
   await waitForState(page, 'admitted', 'admitted after the reload');
   if (door.length) fail(`the reload went through the door again: ${door.join(' ')}`);
   const after = await snapshotOf(page);
@@ -176,7 +176,7 @@ async function appPage(browser, path = '/') {
 
 async function crossOrigin(browser) {
   const { context, page, errors } = await appPage(browser);
-  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'cross-origin');
+  await startRoom(page, `${base}/sdk/v1/rooms.js`, 'cross-origin');
   const admitted = await admittedWith(page, 'worker-blob', 'cross-origin');
   await step('admitted', JSON.stringify({ subject: 'cross-origin', room: setup.room, pass: admitted.pass, work: admitted.work }));
   if (errors.length) fail(`page errors: ${errors.join(' | ')}`);
@@ -185,7 +185,7 @@ async function crossOrigin(browser) {
 
 async function noWorker(browser) {
   const { context, page } = await appPage(browser, '/no-worker');
-  await startRoom(page, `${base}/sdk/v1/sluice.js`, 'no-worker', setup.steep_room);
+  await startRoom(page, `${base}/sdk/v1/rooms.js`, 'no-worker', setup.steep_room);
   const admitted = await admittedWith(page, 'main-thread', 'no-worker', setup.steep_bits);
   const { ticks, longestGapMs } = await page.evaluate(() => ({ ticks: window.ticksWhileSolving, longestGapMs: window.longestGapMs }));
   const { ms, hashes } = admitted.work;
@@ -220,7 +220,7 @@ async function hashRate(browser) {
         }
       };
     });
-  }, `${base}/sdk/v1/sluice.js`);
+  }, `${base}/sdk/v1/rooms.js`);
   if (!(rate.hashes_per_ms > 0)) fail(`no hash rate: ${JSON.stringify(rate)}`);
   await step('hash-rate', JSON.stringify(rate));
   await context.close();
