@@ -38,11 +38,17 @@ const _: () = assert!(JEMALLOC_OPTIONS[JEMALLOC_OPTIONS.len() - 1] == 0);
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    if let Err(error) = sluice_gateway::logging::init(cli.log_format) {
-        eprintln!("sluice: {error}");
-        std::process::exit(2);
-    }
-    if let Err(error) = run(cli).await {
+    let telemetry = match sluice_gateway::logging::init(cli.log_format, cli.command.service()) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("sluice: {error}");
+            std::process::exit(2);
+        }
+    };
+    let outcome = run(cli).await;
+    // The last spans are flushed before the process ends, on success and failure alike.
+    drop(telemetry);
+    if let Err(error) = outcome {
         eprintln!("sluice: {error}");
         std::process::exit(1);
     }

@@ -20,6 +20,7 @@ pub mod fence;
 pub mod quota;
 pub mod run;
 pub mod sweepers;
+pub mod tracing_context;
 pub mod webhook;
 
 pub use executor_config::ExecutorConfig;

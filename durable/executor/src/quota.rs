@@ -70,7 +70,18 @@ pub async fn allocate(
     holds: &Holds,
 ) -> Result<Vec<Landed>, DurableError> {
     let started = Instant::now();
-    let landed = allocate_in_one_transaction(pg, namespace_id, pool, batch, holds).await;
+    // One span for the transaction of many commands: none of their traces is its parent.
+    let span = tracing::info_span!(
+        "quota_batch",
+        namespace_id = %namespace_id,
+        pool,
+        commands = batch.len()
+    );
+    let landed = tracing::Instrument::instrument(
+        allocate_in_one_transaction(pg, namespace_id, pool, batch, holds),
+        span,
+    )
+    .await;
     sluice_metrics::handler_latency(HandlerKind::Quota, started.elapsed());
     if let Ok(landed) = &landed {
         for done in landed {

@@ -441,7 +441,8 @@ impl Executor {
         let this = self.clone();
         let keys = keys.clone();
         let shutdown = shutdown.clone();
-        self.in_hand.spawn(async move {
+        let span = crate::tracing_context::attempt_span(&claimed);
+        self.in_hand.spawn(tracing::Instrument::instrument(async move {
             let deps = Deps {
                 pg: &this.pg,
                 redis: &this.redis,
@@ -471,7 +472,7 @@ impl Executor {
             }
             this.attempts.release(claimed.attempt);
             this.wake.notify_one();
-        });
+        }, span));
     }
 
     /// Renews every attempt in hand every third of the lease (and stops the lost ones).

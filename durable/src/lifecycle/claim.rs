@@ -37,6 +37,8 @@ pub struct Claimed {
     pub limit_keys: Vec<[String; 2]>,
     /// Whether an earlier attempt may have reached the backend without a decisive answer.
     pub was_in_doubt: bool,
+    /// The W3C `traceparent` it was enqueued under: its attempts continue that trace.
+    pub trace_parent: Option<String>,
 }
 
 /// A statement that ends waiting commands that ran out of time: `$head`, then the `SET` items
@@ -170,7 +172,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
                        c.resource_key AS "resource_key!", c.queue_seq AS "queue_seq!",
                        c.status AS "status!: CommandStatus", c.updated_at AS "updated_at!", c.result,
                        c.error_code, c.error_message, c.lease_owner IS NOT NULL AS "held!",
-                       c.attempt_id AS "attempt: AttemptId"),
+                       c.attempt_id AS "attempt: AttemptId", c.trace_parent),
          ended AS (
              UPDATE commands c SET "#,
         "
@@ -180,7 +182,8 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
                        c.deadline_at, c.attempts, c.limit_keys,
                        old.in_doubt AS was_in_doubt, c.id, c.application_id, c.namespace_id,
                        c.command, c.resource_key, c.queue_seq, c.status, c.updated_at, c.result,
-                       c.error_code, c.error_message, c.lease_owner IS NOT NULL AS held, c.attempt_id)
+                       c.error_code, c.error_message, c.lease_owner IS NOT NULL AS held, c.attempt_id,
+                       c.trace_parent)
          SELECT * FROM claimed UNION ALL SELECT * FROM ended",
         order.application_id as _,
         order.generation,
@@ -201,6 +204,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
         let attempts = record.attempts;
         let limit_keys = record.limit_keys;
         let was_in_doubt = record.was_in_doubt;
+        let trace_parent = record.trace_parent.clone();
         let state = row_state!(record);
         if state.row.status != CommandStatus::Executing {
             ended.push(state);
@@ -215,6 +219,7 @@ pub async fn claim(stores: Stores<'_>, order: &ClaimOrder<'_>) -> Result<Claim, 
             attempts,
             limit_keys: serde_json::from_value(limit_keys).unwrap_or_default(),
             was_in_doubt,
+            trace_parent,
         });
     }
     if found.is_empty() && generation(stores, order.application_id).await? != order.generation {

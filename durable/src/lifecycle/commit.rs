@@ -42,6 +42,8 @@ pub struct NewCommand {
     /// The projection generation its reservation was made under: it commits only while that is
     /// still PostgreSQL's generation.
     pub generation: i64,
+    /// The W3C `traceparent` of the request that enqueued it, if any.
+    pub trace_parent: Option<String>,
 }
 
 /// What happened to one command of a batch.
@@ -113,6 +115,7 @@ pub async fn insert_batch(
         &columns.max_wait_seconds,
         &columns.limit_keys,
         &columns.generation,
+        &columns.trace_parent as &[Option<String>],
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -231,6 +234,7 @@ struct Columns {
     max_wait_seconds: Vec<i32>,
     limit_keys: Vec<serde_json::Value>,
     generation: Vec<i64>,
+    trace_parent: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -250,6 +254,7 @@ impl Columns {
             max_wait_seconds: batch.iter().map(|c| c.max_wait_seconds).collect(),
             limit_keys: batch.iter().map(|c| c.limit_keys.clone()).collect(),
             generation: batch.iter().map(|c| c.generation).collect(),
+            trace_parent: batch.iter().map(|c| c.trace_parent.clone()).collect(),
         }
     }
 }

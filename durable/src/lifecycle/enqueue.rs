@@ -54,6 +54,8 @@ pub struct Intent<'a> {
     pub reservation_ttl: Duration,
     /// How long a replay waits for a concurrent first request of its key to commit.
     pub replay_wait: Duration,
+    /// The W3C `traceparent` the command is stored with, for its attempts to continue.
+    pub trace_parent: Option<&'a str>,
 }
 
 /// Makes a projection ready when the reservation found it not ready (the gateway rebuilds it,
@@ -222,6 +224,7 @@ async fn commit(
         max_wait_seconds: i32::try_from(intent.decl.admission.max_wait_seconds).unwrap_or(i32::MAX),
         limit_keys: serde_json::json!(intent.limit_keys),
         generation: reservation.generation,
+        trace_parent: intent.trace_parent.map(str::to_string),
     };
     let committing = Instant::now();
     match committer.submit(new).await {

@@ -82,6 +82,18 @@ pub enum Command {
     Token(TokenArgs),
 }
 
+impl Command {
+    /// The service name its traces are exported under (unless `OTEL_SERVICE_NAME` says another).
+    pub fn service(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "sluice-gateway",
+            Command::Execute(_) => "sluice-executor",
+            Command::Dev(_) => "sluice-dev",
+            _ => "sluice",
+        }
+    }
+}
+
 /// `sluice token`: nothing is read but the credentials file; nothing connects.
 #[derive(Debug, Args)]
 pub struct TokenArgs {

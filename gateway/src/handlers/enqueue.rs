@@ -170,6 +170,7 @@ async fn decide(
     };
     let limit_keys = render_limit_keys(&decl.limits, &request.input, &request.subject);
     let field = request_key_field(&request.subject, &request.request_key);
+    let trace_parent = crate::http::trace_context::for_command(headers);
     let intent = Intent {
         keys: &attempt.keys,
         application_id: namespace.application_id,
@@ -187,6 +188,7 @@ async fn decide(
         field: &field,
         reservation_ttl: Duration::from_millis(gateway.config.reservation_ttl_ms),
         replay_wait: Duration::from_millis(gateway.config.replay_wait_ms),
+        trace_parent: trace_parent.as_deref(),
     };
     let enqueued = lifecycle::enqueue::enqueue(
         gateway.stores(),

@@ -49,8 +49,11 @@ pub async fn handle(
     let route_label = route_names::template(request.uri().path());
     let method = route_names::method(request.method());
     let request_id = trace_context::request_id(request.headers());
-    let trace_id = trace_context::trace_id(request.headers());
-    let span = tracing::info_span!("request", %request_id, %trace_id, method = %request.method(), path = %logged_path(request.uri().path()));
+    let span = tracing::info_span!("request", %request_id, trace_id = tracing::field::Empty, method = %request.method(), path = %logged_path(request.uri().path()));
+    span.record(
+        "trace_id",
+        trace_context::adopt(&span, request.headers()).as_str(),
+    );
     let origin = cors::origin(request.headers());
     let response = async {
         let (mut response, code) = if request.method() == Method::OPTIONS {

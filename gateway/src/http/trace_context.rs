@@ -73,6 +73,55 @@ impl TraceParent {
     }
 }
 
+/// Makes `span` (a request's) continue the caller's trace when spans are exported, and returns
+/// the request's trace id: the exported span's, else the caller's `traceparent`'s, else a new
+/// one.
+pub fn adopt(span: &tracing::Span, headers: &HeaderMap) -> String {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if crate::logging::otel::enabled() {
+        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.extract(&opentelemetry_http::HeaderExtractor(headers))
+        });
+        // A span the exporting layer did not see (filtered out) cannot take a parent: its
+        // trace is then the caller's, read below.
+        let _ = span.set_parent(parent);
+        let context = span.context();
+        let own = context.span().span_context().clone();
+        if own.is_valid() {
+            return own.trace_id().to_string();
+        }
+    }
+    trace_id(headers)
+}
+
+/// The `traceparent` a command is stored with, so that its attempts continue the request's
+/// trace: the current (request) span's when spans are exported, else the caller's own when
+/// well-formed, else none.
+pub fn for_command(headers: &HeaderMap) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if crate::logging::otel::enabled() {
+        let context = tracing::Span::current().context();
+        let own = context.span().span_context().clone();
+        if own.is_valid() {
+            return Some(
+                TraceParent {
+                    trace_id: own.trace_id().to_string(),
+                    parent_id: own.span_id().to_string(),
+                    flags: own.trace_flags().to_u8(),
+                }
+                .header(),
+            );
+        }
+    }
+    headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(TraceParent::parse)
+        .map(|parent| parent.header())
+}
+
 /// The trace id of a request: its `traceparent`'s when well-formed, else a new one.
 pub fn trace_id(headers: &HeaderMap) -> String {
     headers

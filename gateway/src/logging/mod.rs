@@ -4,8 +4,13 @@
 //! at its top level, [`json_lines`]).
 
 pub mod json_lines;
+pub mod otel;
 
-use tracing_subscriber::EnvFilter;
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// `--log-format`: a closed set, so a typo is refused with the choices instead of giving text.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -34,19 +39,45 @@ pub fn filter() -> Result<EnvFilter, String> {
     Ok(EnvFilter::new("info"))
 }
 
-/// Installs the process's subscriber.
+/// The crates whose spans are exported as traces (at `info` and above, whatever the log filter:
+/// a quiet log still traces).
+const TRACED: [&str; 5] = [
+    "sluice_gateway",
+    "sluice_executor",
+    "sluice_durable",
+    "sluice_store",
+    "sluice_redis",
+];
+
+/// Installs the process's subscriber: the log lines as `format` says, filtered by [`filter`],
+/// and, when the environment asks for them ([`otel::requested`]), the spans exported as traces
+/// under the name `service`. The [`otel::Telemetry`] returned must live until the process ends
+/// (dropping it flushes the last spans).
 ///
 /// # Errors
-/// What [`filter`] refuses.
-pub fn init(format: LogFormat) -> Result<(), String> {
+/// What [`filter`] refuses; an exporter that cannot be built.
+pub fn init(format: LogFormat, service: &str) -> Result<Option<otel::Telemetry>, String> {
     let filter = filter()?;
-    match format {
-        LogFormat::Json => tracing_subscriber::fmt()
+    let (telemetry, traces) = if otel::requested() {
+        let (telemetry, layer) = otel::Telemetry::start(service)?;
+        let traced = TRACED.iter().fold(Targets::new(), |targets, target| {
+            targets.with_target(*target, LevelFilter::INFO)
+        });
+        (Some(telemetry), Some(layer.with_filter(traced)))
+    } else {
+        (None, None)
+    };
+    let lines = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
             .event_format(json_lines::JsonLines)
-            .with_env_filter(filter)
-            .init(),
-        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
-    }
-    Ok(())
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer().with_filter(filter).boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(traces)
+        .with(lines)
+        .init();
+    Ok(telemetry)
 }

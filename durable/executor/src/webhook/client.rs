@@ -48,6 +48,8 @@ pub struct Delivery<'a> {
     pub timeout: Duration,
     /// The attempt's fence: the request goes out only while it is open.
     pub fence: &'a Fence,
+    /// The command's stored `traceparent`, sent on when traces are not exported.
+    pub trace_parent: Option<&'a str>,
 }
 
 #[derive(Clone)]
@@ -67,9 +69,19 @@ impl WebhookClient {
     /// Sends one signed attempt and classifies its answer; never fails: every failure is an
     /// answer.
     pub async fn deliver(&self, delivery: Delivery<'_>) -> Answer {
+        // The call's own span, child of the attempt's: its context is the `traceparent` the
+        // backend continues.
+        let span = tracing::info_span!(
+            "webhook",
+            command_id = %delivery.command_id,
+            http.request.method = "POST",
+            url.full = %delivery.url,
+            http.response.status_code = tracing::field::Empty,
+        );
         let request = match build_request(&delivery) {
             Ok(mut request) => {
                 self.outbound.decorate(&mut request);
+                crate::tracing_context::inject(&span, delivery.trace_parent, request.headers_mut());
                 request
             }
             Err(reason) => {
@@ -90,7 +102,15 @@ impl WebhookClient {
                 .map(|b| b.to_bytes());
             Ok::<_, hyper_util::client::legacy::Error>((status, retry_after, body))
         };
-        match tokio::time::timeout(delivery.timeout, exchange).await {
+        let exchanged = tracing::Instrument::instrument(
+            tokio::time::timeout(delivery.timeout, exchange),
+            span.clone(),
+        )
+        .await;
+        if let Ok(Ok((status, _, _))) = &exchanged {
+            span.record("http.response.status_code", status.as_u16());
+        }
+        match exchanged {
             Err(_) => Answer::Retry {
                 retry_after: None,
                 in_doubt: true,

@@ -150,6 +150,7 @@ pub async fn run(
                 body: request_body(claimed, &target.namespace, attempt),
                 timeout: target.timeout.min(remaining),
                 fence: &target.fence,
+                trace_parent: claimed.trace_parent.as_deref(),
             })
             .await;
         sluice_metrics::handler_latency(HandlerKind::Webhook, started.elapsed());

@@ -80,6 +80,7 @@ async fn deliver_through_a_stalled_connect(close_fence: bool) -> (Answer, Vec<u8
                     body: Bytes::from_static(br#"{"attempt":1}"#),
                     timeout: CONNECTED_WITHIN + Duration::from_secs(5),
                     fence: &fence,
+                    trace_parent: None,
                 })
                 .await
         }

@@ -8,3 +8,4 @@ pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod readiness;
 pub(crate) mod status_board;
+pub(crate) mod traces;

@@ -38,6 +38,8 @@ pub struct Arrival {
     pub at: Instant,
     /// The `User-Agent` header, empty when absent.
     pub user_agent: String,
+    /// The W3C `traceparent` header, empty when absent.
+    pub traceparent: String,
 }
 
 /// What the backend answers.
@@ -323,6 +325,7 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
     };
     let idempotency_key = header("idempotency-key");
     let user_agent = header("user-agent");
+    let traceparent = header("traceparent");
     let signature = header("sluice-signature");
     let raw = request
         .into_body()
@@ -339,6 +342,7 @@ async fn read_arrival(request: Request<Incoming>, secret: &str) -> Arrival {
         raw,
         at,
         user_agent,
+        traceparent,
     }
 }
 
