@@ -17,7 +17,8 @@ require_systemd_analyze
 
 # What only later steps need is installed while the workspace builds (network and disk against
 # two busy cores): Chromium and the browser tests' playwright-core, then the verifiers'
-# kubernetes-validate, hadolint, promtool and schemathesis. Its log is shown when it fails.
+# kubernetes-validate, hadolint, promtool and schemathesis, and the backend snippets' cryptography
+# (examples/backend/python/venv.sh). Its log is shown when it fails.
 tools_log=$(mktemp)
 trap 'rm -f "$tools_log"' EXIT
 (
@@ -28,6 +29,7 @@ trap 'rm -f "$tools_log"' EXIT
   deploy/container/verify.sh --install-only
   deploy/observability/verify.sh --install-only
   deploy/schemathesis.sh --if-supported --install-only
+  examples/backend/python/venv.sh >/dev/null
 ) >"$tools_log" 2>&1 &
 tools=$!
 tools_ready() {
@@ -85,6 +87,9 @@ log "node --test gateway/client (the browser module)"
 node --test gateway/client/test/
 log "tsc gateway/client/types-check (the browser module's types, as an application uses them)"
 gateway/tests/ui/node_modules/.bin/tsc -p gateway/client/types-check
+log "node --test and python -m unittest in examples/backend (the webhook and pass verifiers)"
+node --test examples/backend/node/
+(cd examples/backend/python && "$(./venv.sh)" -m unittest)
 # The suites that must keep working on a Redis Cluster run again on a real one (three masters
 # with a replica each, started by the test kit): the Lua scripts, and intake, execution, rebuild,
 # reads, control and the life-cycle races through the gateway (not the executor processes'

@@ -1,6 +1,8 @@
 //! The webhook handler against a real HTTP backend (`crate::support::webhook_backend`): signed requests,
-//! `200` / `202` + `:complete`, retries, deadlines, limit keys, cancels.
+//! `200` / `202` + `:complete`, retries, deadlines, limit keys, cancels; and the backend
+//! snippets of `examples/backend/` judging a real request and a real waiting-room pass.
 
+mod backend_snippets;
 mod basics;
 mod complete;
 mod life_cycle;
