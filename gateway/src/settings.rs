@@ -58,6 +58,10 @@ pub struct Settings {
     /// Authorities trusted by webhook and read-origin calls besides the web's roots (PEM): a
     /// backend behind a private CA. Proxies come from `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`.
     pub outbound_ca_file: Option<PathBuf>,
+    /// How webhooks and read origins are called: the web's roots and `outbound_ca_file` (read
+    /// by [`Settings::load`], so a bad file stops the start), through the proxy variables.
+    #[serde(skip)]
+    pub outbound: sluice_durable::http_client::Outbound,
     pub gateway: GatewayConfig,
     pub executor: ExecutorConfig,
 }
@@ -77,6 +81,7 @@ impl Default for Settings {
             metrics_listen: None,
             retention_seconds: DEFAULT_RETENTION_SECONDS,
             outbound_ca_file: None,
+            outbound: sluice_durable::http_client::Outbound::default(),
             gateway: GatewayConfig::default(),
             executor: ExecutorConfig::default(),
         }
@@ -209,9 +214,12 @@ impl Settings {
             }
             assign(&mut tree, path, raw, &format!("--set {path}"))?;
         }
-        let settings: Self =
+        let mut settings: Self =
             serde_json::from_value(tree).map_err(|e| SettingsError::Invalid(e.to_string()))?;
         settings.validate()?;
+        settings.outbound =
+            sluice_durable::http_client::Outbound::from_env(settings.outbound_ca_file.as_deref())
+                .map_err(|e| SettingsError::Invalid(e.to_string()))?;
         Ok(settings)
     }
 
@@ -276,20 +284,10 @@ impl Settings {
             .unwrap_or(&self.database_url)
     }
 
-    /// How this process calls webhooks and read origins: the web's roots and
-    /// `outbound_ca_file`, through the proxies of the process's variables.
-    ///
-    /// # Errors
-    /// `outbound_ca_file` cannot be read or holds no authority.
-    pub fn outbound(
-        &self,
-    ) -> Result<sluice_durable::http_client::Outbound, sluice_durable::DurableError> {
-        sluice_durable::http_client::Outbound::from_env(self.outbound_ca_file.as_deref())
-    }
-
     pub fn gateway_config(&self) -> GatewayConfig {
         GatewayConfig {
             ticket_retention_seconds: self.retention_seconds,
+            outbound: self.outbound.clone(),
             ..self.gateway.clone()
         }
     }
@@ -297,6 +295,7 @@ impl Settings {
     pub fn executor_config(&self) -> ExecutorConfig {
         ExecutorConfig {
             retention_seconds: self.retention_seconds,
+            outbound: self.outbound.clone(),
             ..self.executor.clone()
         }
     }

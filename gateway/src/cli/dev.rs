@@ -7,9 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_executor::{Executor, ExecutorConfig};
-
-use crate::gateway_config::GatewayConfig;
+use sluice_executor::Executor;
 use sluice_servers::{PgServer, RedisServer};
 use sluice_store::db;
 use sluice_store::secrets::Redacted;
@@ -157,31 +155,14 @@ pub async fn run(args: DevArgs) -> CliResult {
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
-    let outbound = settings.outbound()?;
-    let executor = Executor::new(
-        pg.clone(),
-        redis.clone(),
-        ExecutorConfig {
-            outbound: outbound.clone(),
-            ..settings.executor_config()
-        },
-    );
+    let executor = Executor::new(pg.clone(), redis.clone(), settings.executor_config());
     let executor_task = tokio::spawn(executor.run(shutdown.clone()));
     let ticker_pg = db::connect(&database_url, crate::rooms::ticker::TICKER_CONNECTIONS).await?;
     let listener = crate::http::server::bind(settings.listen)?;
     let admin = crate::cli::bind_admin(settings.admin_listen).await?;
     let admin_address = admin.local_addr()?;
     let gateway = Arc::new(
-        Gateway::new(
-            pg,
-            redis,
-            tickets,
-            GatewayConfig {
-                outbound,
-                ..settings.gateway_config()
-            },
-        )
-        .with_ticker_pool(ticker_pg),
+        Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
     );
     let _ = gateway.demo.set(Demo {
         namespace_id: creds.namespace_id,

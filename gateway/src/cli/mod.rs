@@ -13,9 +13,7 @@ use sluice_store::{db, webhook_secret};
 use tokio_util::sync::CancellationToken;
 
 use sluice_durable::ids::ApplicationId;
-use sluice_executor::{Executor, ExecutorConfig};
-
-use crate::gateway_config::GatewayConfig;
+use sluice_executor::Executor;
 
 use crate::identity::ticket::TicketKeys;
 use crate::settings::{Flag, Settings, SettingsError};
@@ -549,7 +547,6 @@ async fn serve(args: ServeArgs) -> CliResult {
         "SLUICE_TICKET_KEYS is not set: create a key with `sluice keygen` and pass it in SLUICE_TICKET_KEYS or --ticket-keys",
     )?;
     let tickets = TicketKeys::parse(spec).map_err(|e| format!("SLUICE_TICKET_KEYS: {e}"))?;
-    let outbound = settings.outbound()?;
     let pg = settings.postgres().await?;
     let ticker_pg = settings
         .postgres_sized(crate::rooms::ticker::TICKER_CONNECTIONS)
@@ -559,16 +556,7 @@ async fn serve(args: ServeArgs) -> CliResult {
     let listener = crate::http::server::bind(settings.listen)?;
     let admin = bind_admin(settings.admin_listen).await?;
     let gateway = Arc::new(
-        Gateway::new(
-            pg,
-            redis,
-            tickets,
-            GatewayConfig {
-                outbound,
-                ..settings.gateway_config()
-            },
-        )
-        .with_ticker_pool(ticker_pg),
+        Gateway::new(pg, redis, tickets, settings.gateway_config()).with_ticker_pool(ticker_pg),
     );
     let (signalled, shutdown, admin_stop) = (
         CancellationToken::new(),
@@ -599,7 +587,6 @@ async fn serve(args: ServeArgs) -> CliResult {
 
 async fn execute(args: ExecuteArgs) -> CliResult {
     let settings = args.load()?;
-    let outbound = settings.outbound()?;
     let pg = settings.postgres().await?;
     let redis = sluice_redis::connect_redis(&settings.redis_url, settings.redis_pool_size).await?;
     sluice_redis::connect::check_eviction_policy(&redis).await?;
@@ -621,11 +608,7 @@ async fn execute(args: ExecuteArgs) -> CliResult {
         db::PoolMode::Session => None,
         db::PoolMode::Transaction => Some(settings.session_url().parse()?),
     };
-    let config = ExecutorConfig {
-        outbound,
-        ..settings.executor_config()
-    };
-    Executor::new_with_session(pg, session, redis, config)
+    Executor::new_with_session(pg, session, redis, settings.executor_config())
         .run(shutdown)
         .await;
     if let Some(server) = metrics {

@@ -262,3 +262,30 @@ fn transaction_pool_mode_needs_a_session_url() {
         "{text}"
     );
 }
+
+#[test]
+fn an_outbound_ca_file_that_cannot_be_used_stops_the_load() {
+    let missing = Settings::load(
+        None,
+        env(&[("SLUICE_OUTBOUND_CA_FILE", "/nonexistent/ca.pem")]),
+        &[],
+        &[],
+    )
+    .expect_err("a missing file");
+    assert!(
+        missing
+            .to_string()
+            .contains("outbound_ca_file /nonexistent/ca.pem: cannot be read"),
+        "{missing}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").expect("write");
+    let path = not_pem.to_str().expect("utf-8");
+    let empty = Settings::load(None, env(&[("SLUICE_OUTBOUND_CA_FILE", path)]), &[], &[])
+        .expect_err("no certificate");
+    assert!(
+        empty.to_string().contains("holds no PEM certificate"),
+        "{empty}"
+    );
+}
