@@ -44,6 +44,26 @@ const PROBE_BEFORE: Duration = Duration::from_millis(500);
 /// 15 s for connections and 10 s for the group committers, plus the shutdown delay).
 const EXIT_LIMIT: Duration = Duration::from_secs(60);
 
+/// The signal sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum GatewaySignal {
+    /// SIGTERM: the drain measured.
+    Term,
+    /// SIGKILL: the witness's control (the requests in flight on the gateway's connections
+    /// must show as transport failures, and the checks of the claim fail).
+    Kill,
+}
+
+impl GatewaySignal {
+    fn name(self) -> &'static str {
+        match self {
+            GatewaySignal::Term => "TERM",
+            GatewaySignal::Kill => "KILL",
+        }
+    }
+}
+
 /// Where new connections go while a gateway drains, and the witness of that gateway.
 pub struct Routing {
     /// Every gateway's `host:port`, in the stack's order.
@@ -189,6 +209,7 @@ pub struct Sigterm {
     taken: TakenGateway,
     routing: Arc<Routing>,
     after: Duration,
+    signal: GatewaySignal,
     shutdown_delay_ms: u64,
     /// The callers' client: its idle connections to the gateway are counted at the signal.
     client: HttpClient,
@@ -199,6 +220,7 @@ impl Sigterm {
         taken: TakenGateway,
         routing: Arc<Routing>,
         after_seconds: f64,
+        signal: GatewaySignal,
         shutdown_delay_ms: u64,
         client: HttpClient,
     ) -> Self {
@@ -206,6 +228,7 @@ impl Sigterm {
             taken,
             routing,
             after: Duration::from_secs_f64(after_seconds),
+            signal,
             shutdown_delay_ms,
             client,
         }
@@ -230,6 +253,7 @@ impl Sigterm {
             taken,
             routing,
             after,
+            signal: sent,
             shutdown_delay_ms,
             client,
         } = self;
@@ -254,7 +278,7 @@ impl Sigterm {
         let _ = routing.witness.signal.set(signal);
         let killed = match child.id() {
             Some(pid) => tokio::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
+                .args([&format!("-{}", sent.name()), &pid.to_string()])
                 .status()
                 .await
                 .map_err(|e| e.to_string())
@@ -262,7 +286,7 @@ impl Sigterm {
                     if s.success() {
                         Ok(())
                     } else {
-                        Err(format!("kill -TERM {pid}: {s}"))
+                        Err(format!("kill -{} {pid}: {s}", sent.name()))
                     }
                 }),
             None => Err("the gateway had already exited".into()),
@@ -286,6 +310,7 @@ impl Sigterm {
             name,
             authority: routing.witness.authority.clone(),
             signal_at: signal.saturating_duration_since(origin),
+            sent,
             shutdown_delay_ms,
             idle_at_signal,
             signal,
@@ -401,6 +426,7 @@ pub struct Observed {
     authority: String,
     /// From the first arrival.
     signal_at: Duration,
+    sent: GatewaySignal,
     shutdown_delay_ms: u64,
     idle_at_signal: usize,
     signal: Instant,
@@ -418,6 +444,8 @@ pub struct Observed {
 pub struct Figures {
     /// `gateway 2 at 127.0.0.1:port`.
     pub gateway: String,
+    /// `TERM` (or `KILL`, the witness's control).
+    pub signal: String,
     /// From the first arrival to the signal.
     pub signal_at_seconds: f64,
     /// The gateways' `gateway.shutdown_delay_ms`.
@@ -553,7 +581,7 @@ impl Figures {
                 ),
             ),
             (
-                "`kill -TERM` took (ms; the signal went within it)".into(),
+                "`kill` took (ms; the signal went within it)".into(),
                 format!("{:.0}", self.kill_ms),
             ),
             (
@@ -654,6 +682,7 @@ impl Observed {
         );
         let mut f = Figures {
             gateway: format!("{} at {}", self.name, self.authority),
+            signal: self.sent.name().into(),
             signal_at_seconds: self.signal_at.as_secs_f64(),
             shutdown_delay_ms: self.shutdown_delay_ms,
             kill_ms: ms(self.kill_returned),

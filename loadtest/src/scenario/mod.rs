@@ -204,6 +204,7 @@ async fn drive(
                 taken,
                 routing,
                 after,
+                options.gateway_signal,
                 options.shutdown_delay_ms.unwrap_or(0),
                 client.clone(),
             ))

@@ -178,6 +178,10 @@ pub struct Options {
     /// balancer's would).
     #[arg(long)]
     pub sigterm_gateway_after: Option<f64>,
+    /// `--sigterm-gateway-after`'s signal: `kill` (SIGKILL) is the witness's control, whose
+    /// requests in flight must show as transport failures (the run then exits 2).
+    #[arg(long, value_enum, default_value = "term")]
+    pub gateway_signal: crate::sigterm::GatewaySignal,
     /// The gateways' `gateway.shutdown_delay_ms` (`SLUICE_GATEWAY_SHUTDOWN_DELAY_MS`): how long
     /// a signalled gateway keeps accepting while its `/readyz` says `draining` (unset: the
     /// default, 0).
