@@ -12,9 +12,13 @@
 //! used last is reused first, so the rest age out), and a connection is opened only when no
 //! idle one exists and the run is below `max`: as an edge proxy in front of a gateway holds
 //! a pool of connections for its many browsers.
+//!
+//! With `--sigterm-gateway-after`, new connections are routed as [`Routing`] says (a gateway out
+//! of rotation or refusing gets none; kept-alive ones stay where they are) and its witness sees
+//! how each request travelled ([`Trace`]); without it, nothing of that runs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,6 +27,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::sync::Semaphore;
+
+use crate::sigterm::Routing;
 
 /// How long a connection is kept idle for reuse: less than the gateway's idle keep-alive limit
 /// (`header_read_timeout_ms`, 10 s by default). A request written on a connection the gateway
@@ -46,7 +52,41 @@ pub struct HttpClient {
 struct Inner {
     /// One permit per connection the run may hold at once.
     slots: Arc<Semaphore>,
-    idle: Mutex<HashMap<String, Vec<(Sender, Instant)>>>,
+    idle: Mutex<HashMap<String, Vec<Idle>>>,
+    /// Where new connections go when a gateway drains (unset: always to the request's own).
+    routing: OnceLock<Arc<Routing>>,
+}
+
+/// A kept-alive connection waiting for its next request.
+struct Idle {
+    sender: Sender,
+    /// Idle since.
+    since: Instant,
+    /// When it was opened.
+    opened: Instant,
+}
+
+/// How one request travelled, for the witness of a gateway's drain.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// The connection the request was written on (the last one tried), if any.
+    pub carrier: Option<Carrier>,
+    /// Idle connections found closed before the request was written on them (it was then
+    /// sent on another: nothing of it reached the gateway on those).
+    pub unsent: u32,
+    /// A new connection to the request's own gateway was refused.
+    pub refused: bool,
+    /// The request went to another gateway than its own.
+    pub rerouted: bool,
+}
+
+/// The connection a request was written on.
+#[derive(Debug, Clone)]
+pub struct Carrier {
+    pub authority: String,
+    pub opened: Instant,
+    /// Kept alive from an earlier request.
+    pub reused: bool,
 }
 
 impl HttpClient {
@@ -56,6 +96,7 @@ impl HttpClient {
             inner: Arc::new(Inner {
                 slots: Arc::new(Semaphore::new(max.max(1))),
                 idle: Mutex::new(HashMap::new()),
+                routing: OnceLock::new(),
             }),
         }
     }
@@ -72,33 +113,146 @@ impl HttpClient {
             .acquire_owned()
             .await
             .map_err(|_| RequestError("the client is closed".into()))?;
-        let (authority, mut request) = origin_form(request)?;
-        // A reused connection the gateway closed meanwhile refuses the request before writing
-        // it: sent again once on a new connection.
-        if let Some(mut sender) = self.reusable(&authority) {
-            match sender.try_send_request(request).await {
-                Ok(response) => return self.finish(&authority, sender, response).await,
-                Err(mut refused) => match refused.take_message() {
-                    Some(unsent) => request = unsent,
-                    None => return Err(RequestError(format!("transport: {}", refused.error()))),
-                },
-            }
+        let (authority, request) = origin_form(request)?;
+        let Some(routing) = self.inner.routing.get() else {
+            return self.send(&authority, request, &mut Trace::default()).await;
+        };
+        let sent = Instant::now();
+        let mut trace = Trace::default();
+        let result = self
+            .send_routed(routing, &authority, request, &mut trace)
+            .await;
+        routing.record(&authority, sent, &trace, &result);
+        result
+    }
+
+    /// Routes new connections as [`Routing`] says from now on, and has its witness see every
+    /// request (`sluice-loadtest --sigterm-gateway-after`). Set once, after the stack is up.
+    pub fn route(&self, routing: Arc<Routing>) {
+        let _ = self.inner.routing.set(routing);
+    }
+
+    /// On an idle connection to `authority` if one is open, else on a new one.
+    async fn send(
+        &self,
+        authority: &str,
+        request: Request<Full<Bytes>>,
+        trace: &mut Trace,
+    ) -> Result<Response<Full<Bytes>>, RequestError> {
+        let request = match self.send_on_idle(authority, request, trace).await {
+            Ok(answered) => return answered,
+            Err(unsent) => unsent,
+        };
+        let stream = open(authority).await?;
+        self.send_on_new(authority, stream, request, trace).await
+    }
+
+    /// [`Self::send`] as a load balancer in front of the gateways would: an idle connection to
+    /// `authority` is used while it is open (an unready gateway keeps its connections, as an
+    /// L4 balancer's), a new one goes elsewhere once the gateway is out of rotation, and a
+    /// refused connect is sent to the next gateway (no byte of the request was written).
+    async fn send_routed(
+        &self,
+        routing: &Routing,
+        authority: &str,
+        request: Request<Full<Bytes>>,
+        trace: &mut Trace,
+    ) -> Result<Response<Full<Bytes>>, RequestError> {
+        let request = match self.send_on_idle(authority, request, trace).await {
+            Ok(answered) => return answered,
+            Err(unsent) => unsent,
+        };
+        if let Some(elsewhere) = routing.elsewhere(authority) {
+            trace.rerouted = true;
+            return self.send(elsewhere, request, trace).await;
         }
-        let mut sender = connect(&authority).await?;
+        match open(authority).await {
+            Ok(stream) => self.send_on_new(authority, stream, request, trace).await,
+            Err(OpenError::Refused(why)) => {
+                trace.refused = true;
+                routing.take_out(authority);
+                let Some(elsewhere) = routing.elsewhere(authority) else {
+                    return Err(RequestError(why));
+                };
+                trace.rerouted = true;
+                self.send(elsewhere, request, trace).await
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The request on the idle connection to `authority` used last, if one is open: its
+    /// answer, or the request back when none was idle or the one found refused it unwritten
+    /// (the gateway closed it meanwhile).
+    async fn send_on_idle(
+        &self,
+        authority: &str,
+        request: Request<Full<Bytes>>,
+        trace: &mut Trace,
+    ) -> Result<Result<Response<Full<Bytes>>, RequestError>, Request<Full<Bytes>>> {
+        let Some((mut sender, opened)) = self.reusable(authority) else {
+            return Err(request);
+        };
+        trace.carrier = Some(Carrier {
+            authority: authority.to_string(),
+            opened,
+            reused: true,
+        });
+        match sender.try_send_request(request).await {
+            Ok(response) => Ok(self.finish(authority, sender, opened, response).await),
+            Err(mut refused) => match refused.take_message() {
+                Some(unsent) => {
+                    trace.carrier = None;
+                    trace.unsent += 1;
+                    Err(unsent)
+                }
+                None => Ok(Err(RequestError(format!("transport: {}", refused.error())))),
+            },
+        }
+    }
+
+    /// The request on a connection just opened to `authority`.
+    async fn send_on_new(
+        &self,
+        authority: &str,
+        stream: tokio::net::TcpStream,
+        request: Request<Full<Bytes>>,
+        trace: &mut Trace,
+    ) -> Result<Response<Full<Bytes>>, RequestError> {
+        let opened = Instant::now();
+        trace.carrier = Some(Carrier {
+            authority: authority.to_string(),
+            opened,
+            reused: false,
+        });
+        let mut sender = handshake(stream).await?;
         let response = sender
             .send_request(request)
             .await
             .map_err(|e| RequestError(format!("transport: {e}")))?;
-        self.finish(&authority, sender, response).await
+        self.finish(authority, sender, opened, response).await
+    }
+
+    /// Kept-alive connections to `authority` idle now (some may have aged out or been closed
+    /// by the gateway without this client having looked yet).
+    pub fn idle_count(&self, authority: &str) -> usize {
+        let idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.get(authority).map_or(0, Vec::len)
     }
 
     /// The most recently used idle connection to `authority` that is still open and fresh.
-    fn reusable(&self, authority: &str) -> Option<Sender> {
+    /// With the instant it was opened.
+    fn reusable(&self, authority: &str) -> Option<(Sender, Instant)> {
         let mut idle = self.inner.idle.lock().unwrap_or_else(|p| p.into_inner());
         let stack = idle.get_mut(authority)?;
-        while let Some((sender, since)) = stack.pop() {
+        while let Some(Idle {
+            sender,
+            since,
+            opened,
+        }) = stack.pop()
+        {
             if sender.is_ready() && since.elapsed() < IDLE_CONNECTION {
-                return Some(sender);
+                return Some((sender, opened));
             }
         }
         None
@@ -109,6 +263,7 @@ impl HttpClient {
         &self,
         authority: &str,
         sender: Sender,
+        opened: Instant,
         response: Response<hyper::body::Incoming>,
     ) -> Result<Response<Full<Bytes>>, RequestError> {
         let (parts, body) = response.into_parts();
@@ -122,9 +277,13 @@ impl HttpClient {
             let stack = idle.entry(authority.to_string()).or_default();
             // Connections that aged out while others were in use are dropped here, from the
             // bottom of the stack, where the oldest lie.
-            let fresh = stack.partition_point(|(_, since)| since.elapsed() >= IDLE_CONNECTION);
+            let fresh = stack.partition_point(|idle| idle.since.elapsed() >= IDLE_CONNECTION);
             stack.drain(..fresh);
-            stack.push((sender, Instant::now()));
+            stack.push(Idle {
+                sender,
+                since: Instant::now(),
+                opened,
+            });
         }
         Ok(Response::from_parts(parts, Full::new(bytes)))
     }
@@ -152,19 +311,47 @@ fn origin_form(
     Ok((authority, request))
 }
 
-/// A new connection to `authority`, its driver running on the runtime.
-async fn connect(authority: &str) -> Result<Sender, RequestError> {
+/// Why no connection was opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The port refused it (nothing listens there any more).
+    Refused(String),
+    Other(String),
+}
+
+impl From<OpenError> for RequestError {
+    fn from(error: OpenError) -> Self {
+        match error {
+            OpenError::Refused(why) | OpenError::Other(why) => RequestError(why),
+        }
+    }
+}
+
+/// A new TCP connection to `authority`.
+async fn open(authority: &str) -> Result<tokio::net::TcpStream, OpenError> {
     let stream = tokio::net::TcpStream::connect(authority)
         .await
-        .map_err(|e| RequestError(format!("connect {authority}: {e}")))?;
+        .map_err(|e| {
+            let why = format!("connect {authority}: {e}");
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                OpenError::Refused(why)
+            } else {
+                OpenError::Other(why)
+            }
+        })?;
     stream
         .set_nodelay(true)
-        .map_err(|e| RequestError(format!("nodelay: {e}")))?;
+        .map_err(|e| OpenError::Other(format!("nodelay: {e}")))?;
     // The client closes only idle connections (aged out, or the run's end): a reset instead of
     // a FIN leaves no TIME_WAIT behind, whose ports every later `connect()` would search past.
     stream
         .set_zero_linger()
-        .map_err(|e| RequestError(format!("linger: {e}")))?;
+        .map_err(|e| OpenError::Other(format!("linger: {e}")))?;
+    Ok(stream)
+}
+
+/// HTTP/1.1 on `stream`, its driver running on the runtime.
+async fn handshake(stream: tokio::net::TcpStream) -> Result<Sender, RequestError> {
     let (sender, connection) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| RequestError(format!("handshake: {e}")))?;

@@ -7,7 +7,8 @@
 //!   the winners of a reserved drop did with their units), [`sampler`] watches `/v1/status`,
 //!   PostgreSQL and `/proc`, [`invariants`] checks PostgreSQL afterwards, [`report`] is the
 //!   result (JSON and HTML), [`summary`] its Markdown, [`progress`] the bar, [`servers`] the
-//!   offer origin and webhook backend, [`machine`] what it ran on.
+//!   offer origin and webhook backend, [`machine`] what it ran on, [`sigterm`] a gateway's
+//!   SIGTERM mid-run witnessed from the callers' side (`--sigterm-gateway-after`).
 //! - [`driver`]: runs N HTTP requests from C concurrent tasks and records latencies.
 //! - [`bench_stack`]: a throwaway database and an in-process gateway for a benchmark run.
 //! - [`baselines`]: what `sluice-bench-baselines` runs: Sluice against its baselines, pair by pair.
@@ -33,6 +34,7 @@ pub mod report;
 pub mod sampler;
 pub mod scenario;
 pub mod servers;
+pub mod sigterm;
 pub mod stack;
 pub mod summary;
 pub mod waiting;

@@ -67,6 +67,19 @@ pub struct StackSpec<'a> {
     /// Extra environment of the gateway process (`sluice serve`, or `sluice dev`), e.g. a
     /// setting a benchmark needs other than its default.
     pub gateway_env: &'a [(&'a str, &'a str)],
+    /// `split`: how many `sluice serve` processes (one set of ticket keys); 1 otherwise.
+    pub gateways: usize,
+}
+
+/// A gateway taken out of a stack ([`Stack::take_gateway`]): its process is the taker's.
+pub struct TakenGateway {
+    /// `gateway 2`.
+    pub name: String,
+    pub child: Child,
+    /// `http://host:port`: its public listener.
+    pub base: String,
+    /// `http://host:port`: its admin listener.
+    pub admin: String,
 }
 
 impl Stack {
@@ -116,25 +129,47 @@ impl Stack {
             }
             StackKind::Split => {
                 run_to_end(&spec, "sluice-migrate", &["migrate"]).await?;
-                let listen = free_loopback_addr()?;
-                let admin = free_loopback_addr()?;
                 let (ticket_keys, _) = sluice_gateway::identity::ticket::TicketKeys::generate();
                 let mut env = vec![("SLUICE_TICKET_KEYS", ticket_keys.as_str())];
                 env.extend_from_slice(spec.gateway_env);
-                let gateway = spawn(
-                    &spec,
-                    "sluice-serve",
-                    &["serve", "--listen", &listen, "--admin-listen", &admin],
-                    &env,
-                )?;
+                let count = spec.gateways.max(1);
+                let (mut bases, mut ready_urls, mut children) =
+                    (Vec::new(), Vec::new(), Vec::new());
+                for n in 1..=count {
+                    let listen = free_loopback_addr()?;
+                    let admin = free_loopback_addr()?;
+                    // One gateway keeps the names of the runs before several were possible.
+                    let (log, name) = if count == 1 {
+                        ("sluice-serve".to_string(), "gateway".to_string())
+                    } else {
+                        (format!("sluice-serve-{n}"), format!("gateway {n}"))
+                    };
+                    let gateway = spawn(
+                        &spec,
+                        &log,
+                        &["serve", "--listen", &listen, "--admin-listen", &admin],
+                        &env,
+                    )?;
+                    bases.push(format!("http://{listen}"));
+                    ready_urls.push(format!("http://{admin}/readyz"));
+                    children.push((name, gateway));
+                }
                 let executor = spawn(&spec, "sluice-execute", &["execute"], &[])?;
+                children.push(("executor".into(), executor));
                 Self {
                     kind: spec.kind,
-                    base: format!("http://{listen}"),
-                    bases: vec![format!("http://{listen}")],
-                    ready_urls: vec![format!("http://{admin}/readyz")],
-                    description: "sluice serve + sluice execute (two processes)".into(),
-                    children: vec![("gateway".into(), gateway), ("executor".into(), executor)],
+                    base: bases[0].clone(),
+                    bases,
+                    ready_urls,
+                    description: if count == 1 {
+                        "sluice serve + sluice execute (two processes)".into()
+                    } else {
+                        format!(
+                            "{count} sluice serve (one set of ticket keys) + sluice execute, \
+                             on one Redis"
+                        )
+                    },
+                    children,
                 }
             }
             StackKind::Cluster => {
@@ -185,6 +220,31 @@ impl Stack {
         };
         stack.wait_healthy(client, spec.dir).await?;
         Ok(stack)
+    }
+
+    /// Takes gateway `index` (0-based, as in [`Self::bases`]) out of the stack: its process is
+    /// then the caller's to signal and wait for, and [`Self::stop`] leaves it alone. Only a
+    /// `split` or `cluster` gateway (a `dev` process is the executor too); the gateways are the
+    /// first children, in the order of `bases`.
+    pub fn take_gateway(&mut self, index: usize) -> Option<TakenGateway> {
+        if !matches!(self.kind, StackKind::Split | StackKind::Cluster)
+            || index >= self.bases.len()
+            || self.children.len() <= index
+        {
+            return None;
+        }
+        let admin = self
+            .ready_urls
+            .get(index)?
+            .strip_suffix("/readyz")?
+            .to_string();
+        let (name, child) = self.children.remove(index);
+        Some(TakenGateway {
+            name,
+            child,
+            base: self.bases[index].clone(),
+            admin,
+        })
     }
 
     /// The started processes (none for an external stack).

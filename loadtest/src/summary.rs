@@ -132,6 +132,15 @@ pub fn text(report: &Report) -> String {
             let _ = writeln!(out, "| {name} | {value} |");
         }
     }
+    if let Some(sigterm) = &report.sigterm {
+        let _ = writeln!(out, "\n| SIGTERM under load | value |\n| --- | ---: |");
+        for (name, value) in sigterm.rows() {
+            let _ = writeln!(out, "| {name} | {value} |");
+        }
+        for failure in &sigterm.failures {
+            let _ = writeln!(out, "| no answer | {failure} |");
+        }
+    }
     let _ = writeln!(
         out,
         "\n| target | measured | goal | met |\n| --- | ---: | --- | --- |"

@@ -225,6 +225,7 @@ fn sample() -> Report {
             ..Reservations::default()
         }),
         room: None,
+        sigterm: None,
         targets: vec![
             Target {
                 name: "unknown outcomes".into(),
@@ -262,6 +263,7 @@ fn empty() -> Report {
         waiting: None,
         reservations: None,
         room: None,
+        sigterm: None,
         targets: Vec::new(),
         invariants_hold: true,
     }

@@ -163,6 +163,7 @@ async fn run(args: &Args, database_url: &str) -> Result<(), BoxError> {
             external_gateway: None,
             dir: &dir,
             gateway_env: &[],
+            gateways: 1,
         },
         &client,
     )
@@ -488,6 +489,7 @@ async fn idle_against_gateway(
             external_gateway: None,
             dir,
             gateway_env: &env,
+            gateways: 1,
         },
         &client,
     )

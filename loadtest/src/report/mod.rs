@@ -55,6 +55,11 @@ pub struct Report {
     /// before it existed).
     #[serde(default)]
     pub room: Option<RoomFigures>,
+    /// A gateway's SIGTERM mid-run, witnessed from the callers' side
+    /// (`--sigterm-gateway-after` only; absent otherwise, and in reports written before it
+    /// existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigterm: Option<crate::sigterm::Figures>,
     /// The documented targets (docs/performance.md) with the measured value, met or not.
     pub targets: Vec<Target>,
     /// All invariants hold (targets are reported, not enforced).

@@ -172,7 +172,12 @@ async fn drive(
         .sluice_bin
         .clone()
         .unwrap_or_else(crate::stack::default_sluice_bin);
-    let stack = Stack::start(
+    let delay = options.shutdown_delay_ms.map(|ms| ms.to_string());
+    let gateway_env: Vec<(&str, &str)> = delay
+        .iter()
+        .map(|ms| ("SLUICE_GATEWAY_SHUTDOWN_DELAY_MS", ms.as_str()))
+        .collect();
+    let mut stack = Stack::start(
         StackSpec {
             kind: options.stack,
             sluice_bin: &sluice_bin,
@@ -180,18 +185,39 @@ async fn drive(
             redis_url,
             external_gateway: options.gateway.as_deref(),
             dir,
-            gateway_env: &[],
+            gateway_env: &gateway_env,
+            gateways: options.gateways,
         },
         &client,
     )
     .await?;
+    // The last gateway is the one signalled: the first answers the run's own reads.
+    let sigterm = match options.sigterm_gateway_after {
+        Some(after) => {
+            let last = stack.bases.len() - 1;
+            let routing = crate::sigterm::Routing::new(&stack.bases, last)?;
+            let taken = stack
+                .take_gateway(last)
+                .ok_or("this stack has no gateway to signal")?;
+            client.route(routing.clone());
+            Some(crate::sigterm::Sigterm::new(
+                taken,
+                routing,
+                after,
+                options.gateway_signal,
+                options.shutdown_delay_ms.unwrap_or(0),
+                client.clone(),
+            ))
+        }
+        None => None,
+    };
     let result = match helpers {
         Helpers::Room => {
             room::drive_on(options, arrivals, started_at, tenant, &stack, &client).await
         }
         _ => {
             drive_on(
-                options, arrivals, started_at, tenant, helpers, &stack, &client,
+                options, arrivals, started_at, tenant, helpers, &stack, &client, sigterm,
             )
             .await
         }
@@ -222,6 +248,7 @@ async fn drive_on(
     helpers: &Helpers,
     stack: &Stack,
     client: &crate::driver::HttpClient,
+    sigterm: Option<crate::sigterm::Sigterm>,
 ) -> Result<Report, BoxError> {
     let creds = &tenant.creds;
     if let Helpers::Sale { offer, .. } = helpers {
@@ -239,12 +266,14 @@ async fn drive_on(
         name: "load generator".into(),
         pid: std::process::id(),
     });
+    watched.extend(sigterm.as_ref().and_then(crate::sigterm::Sigterm::watched));
     // Arrivals begin once every caller is spawned and waiting with its token (about 30 µs
     // each on a slow core, plus a margin).
     let origin = Instant::now()
         + Duration::from_millis(300)
         + Duration::from_micros(30) * arrivals.len() as u32;
     let recorder = Arc::new(Recorder::new(origin));
+    let sigterm = sigterm.map(|s| s.start(origin));
     let stop = CancellationToken::new();
     let status = sampler::status(
         client.clone(),
@@ -309,6 +338,11 @@ async fn drive_on(
         return Err(Interrupted.into());
     }
     let duration = recorder.elapsed();
+    // The signalled gateway has exited (or is waited for: a signal after the last caller).
+    let sigterm = match sigterm {
+        Some(running) => Some(running.observed().await?),
+        None => None,
+    };
     let still_open = tokio::select! {
         open = invariants::await_drained(
             &tenant.pg,
@@ -398,6 +432,14 @@ async fn drive_on(
         }
     }
     checks.push(invariants::executing_within_limits(&peaks));
+    let sigterm = match sigterm {
+        Some(observed) => {
+            let (figures, judged) = observed.judge(&tenant.pg, creds.namespace_id).await?;
+            checks.extend(judged);
+            Some(figures)
+        }
+        None => None,
+    };
     let invariants_hold = checks.iter().all(|c| c.holds);
     let waiting = crate::waiting::figures(
         &recorded.waits,
@@ -425,6 +467,7 @@ async fn drive_on(
         waiting: Some(waiting),
         reservations,
         room: None,
+        sigterm,
         targets,
         invariants_hold,
     })

@@ -166,6 +166,27 @@ pub struct Options {
     #[arg(long, value_enum, default_value = "dev")]
     #[serde(skip)]
     pub stack: StackKind,
+    /// `--stack split`: how many `sluice serve` gateways (one set of ticket keys, one Redis,
+    /// one executor); callers are spread over them by index.
+    #[arg(long, default_value_t = 1)]
+    pub gateways: usize,
+    /// `drop`, `steady` or `backend` on several gateways (`--stack cluster`, or `split` with
+    /// `--gateways 2` or more): SIGTERM the last gateway this many seconds after the first
+    /// arrival, probe its public and admin `/readyz` every 50 ms until it exits, and witness
+    /// from the callers' side what became of every request on its connections (see
+    /// `loadtest/src/sigterm.rs`: new connections then go to the other gateways, as a load
+    /// balancer's would).
+    #[arg(long)]
+    pub sigterm_gateway_after: Option<f64>,
+    /// `--sigterm-gateway-after`'s signal: `kill` (SIGKILL) is the witness's control, whose
+    /// requests in flight must show as transport failures (the run then exits 2).
+    #[arg(long, value_enum, default_value = "term")]
+    pub gateway_signal: crate::sigterm::GatewaySignal,
+    /// The gateways' `gateway.shutdown_delay_ms` (`SLUICE_GATEWAY_SHUTDOWN_DELAY_MS`): how long
+    /// a signalled gateway keeps accepting while its `/readyz` says `draining` (unset: the
+    /// default, 0).
+    #[arg(long)]
+    pub shutdown_delay_ms: Option<u64>,
     /// The gateway of `--stack external` (its executor must be running too).
     #[arg(long)]
     pub gateway: Option<String>,
@@ -213,6 +234,7 @@ impl Options {
             }
         };
         self.check_mode()?;
+        self.check_sigterm()?;
         if self.scenario != Scenario::Room && self.flush_redis_after_seconds.is_some() {
             return Err("--flush-redis-after-seconds is the room scenario's".into());
         }
@@ -320,6 +342,35 @@ impl Options {
 }
 
 impl Options {
+    /// `--gateways` and `--sigterm-gateway-after` only where they mean something.
+    fn check_sigterm(&self) -> Result<(), BoxError> {
+        if self.gateways == 0 || (self.gateways > 1 && self.stack != StackKind::Split) {
+            return Err("--gateways is the split stack's (at least 1)".into());
+        }
+        let Some(after) = self.sigterm_gateway_after else {
+            return Ok(());
+        };
+        if !(after >= 0.0 && after.is_finite()) {
+            return Err("--sigterm-gateway-after must be zero or more".into());
+        }
+        if self.scenario == Scenario::Room {
+            return Err("--sigterm-gateway-after is for drop, steady and backend runs".into());
+        }
+        let several = match self.stack {
+            StackKind::Cluster => true,
+            StackKind::Split => self.gateways >= 2,
+            StackKind::Dev | StackKind::External => false,
+        };
+        if !several {
+            return Err(
+                "--sigterm-gateway-after needs gateways to carry on: --stack cluster, or \
+                 --stack split --gateways 2 (or more)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The reserved-mode knobs make sense together, and only for a sale.
     fn check_mode(&self) -> Result<(), BoxError> {
         if self.mode == Mode::Committed {

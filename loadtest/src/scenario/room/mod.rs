@@ -232,6 +232,7 @@ pub(super) async fn drive_on(
         waiting: None,
         reservations: None,
         room: Some(figures),
+        sigterm: None,
         targets,
     })
 }
