@@ -154,10 +154,15 @@ def check_prestop(name, pod_spec, container, drain_seconds, breaches):
     seconds = pre_stop.get("sleep", {}).get("seconds", 0)
     if seconds <= 0:
         breaches.append(f"{name}: preStop sleeps {seconds} s")
-    if grace <= seconds + drain_seconds:
+    # gateway.shutdown_delay_ms keeps the port open that long after SIGTERM, before the drain.
+    delay_ms = next((int(e.get("value", "0")) for e in container.get("env", [])
+                     if e.get("name") == "SLUICE_GATEWAY_SHUTDOWN_DELAY_MS"), 0)
+    delay = -(-delay_ms // 1000)
+    if grace <= seconds + delay + drain_seconds:
         breaches.append(
             f"{name}: terminationGracePeriodSeconds {grace} does not exceed the preStop sleep "
-            f"({seconds} s) plus the gateway's own drain ({drain_seconds} s)")
+            f"({seconds} s) plus the shutdown delay ({delay} s) plus the gateway's own drain "
+            f"({drain_seconds} s)")
 
 
 def check_spread(name, pod, breaches):

@@ -127,7 +127,14 @@ class NewRules(unittest.TestCase):
     def test_a_grace_period_shorter_than_the_drains(self):
         docs = intact()
         pod_spec(docs, "sluice-gateway")["terminationGracePeriodSeconds"] = 35
-        self.assertBreach(docs, "does not exceed the preStop sleep (10 s) plus the gateway's own drain (25 s)")
+        self.assertBreach(docs, "does not exceed the preStop sleep (10 s) plus the shutdown delay (0 s) plus the gateway's own drain (25 s)")
+
+    def test_a_grace_period_that_forgets_the_shutdown_delay(self):
+        docs = intact()
+        pod_spec(docs, "sluice-gateway")["terminationGracePeriodSeconds"] = 40
+        pod_spec(docs, "sluice-gateway")["containers"][0].setdefault("env", []).append(
+            {"name": "SLUICE_GATEWAY_SHUTDOWN_DELAY_MS", "value": "5000"})
+        self.assertBreach(docs, "plus the shutdown delay (5 s) plus the gateway's own drain (25 s)")
 
     def test_no_zone_spread(self):
         docs = intact()
