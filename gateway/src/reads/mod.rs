@@ -179,6 +179,16 @@ impl ReadCache {
         text
     }
 
+    /// Drops every copy this process holds: announcements were missed (the subscriber fell
+    /// behind), so any copy may be one an invalidation dropped.
+    pub fn forget_everything(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.l1.invalidate_all();
+        self.stats
+            .invalidations_received
+            .fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Drops this process's copies of a namespace's reads (an invalidation was announced).
     pub fn forget_namespace(&self, application_id: ApplicationId, namespace_id: NamespaceId) {
         let prefix = AppKeys::new(application_id).cache_entry(namespace_id, "", "");
@@ -473,7 +483,23 @@ async fn listen_for_invalidations(
     let _resubscribe = subscriber.manage_subscriptions();
     subscriber.subscribe(cache::INVALIDATION_CHANNEL).await?;
     let mut messages = subscriber.message_rx();
-    while let Ok(message) = messages.recv().await {
+    loop {
+        let message = match messages.recv().await {
+            Ok(message) => message,
+            // More announcements arrived than the client buffers while this task waited for a
+            // core: some are lost, so every copy goes. Ending here instead (as `while let Ok`
+            // did) left the process deaf to every later invalidation.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                let Some(cache) = cache.upgrade() else { break };
+                tracing::warn!(
+                    missed,
+                    "read cache: invalidations arrived faster than read; every local copy dropped"
+                );
+                cache.forget_everything();
+                continue;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+        };
         let Some(cache) = cache.upgrade() else { break };
         let text: Option<String> = message.value.convert().ok();
         let parsed = text

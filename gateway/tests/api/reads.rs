@@ -1430,3 +1430,84 @@ async fn cache_fill_keeps_exact_totals_and_refuses_past_the_bounds() {
     );
     assert_eq!(bench.totals().await, (size(100), 1, size(100), 1, 1));
 }
+
+/// A burst of announcements larger than the subscriber's buffer (other namespaces' invalidations
+/// arriving while the gateway's task waits for a core) must not leave the gateway deaf: it drops
+/// every local copy and goes on listening, so the next announcement of its own namespace is
+/// still heard. (The listener used to end at the first overflow.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_the_subscribers_buffer_does_not_deafen_the_gateway() {
+    let origin = OriginServer::start().await;
+    let stack = Stack::with_declaration(&declaration(&origin)).await;
+    let publisher = connect_redis(&test_redis_url(), 8).await.expect("redis");
+    let channel = sluice_redis::cache::INVALIDATION_CHANNEL;
+    // Heard once the subscriber is up: an announcement for this namespace counts.
+    let own = format!(
+        "{}:{}",
+        stack.creds.application_id, stack.creds.namespace_id
+    );
+    let heard = |at_least: u64| {
+        let stack = &stack;
+        async move { figures(stack).invalidations_received >= at_least }
+    };
+    let subscribed = eventually(Duration::from_secs(5), || async {
+        let _: i64 = publisher
+            .pool()
+            .next()
+            .publish(channel, own.as_str())
+            .await
+            .expect("publish");
+        heard(1).await
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the gateway hears its own namespace's announcements"
+    );
+
+    // 20,000 announcements of other namespaces at once, far past the client's buffer.
+    let strangers = format!("{}:{}", uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, strangers) = (publisher.pool().next().clone(), strangers.clone());
+        burst.spawn(async move {
+            let pipeline = client.pipeline();
+            for _ in 0..2_500 {
+                let _: () = pipeline
+                    .publish(channel, strangers.as_str())
+                    .await
+                    .expect("queue");
+            }
+            let _: Vec<i64> = pipeline.all().await.expect("publish the burst");
+        });
+    }
+    burst.join_all().await;
+    // Settled: the count stops moving once the burst is read (or the listener ended).
+    let mut last = figures(&stack).invalidations_received;
+    let settled = eventually(Duration::from_secs(10), || {
+        let now = figures(&stack).invalidations_received;
+        let still = now == last;
+        last = now;
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            still
+        }
+    })
+    .await;
+    assert!(settled, "the burst is read");
+    let before = figures(&stack).invalidations_received;
+    let still_hearing = eventually(Duration::from_secs(5), || async {
+        let _: i64 = publisher
+            .pool()
+            .next()
+            .publish(channel, own.as_str())
+            .await
+            .expect("publish");
+        heard(before + 1).await
+    })
+    .await;
+    assert!(
+        still_hearing,
+        "the gateway still hears its namespace after the burst"
+    );
+}
