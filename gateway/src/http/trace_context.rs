@@ -115,19 +115,20 @@ pub fn for_command(headers: &HeaderMap) -> Option<String> {
             );
         }
     }
+    incoming(headers).map(|parent| parent.header())
+}
+
+/// The request's own `traceparent`, when well-formed.
+fn incoming(headers: &HeaderMap) -> Option<TraceParent> {
     headers
         .get("traceparent")
         .and_then(|value| value.to_str().ok())
         .and_then(TraceParent::parse)
-        .map(|parent| parent.header())
 }
 
 /// The trace id of a request: its `traceparent`'s when well-formed, else a new one.
 pub fn trace_id(headers: &HeaderMap) -> String {
-    headers
-        .get("traceparent")
-        .and_then(|value| value.to_str().ok())
-        .and_then(TraceParent::parse)
+    incoming(headers)
         .map(|parent| parent.trace_id)
         .unwrap_or_else(crate::http::response::new_request_id)
 }

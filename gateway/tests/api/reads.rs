@@ -1446,20 +1446,20 @@ async fn a_burst_past_the_subscribers_buffer_does_not_deafen_the_gateway() {
         "{}:{}",
         stack.creds.application_id, stack.creds.namespace_id
     );
-    let heard = |at_least: u64| {
-        let stack = &stack;
-        async move { figures(stack).invalidations_received >= at_least }
+    // Announces this namespace until the gateway has heard `at_least` announcements in all.
+    let announced_until_heard = |at_least: u64| {
+        let (stack, publisher, own) = (&stack, &publisher, &own);
+        eventually(Duration::from_secs(5), move || async move {
+            let _: i64 = publisher
+                .pool()
+                .next()
+                .publish(channel, own.as_str())
+                .await
+                .expect("publish");
+            figures(stack).invalidations_received >= at_least
+        })
     };
-    let subscribed = eventually(Duration::from_secs(5), || async {
-        let _: i64 = publisher
-            .pool()
-            .next()
-            .publish(channel, own.as_str())
-            .await
-            .expect("publish");
-        heard(1).await
-    })
-    .await;
+    let subscribed = announced_until_heard(1).await;
     assert!(
         subscribed,
         "the gateway hears its own namespace's announcements"
@@ -1496,16 +1496,7 @@ async fn a_burst_past_the_subscribers_buffer_does_not_deafen_the_gateway() {
     .await;
     assert!(settled, "the burst is read");
     let before = figures(&stack).invalidations_received;
-    let still_hearing = eventually(Duration::from_secs(5), || async {
-        let _: i64 = publisher
-            .pool()
-            .next()
-            .publish(channel, own.as_str())
-            .await
-            .expect("publish");
-        heard(before + 1).await
-    })
-    .await;
+    let still_hearing = announced_until_heard(before + 1).await;
     assert!(
         still_hearing,
         "the gateway still hears its namespace after the burst"
