@@ -48,9 +48,12 @@ impl std::fmt::Debug for Outbound {
 }
 
 impl Default for Outbound {
-    /// The web's roots and the process's proxy variables.
+    /// The web's roots and the process's proxy variables: built once per process (every
+    /// configuration's default holds one), then shared.
     fn default() -> Self {
-        Self::with_roots(webpki_roots(), Matcher::from_env())
+        static DEFAULT: std::sync::LazyLock<Outbound> =
+            std::sync::LazyLock::new(|| Outbound::with_roots(webpki_roots(), Matcher::from_env()));
+        DEFAULT.clone()
     }
 }
 

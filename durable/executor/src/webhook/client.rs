@@ -134,14 +134,12 @@ impl WebhookClient {
 /// proxy that refused the tunnel).
 fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
     let mut said = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
+    for inner in super::fenced_body::causes(error).skip(1) {
         let text = inner.to_string();
         if !said.contains(&text) {
             said.push_str(": ");
             said.push_str(&text);
         }
-        cause = inner.source();
     }
     said
 }

@@ -63,12 +63,12 @@ impl Body for FencedBody {
 
 /// Whether `error` (a client error, with its causes) is a [`FenceClosed`].
 pub fn is_fence_closed(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<FenceClosed>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
+    causes(error).any(|cause| cause.is::<FenceClosed>())
+}
+
+/// `error` and what caused it, outermost first.
+pub fn causes<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |error| error.source())
 }
